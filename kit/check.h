@@ -1,0 +1,65 @@
+// kit/check.h: error checking for every call that can fail.
+//
+// Each CHECK macro evaluates a call once; on failure it prints
+//   file:line: the failing call
+//   error: what the library said
+//   HINT: the usual causes
+// and exits with status 1. The kit never continues after a failed call:
+// a wrong answer that looks right is worse than a clear stop.
+#ifndef KIT_CHECK_H
+#define KIT_CHECK_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Prints the report and exits(1). Never returns.
+void check_fail(const char *file, int line, const char *call, const char *error, const char *hint)
+    __attribute__((noreturn));
+
+// Like check_fail, with a printf-style error message.
+void check_failf(const char *file, int line, const char *call, const char *hint, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 5, 6)));
+
+// A condition that must hold. CHECK(n > 0, "the dataset is empty: did the download finish?")
+#define CHECK(cond, hint)                                                       \
+    do {                                                                        \
+        if (!(cond)) check_fail(__FILE__, __LINE__, #cond, "condition is false", (hint)); \
+    } while (0)
+
+// A POSIX call that returns -1 (or a negative value) and sets errno.
+#define CHECK_SYS(call, hint)                                                   \
+    do {                                                                        \
+        if ((call) < 0) check_fail(__FILE__, __LINE__, #call, strerror(errno), (hint)); \
+    } while (0)
+
+// A pthread_* call that returns an error number.
+#define CHECK_PTHREAD(call)                                                     \
+    do {                                                                        \
+        int check_rc_ = (call);                                                 \
+        if (check_rc_ != 0)                                                     \
+            check_fail(__FILE__, __LINE__, #call, strerror(check_rc_),          \
+                       "thread creation fails when the process hits its thread or memory limit (ulimit -u, -v)"); \
+    } while (0)
+
+// Allocation. Returns the pointer: float *x = CHECK_ALLOC(malloc(n * sizeof *x));
+#define CHECK_ALLOC(ptr) ((__typeof__(ptr))check_alloc_((ptr), __FILE__, __LINE__, #ptr))
+void *check_alloc_(void *ptr, const char *file, int line, const char *call);
+
+// malloc/calloc that never return NULL (they exit with a report instead).
+#define xmalloc(bytes) check_alloc_(malloc(bytes), __FILE__, __LINE__, "malloc(" #bytes ")")
+#define xcalloc(n, size) check_alloc_(calloc((n), (size)), __FILE__, __LINE__, "calloc(" #n ", " #size ")")
+
+// An error the user can fix (bad option, bad file): one clear line, exit status 2 for usage errors.
+void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_CHECK_H

@@ -1,0 +1,110 @@
+// kit/data.h: datasets, the sampler that shards them across ranks, augmentation, and a
+// loader that prepares the next batch on a background thread.
+//
+// Images are kept as bytes (N, C, H, W) and turned into normalised floats one batch at a time.
+#ifndef KIT_DATA_H
+#define KIT_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char name[32];      // "cifar10", "cifar100", "fashion-mnist", "synthetic"
+    int n, c, h, w;     // images (N, C, H, W)
+    int classes;
+    uint8_t *images;    // (N, C, H, W), 0..255
+    uint8_t *labels;    // (N), 0..classes-1
+    float mean[3];      // per-channel mean and std of the TRAINING split, in [0, 1] units
+    float std[3];
+} Dataset;
+
+typedef enum { SPLIT_TRAIN, SPLIT_TEST } Split;
+
+// Loads a named dataset ("cifar10" | "cifar100" | "fashion-mnist" | "synthetic") from dir.
+// Returns 0, or -1 with a one-line message in err naming the file and what was expected
+// (missing, empty, truncated, wrong magic, wrong size, bad label). Never a partial load.
+// File layouts (see datasets/README.md):
+//   cifar10:  dir/cifar-10-batches-bin/data_batch_{1..5}.bin, test_batch.bin (records of 1 + 3072 bytes)
+//   cifar100: dir/cifar-100-binary/train.bin, test.bin (records of 2 + 3072 bytes; the fine label is used)
+//   fashion-mnist: dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (IDX, gzip read through zlib)
+//   synthetic: generated (dir unused): 10 classes, 3x32x32, 5000 train / 1000 test
+int dataset_load(Dataset *ds, const char *name, const char *dir, Split split, char *err, size_t errlen);
+int dataset_load_cifar10(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
+int dataset_load_cifar100(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
+int dataset_load_fashion_mnist(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
+
+// A deterministic, LEARNABLE synthetic set shaped like CIFAR: each class has a fixed pattern
+// (derived from seed) and every image is its class pattern plus per-image noise and a random shift.
+// The train and test splits share the patterns and differ in the noise.
+void dataset_synthetic(Dataset *ds, int n, int classes, int c, int h, int w, uint64_t seed, Split split);
+void dataset_free(Dataset *ds);
+
+// The dataset names dataset_load knows, for --help: "synthetic|cifar10|cifar100|fashion-mnist".
+const char *dataset_names(void);
+
+// ---------------------------------------------------------------- augmentation
+typedef struct {
+    int crop_pad;  // random crop after zero-padding by this many pixels (0 = none); CIFAR uses 4
+    bool flip;     // random horizontal flip
+} Augment;
+
+// Builds a batch on the host: x (b, C, H, W) normalised floats, y (b) labels, from sample indices idx.
+// aug == NULL: no augmentation. The random crop/flip of a sample depends only on
+// (seed, epoch, sample index), so it is the same on every rank, thread and resumed run.
+void dataset_fill_batch(const Dataset *ds, const int *idx, int b, const Augment *aug, uint64_t seed,
+                        int epoch, float *x, int *y);
+
+// ---------------------------------------------------------------- sampler (DistributedSampler, explicit)
+typedef enum {
+    SAMPLER_TRAIN_PAD,   // shuffle; pad by repeating the first indices so every rank gets ceil(n / world)
+    SAMPLER_TRAIN_DROP,  // shuffle; drop the tail so every rank gets floor(n / world)
+    SAMPLER_EVAL,        // no shuffle, no padding: rank r gets r, r + world, ...; every sample exactly once
+} SamplerMode;
+
+typedef struct {
+    int n, rank, world;
+    uint64_t seed;
+    SamplerMode mode;
+    int epoch;
+} Sampler;
+
+void sampler_init(Sampler *s, int n, int rank, int world, uint64_t seed, SamplerMode mode);
+// The order depends on (seed, epoch) only: the same on every rank, different every epoch.
+void sampler_set_epoch(Sampler *s, int epoch);
+// How many indices this rank gets per epoch.
+int sampler_len(const Sampler *s);
+// Writes this rank's indices for the current epoch into out (sampler_len entries); returns the count.
+int sampler_indices(const Sampler *s, int *out);
+
+// ---------------------------------------------------------------- loader
+typedef struct {
+    int n;              // samples in this batch (the last one of an epoch may be short)
+    float *x;           // (n, C, H, W) host memory (pinned when CUDA is usable)
+    int *y;             // (n)
+    int index;          // batch number within the epoch
+} Batch;
+
+typedef struct Loader Loader;
+
+// Batches of batch_size from the sampler's indices; drop_last drops a short final batch.
+// A background thread fills the next batch while the caller computes on the current one.
+Loader *loader_create(const Dataset *ds, const Sampler *s, int batch_size, bool drop_last,
+                      const Augment *aug, uint64_t seed);
+// Starts an epoch (reshuffles through the sampler) at batch number start_batch (0, or more on resume).
+void loader_start_epoch(Loader *L, int epoch, int start_batch);
+// The next batch, or NULL at the end of the epoch. Valid until the next call.
+// *wait_seconds (if not NULL) is the time spent waiting for the background thread.
+const Batch *loader_next(Loader *L, double *wait_seconds);
+int loader_batches_per_epoch(const Loader *L);
+void loader_free(Loader *L);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_DATA_H

@@ -1,0 +1,59 @@
+// kit/device.h: where tensors live, and the few memory calls that differ by device.
+//
+// One binary serves both devices. It is built with CUDA when nvcc and cuBLAS are
+// found (KIT_CUDA defined), CPU-only otherwise; the device is chosen at run time
+// with --device auto|cpu|cuda.
+#ifndef KIT_DEVICE_H
+#define KIT_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
+
+// "cpu" or "cuda".
+const char *device_name(Device d);
+
+// True when this binary was built with the CUDA backend.
+bool device_cuda_built(void);
+
+// True when CUDA is built in AND a usable GPU is present. When false and
+// `why` is not NULL, *why says why (no driver, no device, not built with CUDA).
+bool device_cuda_usable(const char **why);
+
+// Parses "auto", "cpu" or "cuda" into *out. Returns false on an unknown name.
+// "auto" picks CUDA when usable, else CPU, and prints one line saying which and why
+// (unless quiet). "cuda" when CUDA is not usable is a clear error (exit 1).
+bool device_parse(const char *arg, Device *out, bool quiet);
+
+// The GPU this thread uses (cudaSetDevice). No-op on CPU. Lessons with several
+// GPUs call it once per thread/rank before any allocation.
+void device_set_gpu(int index);
+int device_gpu_count(void);
+
+// Memory on the device. Never returns NULL (exits with a report instead).
+// CPU memory is 64-byte aligned.
+void *device_alloc(Device d, size_t bytes);
+void device_free(Device d, void *ptr);
+void device_memset_zero(Device d, void *ptr, size_t bytes);
+// Copies between host and the device (synchronous). On CPU these are memcpy.
+void device_copy_to(Device d, void *dst_device, const void *src_host, size_t bytes);
+void device_copy_from(Device d, void *dst_host, const void *src_device, size_t bytes);
+void device_copy(Device d, void *dst_device, const void *src_device, size_t bytes);
+// Waits for all work queued on the device (no-op on CPU).
+void device_synchronize(Device d);
+
+// Host memory for batches in flight: page-locked (pinned) when the CUDA backend is
+// usable, so copies to the GPU can be asynchronous; plain aligned memory otherwise.
+void *host_alloc_pinned(size_t bytes);
+void host_free_pinned(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_DEVICE_H

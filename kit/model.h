@@ -1,0 +1,140 @@
+// kit/model.h: a network as a small table of layers, with all its memory in a few flat buffers.
+//
+//   params    every trainable float, in ONE buffer; named views (TensorView) say which slice is which.
+//             Layout: the weights that get weight decay first ([0, n_decay)), then biases and BN
+//             scales/shifts ([n_decay, n_params)), so the optimizer is two calls over two slices.
+//   grads     same layout as params.
+//   velocity  same layout: SGD momentum.
+//   buffers   BN running means/variances (not trained, but saved, broadcast and used in eval).
+//   arena     every activation and activation gradient for `max_batch` samples, allocated once.
+//
+// All-reduce, broadcast and checkpointing are therefore one call over one buffer.
+#ifndef KIT_MODEL_H
+#define KIT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "device.h"
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    LAYER_CONV,     // conv2d, square kernel (bias only when not followed by BN)
+    LAYER_BN,       // batch norm 2-D
+    LAYER_RELU,
+    LAYER_MAXPOOL,  // 2x2, stride 2
+    LAYER_ADD,      // residual: output = input + input2
+    LAYER_AVGPOOL,  // global average pool -> (C, 1, 1)
+    LAYER_LINEAR,   // fully connected on the flattened input
+} LayerKind;
+
+typedef struct {
+    LayerKind kind;
+    int in, in2;            // activation indices read: -1 is the model input; in2 only for LAYER_ADD
+    int out_c, ksize, stride, pad;  // conv: output channels, kernel, stride, padding; linear: out_c features
+    bool bias;              // conv / linear
+    // Filled in by model_create:
+    int c, h, w;            // output shape of one sample
+    size_t act_offset;      // where this layer's output (N, c, h, w) starts in the arena
+    int weight, bias_view;  // index into Model.views of the weight / bias (-1 = none); BN: gamma, beta
+    int running;            // BN: index into Model.buffer_views of running_mean (running_var is +1)
+    size_t saved_offset;    // BN: mean and invstd (2 * c floats) in the saved-statistics area
+} Layer;
+
+// A named slice of a flat buffer, in PyTorch's state_dict spirit: "3.conv.weight" is (K, C, R, R).
+typedef struct {
+    char name[48];
+    int ndim;
+    int shape[4];
+    size_t offset;  // in floats, from the start of its flat buffer
+    size_t count;
+} TensorView;
+
+typedef struct {
+    char name[24];    // "tiny", "tiny-bn", "fmnist", "resnet9"
+    int width;        // base channel count (0 = the model's default)
+    int in_c, in_h, in_w;
+    int classes;
+} ModelConfig;
+
+#define MODEL_MAX_LAYERS 64
+#define MODEL_MAX_VIEWS 128
+
+typedef struct {
+    ModelConfig cfg;
+    Device device;
+    int max_batch;
+
+    int n_layers;
+    Layer layers[MODEL_MAX_LAYERS];
+
+    int n_views, n_buffer_views;
+    TensorView views[MODEL_MAX_VIEWS];         // into params / grads / velocity
+    TensorView buffer_views[MODEL_MAX_VIEWS];  // into buffers
+
+    size_t n_params, n_decay, n_buffers;
+    float *params;    // (n_params)   on the device
+    float *grads;     // (n_params)
+    float *velocity;  // (n_params)
+    float *buffers;   // (n_buffers)
+
+    // The arena, on the device, sized for max_batch samples.
+    float *acts;      // every layer's output, at Layer.act_offset * batch
+    float *dacts;     // their gradients, same layout
+    size_t act_floats_per_sample;
+    float *saved;     // BN batch statistics kept for backward
+    float *work;      // scratch for conv / BN
+    size_t work_floats;
+    float *input;     // (max_batch, in_c, in_h, in_w): the batch copied to the device
+    int *labels;      // (max_batch)
+    float *loss;      // (max_batch) per-sample loss
+    float *dlogits;   // (max_batch, classes)
+    int *pred;        // (max_batch) argmax of the logits
+
+    // Lesson 05 sets this to all-reduce BN statistics across ranks (SyncBN). NULL: plain BN.
+    const BatchNormSync *bn_sync;
+} Model;
+
+// Fills cfg for a named architecture. Returns false on an unknown name.
+bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes);
+// Comma-separated list of the names model_config knows, for --help.
+const char *model_names(void);
+
+// Builds the layer table, allocates every buffer on `d` for batches of up to max_batch, and
+// initialises the parameters from `seed` (the same numbers on every device and every rank).
+Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed);
+void model_free(Model *m);
+
+// Re-initialises params (PyTorch's defaults: conv/linear U(-1/sqrt(fan_in), +1/sqrt(fan_in)),
+// BN gamma 1 beta 0, running mean 0 var 1), zeroes grads and velocity.
+void model_init(Model *m, uint64_t seed);
+
+// Forward pass over x (n, in_c, in_h, in_w) on the device, n <= max_batch.
+// train: BN uses batch statistics (and updates running ones); otherwise running statistics.
+// Returns the logits (n, classes), on the device, valid until the next forward.
+const float *model_forward(Model *m, const float *x, int n, bool train);
+
+// Backward pass for the last forward (which must have been in train mode) given dloss/dlogits
+// (n, classes) on the device. ACCUMULATES into m->grads: call model_zero_grad first.
+void model_backward(Model *m, const float *x, const float *dlogits, int n);
+
+void model_zero_grad(Model *m);
+
+// The view with this name, or NULL.
+const TensorView *model_find_view(const Model *m, const char *name);
+// Prints the layer table and parameter count.
+void model_print(const Model *m, FILE *out);
+// Multiply-accumulates of one forward pass per sample (for FLOP/s figures). Backward is about 2x.
+double model_forward_macs(const Model *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_MODEL_H

@@ -1,0 +1,132 @@
+// kit/ops.h: the operations a network is made of, forward and backward.
+//
+// Conventions (the same on every device; the CPU and CUDA versions share these signatures):
+//   - float32, NCHW layout: images are (N, C, H, W), row-major, W fastest.
+//   - Every pointer lives on the device `d` (host memory for DEVICE_CPU, GPU memory for DEVICE_CUDA),
+//     unless the comment says "host".
+//   - Forward ops OVERWRITE their output.
+//   - Backward ops ACCUMULATE (+=) into every gradient they produce: input gradients (dx) and parameter
+//     gradients (dw, db). The caller zeroes gradients before a backward pass. One rule for all ops is what
+//     lets an activation feed two layers (a residual connection): both add their share.
+//     A gradient pointer may be NULL when it is not needed (e.g. dx of the first layer).
+//   - `work` is scratch memory of at least the size the matching *_work_floats() function returns;
+//     ops never allocate.
+#ifndef KIT_OPS_H
+#define KIT_OPS_H
+
+#include <stddef.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------- conv2d
+// x (N, C, H, W) * w (K, C, R, R) + b (K) -> y (N, K, P, Q)
+// with P = (H + 2*pad - R) / stride + 1, Q = (W + 2*pad - R) / stride + 1.
+// Teaching path: im2col of one image into a (C*R*R, P*Q) matrix, then one GEMM per image.
+typedef struct {
+    int n, c, h, w;  // input
+    int k, r;        // output channels, square kernel size
+    int stride, pad;
+} Conv2dDims;
+
+int conv2d_out_h(const Conv2dDims *s);
+int conv2d_out_w(const Conv2dDims *s);
+size_t conv2d_work_floats(Device d, const Conv2dDims *s);
+void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *b,
+                    float *y, float *work);
+// dx += conv_transpose(dy, w); dw += dy (x) x; db += sum(dy). Any of dx, dw, db may be NULL.
+void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *dy,
+                     float *dx, float *dw, float *db, float *work);
+
+// ---------------------------------------------------------------- batch norm (2-D, per channel)
+// Training mode normalises with the batch statistics over (N, H, W) and updates the running
+// statistics: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
+// Eval mode normalises with the running statistics.
+typedef struct {
+    int n, c, hw;      // x is (N, C, HW)
+    float eps;         // 1e-5
+    float momentum;    // 0.1
+} BatchNormDims;
+
+// The hook lesson 05 (SyncBN) fills in: all-reduce (sum) of `count` doubles, in place, on the HOST.
+// Forward reduces [sum(x) per channel (C), sum(x*x) per channel (C), element count (1)];
+// backward reduces [sum(dy) per channel (C), sum(dy * xhat) per channel (C)].
+// NULL hook: statistics of the local batch only (plain BN).
+typedef struct {
+    void (*allreduce_sum)(double *host_buf, int count, void *ctx);
+    void *ctx;
+} BatchNormSync;
+
+size_t batchnorm_work_floats(Device d, const BatchNormDims *s);
+// mean, invstd (C): saved for backward. running_mean, running_var (C): updated in place.
+void batchnorm_forward_train(Device d, const BatchNormDims *s, const float *x, const float *gamma,
+                             const float *beta, float *y, float *mean, float *invstd,
+                             float *running_mean, float *running_var, const BatchNormSync *sync,
+                             float *work);
+void batchnorm_forward_eval(Device d, const BatchNormDims *s, const float *x, const float *gamma,
+                            const float *beta, const float *running_mean, const float *running_var,
+                            float *y);
+void batchnorm_backward(Device d, const BatchNormDims *s, const float *x, const float *gamma,
+                        const float *mean, const float *invstd, const float *dy, float *dx,
+                        float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
+
+// ---------------------------------------------------------------- elementwise
+// y = max(x, 0). Backward uses the output: dx += dy * (y > 0).
+void relu_forward(Device d, size_t n, const float *x, float *y);
+void relu_backward(Device d, size_t n, const float *y, const float *dy, float *dx);
+
+// y = a + b (the residual connection). Its backward is add_inplace(dy) into both inputs' gradients.
+void add_forward(Device d, size_t n, const float *a, const float *b, float *y);
+// dst += src
+void add_inplace(Device d, size_t n, float *dst, const float *src);
+
+// ---------------------------------------------------------------- pooling
+// 2x2 max-pool, stride 2: x (N, C, H, W) -> y (N, C, H/2, W/2) (odd H or W: the last row/column is dropped).
+// Backward routes dy to the first maximum of each window (recomputed from x; nothing saved).
+void maxpool2_forward(Device d, int n, int c, int h, int w, const float *x, float *y);
+void maxpool2_backward(Device d, int n, int c, int h, int w, const float *x, const float *y,
+                       const float *dy, float *dx);
+
+// Global average pool: x (N, C, H, W) -> y (N, C).
+void avgpool_forward(Device d, int n, int c, int hw, const float *x, float *y);
+void avgpool_backward(Device d, int n, int c, int hw, const float *dy, float *dx);
+
+// ---------------------------------------------------------------- linear
+// x (N, IN) @ w^T (OUT, IN) + b (OUT) -> y (N, OUT). (A conv output feeds it flattened.)
+void linear_forward(Device d, int n, int in, int out, const float *x, const float *w, const float *b,
+                    float *y);
+void linear_backward(Device d, int n, int in, int out, const float *x, const float *w, const float *dy,
+                     float *dx, float *dw, float *db);
+
+// ---------------------------------------------------------------- loss
+// Softmax cross-entropy with label smoothing s (0 = none): the target is (1 - s) on the label plus
+// s / K spread over all K classes, as torch.nn.CrossEntropyLoss(label_smoothing=s).
+// logits (N, K); labels (N) on the device; loss (N) per-sample losses on the device.
+void cross_entropy_forward(Device d, int n, int k, const float *logits, const int *labels,
+                           float smoothing, float *loss);
+// dlogits += scale * (softmax(logits) - target). scale = 1/N gives the gradient of the batch mean.
+void cross_entropy_backward(Device d, int n, int k, const float *logits, const int *labels,
+                            float smoothing, float scale, float *dlogits);
+// pred (N) = argmax over each row of logits (N, K) (first maximum).
+void argmax_rows(Device d, int n, int k, const float *logits, int *pred);
+
+// ---------------------------------------------------------------- optimizer
+// SGD with momentum (PyTorch's formulation), over n contiguous floats:
+//   g = grad + weight_decay * param
+//   v = momentum * v + g
+//   step = nesterov ? g + momentum * v : v
+//   param -= lr * step
+void sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
+                float momentum, float weight_decay, int nesterov);
+
+// ---------------------------------------------------------------- small helpers
+void scale_inplace(Device d, size_t n, float *x, float alpha);  // x *= alpha
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_OPS_H

@@ -1,0 +1,40 @@
+// kit/optim.h: SGD with momentum over a model's flat buffers, and the learning-rate schedule.
+#ifndef KIT_OPTIM_H
+#define KIT_OPTIM_H
+
+#include <stdbool.h>
+
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float lr;            // peak learning rate
+    float momentum;      // 0.9
+    float weight_decay;  // applied to conv/linear weights only (not to biases or BN), see model.h
+    bool nesterov;
+} SgdConfig;
+
+// One SGD step over all parameters with learning rate `lr` (from the schedule).
+void optim_step(Model *m, const SgdConfig *cfg, float lr);
+
+typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_NONE } DecayKind;
+
+typedef struct {
+    float peak_lr;
+    int warmup_steps;     // linear ramp from peak_lr / warmup_steps... up to peak_lr
+    int total_steps;      // decay ends here
+    float final_lr;       // learning rate at total_steps
+    DecayKind decay;
+} LrSchedule;
+
+// Learning rate for step (0-based). Warmup: peak * (step + 1) / warmup_steps; then decay to final_lr.
+float lr_at(const LrSchedule *s, int step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_OPTIM_H

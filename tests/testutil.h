@@ -1,0 +1,82 @@
+// tests/testutil.h: helpers shared by the cmocka tests (header-only).
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "check.h"
+#include "device.h"
+#include "rng.h"
+
+// Fills x with uniform values in [lo, hi) from a seeded stream.
+static inline void fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed) {
+    Rng r = rng_make(seed, 0);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&r);
+}
+
+// max |a - b| / max(|b|, floor): a relative error that does not blow up near zero.
+static inline double max_rel_error(const float *a, const float *b, size_t n, double floor) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double scale = fabs((double)b[i]) > floor ? fabs((double)b[i]) : floor;
+        double e = fabs((double)a[i] - (double)b[i]) / scale;
+        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+// Asserts two float arrays agree within a relative tolerance, and says where they first differ.
+#define assert_close(a, b, n, tol, floor)                                                    \
+    do {                                                                                     \
+        double e_ = max_rel_error((a), (b), (n), (floor));                                   \
+        if (!(e_ <= (tol))) {                                                                \
+            for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                                    \
+                double s_ = fabs((double)(b)[i_]) > (floor) ? fabs((double)(b)[i_]) : (floor); \
+                if (!(fabs((double)(a)[i_] - (double)(b)[i_]) / s_ <= (tol))) {              \
+                    print_error("%s vs %s: max relative error %.3g > %.3g; first at [%zu]: %.8g vs %.8g\n", \
+                                #a, #b, e_, (double)(tol), i_, (double)(a)[i_], (double)(b)[i_]); \
+                    break;                                                                   \
+                }                                                                            \
+            }                                                                                \
+            fail();                                                                          \
+        }                                                                                    \
+    } while (0)
+
+// Skips the calling test (cmocka's skip) with the reason when no GPU is usable.
+#define skip_without_gpu()                                                   \
+    do {                                                                     \
+        const char *why_ = NULL;                                             \
+        if (!device_cuda_usable(&why_)) {                                    \
+            print_message("[  SKIP    ] no usable GPU: %s\n", why_);         \
+            skip();                                                          \
+        }                                                                    \
+    } while (0)
+
+// Reads a whole binary file into a malloc'd buffer; fails the test when it is missing.
+static inline void *read_fixture(const char *path, size_t *bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        print_error("cannot open fixture %s (run from the repository root)\n", path);
+        fail();
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)size + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    if (bytes) *bytes = (size_t)size;
+    return buf;
+}
+
+#endif // TESTUTIL_H
