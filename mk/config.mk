@@ -15,6 +15,9 @@ endif
 ifeq ($(DEBUG),1)
   BUILD := $(BUILD)-debug
 endif
+ifneq ($(findstring clang,$(CC)),)
+  BUILD := $(BUILD)-clang
+endif
 ifeq ($(NO_CUDA),1)
   ifneq ($(SANITIZE),1)
     BUILD := build-cpu
@@ -79,7 +82,8 @@ endif
 # ---- flags
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2)
-SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+comma := ,
+SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 CPPFLAGS += -Ikit $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)
 CFLAGS += -std=c11 -D_GNU_SOURCE -fopenmp $(OPT) $(WARN) $(SAN)
 LDFLAGS += -fopenmp $(SAN)
