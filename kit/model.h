@@ -1,8 +1,9 @@
 // kit/model.h: a network as a small table of layers, with all its memory in a few flat buffers.
 //
 //   params    every trainable float, in ONE buffer; named views (TensorView) say which slice is which.
-//             Layout: the weights that get weight decay first ([0, n_decay)), then biases and BN
-//             scales/shifts ([n_decay, n_params)), so the optimizer is two calls over two slices.
+//             Layout: layer by layer in forward order, each layer's weight then its bias. Backward
+//             therefore finishes gradients from the END of the buffer towards the start, which is what
+//             lets DDP all-reduce the tail (a "bucket") while backward is still computing the head.
 //   grads     same layout as params.
 //   velocity  same layout: SGD momentum.
 //   buffers   BN running means/variances (not trained, but saved, broadcast and used in eval).
@@ -43,6 +44,7 @@ typedef struct {
     int c, h, w;            // output shape of one sample
     size_t act_offset;      // where this layer's output (N, c, h, w) starts in the arena
     int weight, bias_view;  // index into Model.views of the weight / bias (-1 = none); BN: gamma, beta
+    size_t param_offset, param_count;  // this layer's parameters (weight then bias) in the flat buffers
     int running;            // BN: index into Model.buffer_views of running_mean (running_var is +1)
     size_t saved_offset;    // BN: mean and invstd (2 * c floats) in the saved-statistics area
 } Layer;
@@ -54,6 +56,7 @@ typedef struct {
     int shape[4];
     size_t offset;  // in floats, from the start of its flat buffer
     size_t count;
+    bool decay;     // weight decay applies (conv and linear weights; not biases, not BN)
 } TensorView;
 
 typedef struct {
@@ -78,7 +81,7 @@ typedef struct {
     TensorView views[MODEL_MAX_VIEWS];         // into params / grads / velocity
     TensorView buffer_views[MODEL_MAX_VIEWS];  // into buffers
 
-    size_t n_params, n_decay, n_buffers;
+    size_t n_params, n_buffers;
     float *params;    // (n_params)   on the device
     float *grads;     // (n_params)
     float *velocity;  // (n_params)
@@ -88,7 +91,8 @@ typedef struct {
     float *acts;      // every layer's output, at Layer.act_offset * batch
     float *dacts;     // their gradients, same layout
     size_t act_floats_per_sample;
-    float *saved;     // BN batch statistics kept for backward
+    float *saved;     // BN batch statistics kept for backward (mean, invstd per channel)
+    size_t saved_floats;
     float *work;      // scratch for conv / BN
     size_t work_floats;
     float *input;     // (max_batch, in_c, in_h, in_w): the batch copied to the device
@@ -99,6 +103,12 @@ typedef struct {
 
     // Lesson 05 sets this to all-reduce BN statistics across ranks (SyncBN). NULL: plain BN.
     const BatchNormSync *bn_sync;
+
+    // Called by model_backward each time a layer's parameter gradients are final, with their range
+    // [offset, offset + count) in m->grads (ranges arrive from the end of the buffer towards the start).
+    // Lesson 03 uses it to start all-reducing a bucket while backward goes on. NULL: not called.
+    void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
+    void *on_grads_ready_ctx;
 } Model;
 
 // Fills cfg for a named architecture. Returns false on an unknown name.

@@ -13,18 +13,24 @@ extern "C" {
 typedef struct {
     float lr;            // peak learning rate
     float momentum;      // 0.9
-    float weight_decay;  // applied to conv/linear weights only (not to biases or BN), see model.h
+    float weight_decay;  // applied to conv/linear weights only (TensorView.decay), not to biases or BN:
+                         // decaying a BN scale or a bias only fights the normalisation, it does not regularise
     bool nesterov;
 } SgdConfig;
 
 // One SGD step over all parameters with learning rate `lr` (from the schedule).
 void optim_step(Model *m, const SgdConfig *cfg, float lr);
 
+// The same, with the element-wise update supplied by the caller (lesson 01 passes the learner's own).
+typedef void (*SgdUpdateFn)(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
+                            float momentum, float weight_decay, int nesterov);
+void optim_step_with(Model *m, const SgdConfig *cfg, float lr, SgdUpdateFn update);
+
 typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_NONE } DecayKind;
 
 typedef struct {
     float peak_lr;
-    int warmup_steps;     // linear ramp from peak_lr / warmup_steps... up to peak_lr
+    int warmup_steps;     // linear ramp up to peak_lr over the first warmup_steps steps
     int total_steps;      // decay ends here
     float final_lr;       // learning rate at total_steps
     DecayKind decay;

@@ -1,0 +1,470 @@
+// kit/model.c: building, initialising and running a network described by a layer table (see model.h).
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rng.h"
+
+// ---------------------------------------------------------------- architectures
+
+static const struct {
+    const char *name;
+    int default_width;
+    const char *what;
+} ARCHS[] = {
+    {"tiny", 16, "2 convs + linear, no BN (tests; a few thousand parameters)"},
+    {"tiny-bn", 16, "tiny with batch norm after each conv"},
+    {"fmnist", 32, "2 conv-BN-ReLU-pool blocks + linear (Fashion-MNIST)"},
+    {"resnet9", 64, "ResNet-9 for CIFAR: prep, 3 stages, 2 residual blocks, linear"},
+};
+#define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
+
+const char *model_names(void) { return "tiny|tiny-bn|fmnist|resnet9"; }
+
+bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes) {
+    for (int i = 0; i < N_ARCHS; i++) {
+        if (strcmp(name, ARCHS[i].name) != 0) continue;
+        memset(cfg, 0, sizeof *cfg);
+        snprintf(cfg->name, sizeof cfg->name, "%s", name);
+        cfg->width = width > 0 ? width : ARCHS[i].default_width;
+        cfg->in_c = in_c;
+        cfg->in_h = in_h;
+        cfg->in_w = in_w;
+        cfg->classes = classes;
+        return true;
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------- building the layer table
+
+static int layer_push(Model *m, Layer l) {
+    CHECK(m->n_layers < MODEL_MAX_LAYERS, "the network has more layers than MODEL_MAX_LAYERS");
+    l.weight = l.bias_view = l.running = -1;
+    m->layers[m->n_layers] = l;
+    return m->n_layers++;
+}
+
+static int add_conv(Model *m, int in, int out_c, int ksize, int stride, bool bias) {
+    Layer l = {.kind = LAYER_CONV, .in = in, .in2 = -1, .out_c = out_c, .ksize = ksize,
+               .stride = stride, .pad = ksize / 2, .bias = bias};
+    return layer_push(m, l);
+}
+static int add_simple(Model *m, LayerKind kind, int in) {
+    Layer l = {.kind = kind, .in = in, .in2 = -1};
+    return layer_push(m, l);
+}
+static int add_residual(Model *m, int a, int b) {
+    Layer l = {.kind = LAYER_ADD, .in = a, .in2 = b};
+    return layer_push(m, l);
+}
+static int add_linear(Model *m, int in, int out) {
+    Layer l = {.kind = LAYER_LINEAR, .in = in, .in2 = -1, .out_c = out, .bias = true};
+    return layer_push(m, l);
+}
+
+// conv 3x3 (+ BN) + ReLU: the building block of every architecture here.
+static int conv_block(Model *m, int in, int out_c, bool bn) {
+    int x = add_conv(m, in, out_c, 3, 1, !bn);  // a bias before BN would be cancelled by its mean
+    if (bn) x = add_simple(m, LAYER_BN, x);
+    return add_simple(m, LAYER_RELU, x);
+}
+
+// x + block(block(x)): the residual unit of ResNet-9.
+static int residual(Model *m, int in, int c) {
+    int y = conv_block(m, in, c, true);
+    y = conv_block(m, y, c, true);
+    return add_residual(m, in, y);
+}
+
+static void build_table(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    int w = c->width, x = -1;
+    if (strcmp(c->name, "tiny") == 0 || strcmp(c->name, "tiny-bn") == 0) {
+        bool bn = strcmp(c->name, "tiny-bn") == 0;
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w / 2, bn));
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w, bn));
+        x = add_simple(m, LAYER_AVGPOOL, x);
+    } else if (strcmp(c->name, "fmnist") == 0) {
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w, true));
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));
+    } else if (strcmp(c->name, "resnet9") == 0) {
+        x = conv_block(m, x, w, true);                                  // prep
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));  // stage 1
+        x = residual(m, x, 2 * w);
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 4 * w, true));  // stage 2
+        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 8 * w, true));  // stage 3
+        x = residual(m, x, 8 * w);
+        x = add_simple(m, LAYER_AVGPOOL, x);
+    } else {
+        die("unknown model '%s' (known: %s)", c->name, model_names());
+    }
+    add_linear(m, x, c->classes);
+}
+
+// Shape (c, h, w) of activation `idx` (-1 = the model input).
+static void act_shape(const Model *m, int idx, int *c, int *h, int *w) {
+    if (idx < 0) {
+        *c = m->cfg.in_c, *h = m->cfg.in_h, *w = m->cfg.in_w;
+    } else {
+        *c = m->layers[idx].c, *h = m->layers[idx].h, *w = m->layers[idx].w;
+    }
+}
+
+static int view_push(TensorView *views, int *count, size_t *offset, const char *name, int ndim,
+                     const int *shape, bool decay) {
+    CHECK(*count < MODEL_MAX_VIEWS, "the network has more tensors than MODEL_MAX_VIEWS");
+    TensorView *v = &views[*count];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->ndim = ndim;
+    v->count = 1;
+    for (int i = 0; i < ndim; i++) {
+        v->shape[i] = shape[i];
+        v->count *= (size_t)shape[i];
+    }
+    v->offset = *offset;
+    v->decay = decay;
+    *offset += v->count;
+    return (*count)++;
+}
+
+// Output shapes, parameter views and arena offsets, in one pass over the table.
+static void plan_layers(Model *m) {
+    size_t act = 0, saved = 0;
+    char name[48];
+    for (int i = 0; i < m->n_layers; i++) {
+        Layer *l = &m->layers[i];
+        int c, h, w;
+        act_shape(m, l->in, &c, &h, &w);
+        l->param_offset = m->n_params;
+        switch (l->kind) {
+        case LAYER_CONV: {
+            Conv2dDims d = {.n = 1, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize,
+                            .stride = l->stride, .pad = l->pad};
+            l->c = l->out_c, l->h = conv2d_out_h(&d), l->w = conv2d_out_w(&d);
+            int ws[4] = {l->out_c, c, l->ksize, l->ksize};
+            snprintf(name, sizeof name, "%02d.conv.weight", i);
+            l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 4, ws, true);
+            if (l->bias) {
+                snprintf(name, sizeof name, "%02d.conv.bias", i);
+                l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &l->out_c, false);
+            }
+            break;
+        }
+        case LAYER_BN:
+            l->c = c, l->h = h, l->w = w;
+            snprintf(name, sizeof name, "%02d.bn.weight", i);
+            l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 1, &c, false);
+            snprintf(name, sizeof name, "%02d.bn.bias", i);
+            l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &c, false);
+            snprintf(name, sizeof name, "%02d.bn.running_mean", i);
+            l->running = view_push(m->buffer_views, &m->n_buffer_views, &m->n_buffers, name, 1, &c, false);
+            snprintf(name, sizeof name, "%02d.bn.running_var", i);
+            view_push(m->buffer_views, &m->n_buffer_views, &m->n_buffers, name, 1, &c, false);
+            l->saved_offset = saved;
+            saved += 2 * (size_t)c;
+            break;
+        case LAYER_RELU:
+            l->c = c, l->h = h, l->w = w;
+            break;
+        case LAYER_MAXPOOL:
+            CHECK(h >= 2 && w >= 2, "max-pool on an image smaller than 2x2: too many pooling stages for this input size");
+            l->c = c, l->h = h / 2, l->w = w / 2;
+            break;
+        case LAYER_ADD: {
+            int c2, h2, w2;
+            act_shape(m, l->in2, &c2, &h2, &w2);
+            CHECK(c == c2 && h == h2 && w == w2, "a residual add joins two activations of different shapes");
+            l->c = c, l->h = h, l->w = w;
+            break;
+        }
+        case LAYER_AVGPOOL:
+            l->c = c, l->h = 1, l->w = 1;
+            break;
+        case LAYER_LINEAR: {
+            int ws[2] = {l->out_c, c * h * w};
+            snprintf(name, sizeof name, "%02d.linear.weight", i);
+            l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 2, ws, true);
+            snprintf(name, sizeof name, "%02d.linear.bias", i);
+            l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &l->out_c, false);
+            l->c = l->out_c, l->h = 1, l->w = 1;
+            break;
+        }
+        }
+        l->param_count = m->n_params - l->param_offset;
+        l->act_offset = act;
+        act += (size_t)l->c * l->h * l->w;
+    }
+    m->act_floats_per_sample = act;
+    m->work_floats = 0;
+    // The scratch space is shared by all layers: size it for the hungriest one.
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        int c, h, w;
+        act_shape(m, l->in, &c, &h, &w);
+        size_t need = 0;
+        if (l->kind == LAYER_CONV) {
+            Conv2dDims d = {.n = m->max_batch, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize,
+                            .stride = l->stride, .pad = l->pad};
+            need = conv2d_work_floats(m->device, &d);
+        } else if (l->kind == LAYER_BN) {
+            BatchNormDims d = {.n = m->max_batch, .c = c, .hw = h * w, .eps = 1e-5f, .momentum = 0.1f};
+            need = batchnorm_work_floats(m->device, &d);
+        }
+        if (need > m->work_floats) m->work_floats = need;
+    }
+    m->saved_floats = saved;
+}
+
+// ---------------------------------------------------------------- memory and initialisation
+
+Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+    CHECK(max_batch > 0, "the batch size must be positive");
+    CHECK(cfg->in_c > 0 && cfg->in_h > 0 && cfg->in_w > 0 && cfg->classes > 1,
+          "the model config needs the input shape and at least 2 classes (see model_config)");
+    Model *m = xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->device = d;
+    m->max_batch = max_batch;
+    build_table(m);
+    plan_layers(m);
+
+    size_t B = (size_t)max_batch, F = sizeof(float);
+    m->params = device_alloc(d, m->n_params * F);
+    m->grads = device_alloc(d, m->n_params * F);
+    m->velocity = device_alloc(d, m->n_params * F);
+    m->buffers = device_alloc(d, m->n_buffers * F);
+    m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
+    m->dacts = device_alloc(d, B * m->act_floats_per_sample * F);
+    m->saved = device_alloc(d, m->saved_floats * F);
+    m->work = device_alloc(d, m->work_floats * F);
+    m->input = device_alloc(d, B * cfg->in_c * cfg->in_h * cfg->in_w * F);
+    m->labels = device_alloc(d, B * sizeof(int));
+    m->loss = device_alloc(d, B * F);
+    m->dlogits = device_alloc(d, B * cfg->classes * F);
+    m->pred = device_alloc(d, B * sizeof(int));
+    model_init(m, seed);
+    return m;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    float *bufs[] = {m->params, m->grads, m->velocity, m->buffers, m->acts, m->dacts,
+                     m->saved, m->work, m->input, m->loss, m->dlogits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
+    device_free(m->device, m->labels);
+    device_free(m->device, m->pred);
+    free(m);
+}
+
+// Fan-in of the layer that owns weight view v: inputs feeding one output unit.
+static int view_fan_in(const TensorView *v) {
+    return v->ndim == 4 ? v->shape[1] * v->shape[2] * v->shape[3] : v->shape[1];
+}
+
+void model_init(Model *m, uint64_t seed) {
+    // Initialise on the host with a counter-based RNG, one stream per layer: the same numbers on every
+    // device and every rank, whatever the order of allocation.
+    float *host = xmalloc((m->n_params > m->n_buffers ? m->n_params : m->n_buffers) * sizeof(float) + 1);
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->weight < 0) continue;
+        const TensorView *w = &m->views[l->weight];
+        if (l->kind == LAYER_BN) {  // scale 1, shift 0
+            for (size_t j = 0; j < w->count; j++) host[w->offset + j] = 1.0f;
+            memset(host + m->views[l->bias_view].offset, 0, m->views[l->bias_view].count * sizeof(float));
+            continue;
+        }
+        // PyTorch's default for Conv2d and Linear: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        float bound = 1.0f / sqrtf((float)view_fan_in(w));
+        Rng r = rng_make(seed, (uint64_t)i);
+        for (size_t j = 0; j < w->count; j++) host[w->offset + j] = bound * (2.0f * rng_uniform(&r) - 1.0f);
+        if (l->bias_view >= 0) {
+            const TensorView *b = &m->views[l->bias_view];
+            for (size_t j = 0; j < b->count; j++) host[b->offset + j] = bound * (2.0f * rng_uniform(&r) - 1.0f);
+        }
+    }
+    device_copy_to(m->device, m->params, host, m->n_params * sizeof(float));
+    // Running statistics: mean 0, variance 1.
+    for (int i = 0; i < m->n_buffer_views; i += 2) {
+        const TensorView *mean = &m->buffer_views[i], *var = &m->buffer_views[i + 1];
+        for (size_t j = 0; j < mean->count; j++) host[mean->offset + j] = 0.0f;
+        for (size_t j = 0; j < var->count; j++) host[var->offset + j] = 1.0f;
+    }
+    device_copy_to(m->device, m->buffers, host, m->n_buffers * sizeof(float));
+    free(host);
+    device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
+    device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
+}
+
+void model_zero_grad(Model *m) { device_memset_zero(m->device, m->grads, m->n_params * sizeof(float)); }
+
+// ---------------------------------------------------------------- forward and backward
+
+// Activation idx for the current batch: (n, c, h, w); -1 is the input.
+static float *act_ptr(const Model *m, int idx, const float *x) {
+    if (idx < 0) return (float *)x;
+    return m->acts + m->layers[idx].act_offset * (size_t)m->max_batch;
+}
+static float *dact_ptr(const Model *m, int idx) {
+    if (idx < 0) return NULL;  // nobody needs the gradient of the input image
+    return m->dacts + m->layers[idx].act_offset * (size_t)m->max_batch;
+}
+static const float *view_ptr(const float *base, const Model *m, int view) {
+    return view < 0 ? NULL : base + m->views[view].offset;
+}
+static float *view_mut(float *base, const Model *m, int view) {
+    return view < 0 ? NULL : base + m->views[view].offset;
+}
+
+static Conv2dDims conv_dims(const Model *m, const Layer *l, int n) {
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    Conv2dDims d = {.n = n, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize,
+                    .stride = l->stride, .pad = l->pad};
+    return d;
+}
+static BatchNormDims bn_dims(const Layer *l, int n) {
+    BatchNormDims d = {.n = n, .c = l->c, .hw = l->h * l->w, .eps = 1e-5f, .momentum = 0.1f};
+    return d;
+}
+
+const float *model_forward(Model *m, const float *x, int n, bool train) {
+    CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
+    Device d = m->device;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        const float *in = act_ptr(m, l->in, x);
+        float *out = act_ptr(m, i, x);
+        int c, h, w;
+        act_shape(m, l->in, &c, &h, &w);
+        size_t count = (size_t)n * l->c * l->h * l->w;
+        switch (l->kind) {
+        case LAYER_CONV: {
+            Conv2dDims cd = conv_dims(m, l, n);
+            conv2d_forward(d, &cd, in, view_ptr(m->params, m, l->weight), view_ptr(m->params, m, l->bias_view),
+                           out, m->work);
+            break;
+        }
+        case LAYER_BN: {
+            BatchNormDims bd = bn_dims(l, n);
+            const float *gamma = view_ptr(m->params, m, l->weight), *beta = view_ptr(m->params, m, l->bias_view);
+            float *run_mean = m->buffers + m->buffer_views[l->running].offset;
+            float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
+            if (train) {
+                float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
+                batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
+                                        m->bn_sync, m->work);
+            } else {
+                batchnorm_forward_eval(d, &bd, in, gamma, beta, run_mean, run_var, out);
+            }
+            break;
+        }
+        case LAYER_RELU: relu_forward(d, count, in, out); break;
+        case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
+        case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
+        case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
+        case LAYER_LINEAR:
+            linear_forward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight),
+                           view_ptr(m->params, m, l->bias_view), out);
+            break;
+        }
+    }
+    return act_ptr(m, m->n_layers - 1, x);
+}
+
+void model_backward(Model *m, const float *x, const float *dlogits, int n) {
+    CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
+    Device d = m->device;
+    // Backward ops accumulate into activation gradients (a residual input receives two shares),
+    // so they start from zero. The last layer's gradient is dlogits itself.
+    for (int i = 0; i < m->n_layers - 1; i++) {
+        const Layer *l = &m->layers[i];
+        device_memset_zero(d, dact_ptr(m, i), (size_t)n * l->c * l->h * l->w * sizeof(float));
+    }
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const Layer *l = &m->layers[i];
+        const float *in = act_ptr(m, l->in, x);
+        const float *out = act_ptr(m, i, x);
+        const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
+        float *dx = dact_ptr(m, l->in);
+        int c, h, w;
+        act_shape(m, l->in, &c, &h, &w);
+        size_t count = (size_t)n * l->c * l->h * l->w;
+        switch (l->kind) {
+        case LAYER_CONV: {
+            Conv2dDims cd = conv_dims(m, l, n);
+            conv2d_backward(d, &cd, in, view_ptr(m->params, m, l->weight), dy, dx,
+                            view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view), m->work);
+            break;
+        }
+        case LAYER_BN: {
+            BatchNormDims bd = bn_dims(l, n);
+            const float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
+            batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
+                               view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                               m->bn_sync, m->work);
+            break;
+        }
+        case LAYER_RELU: relu_backward(d, count, out, dy, dx); break;
+        case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, out, dy, dx); break;
+        case LAYER_ADD:
+            if (dx) add_inplace(d, count, dx, dy);
+            if (l->in2 >= 0) add_inplace(d, count, dact_ptr(m, l->in2), dy);
+            break;
+        case LAYER_AVGPOOL:
+            if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
+            break;
+        case LAYER_LINEAR:
+            linear_backward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight), dy, dx,
+                            view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
+            break;
+        }
+        if (l->param_count > 0 && m->on_grads_ready)
+            m->on_grads_ready(m->on_grads_ready_ctx, l->param_offset, l->param_count);
+    }
+}
+
+// ---------------------------------------------------------------- inspection
+
+const TensorView *model_find_view(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_views; i++)
+        if (strcmp(m->views[i].name, name) == 0) return &m->views[i];
+    return NULL;
+}
+
+static const char *layer_kind_name(LayerKind k) {
+    static const char *names[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "linear"};
+    return names[k];
+}
+
+void model_print(const Model *m, FILE *out) {
+    fprintf(out, "model %s (width %d): %d layers, %zu parameters, input %dx%dx%d, %d classes\n", m->cfg.name,
+            m->cfg.width, m->n_layers, m->n_params, m->cfg.in_c, m->cfg.in_h, m->cfg.in_w, m->cfg.classes);
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        fprintf(out, "  %2d %-8s in=%-3d", i, layer_kind_name(l->kind), l->in);
+        if (l->kind == LAYER_ADD) fprintf(out, " +%-3d", l->in2);
+        else fprintf(out, "     ");
+        fprintf(out, " -> (%d, %d, %d)", l->c, l->h, l->w);
+        if (l->param_count) fprintf(out, "  %zu params", l->param_count);
+        fputc('\n', out);
+    }
+}
+
+double model_forward_macs(const Model *m) {
+    double macs = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        int c, h, w;
+        act_shape(m, l->in, &c, &h, &w);
+        if (l->kind == LAYER_CONV) macs += (double)l->c * l->h * l->w * c * l->ksize * l->ksize;
+        if (l->kind == LAYER_LINEAR) macs += (double)l->out_c * c * h * w;
+    }
+    return macs;
+}
