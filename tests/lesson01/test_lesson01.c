@@ -1,0 +1,234 @@
+// tests/lesson01/test_lesson01.c: the autograder for lesson 01 (the learner's train.c, sgd.c, sgd_kernel.cu).
+//
+// Each test compares the learner's function with an independent reference: the SGD update with a float64
+// formula written here, the training step with the same step composed from kit calls, evaluation with a
+// direct count. Hints for failures are in hints.tsv.
+#include "testutil.h"
+
+#include "data.h"
+#include "lesson.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+
+// ---------------------------------------------------------------- TODO 1: the SGD update
+
+// float64 reference of torch.optim.SGD's update, several steps in a row (so the momentum buffer matters).
+static void sgd_reference(size_t n, double *p, const double *g, double *v, double lr, double mom, double wd,
+                          int nesterov) {
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] + wd * p[i];
+        v[i] = mom * v[i] + gi;
+        p[i] -= lr * (nesterov ? gi + mom * v[i] : v[i]);
+    }
+}
+
+static void check_sgd_case(Device d, float momentum, float weight_decay, int nesterov) {
+    enum { N = 1000, STEPS = 3 };
+    float *p = xmalloc(N * sizeof(float)), *g = xmalloc(N * sizeof(float)), *v = xcalloc(N, sizeof(float));
+    double *pr = xmalloc(N * sizeof(double)), *gr = xmalloc(N * sizeof(double)), *vr = xcalloc(N, sizeof(double));
+    fill_uniform(p, N, -1.0f, 1.0f, 11);
+    for (size_t i = 0; i < N; i++) pr[i] = p[i];
+    float *dp = device_alloc(d, N * sizeof(float)), *dg = device_alloc(d, N * sizeof(float));
+    float *dv = device_alloc(d, N * sizeof(float));
+    device_copy_to(d, dp, p, N * sizeof(float));
+    device_memset_zero(d, dv, N * sizeof(float));
+    for (int s = 0; s < STEPS; s++) {
+        fill_uniform(g, N, -1.0f, 1.0f, 100 + (uint64_t)s);  // a new gradient every step
+        for (size_t i = 0; i < N; i++) gr[i] = g[i];
+        device_copy_to(d, dg, g, N * sizeof(float));
+        lesson_sgd_update(d, N, dp, dg, dv, 0.1f, momentum, weight_decay, nesterov);
+        sgd_reference(N, pr, gr, vr, 0.1, momentum, weight_decay, nesterov);
+    }
+    device_copy_from(d, p, dp, N * sizeof(float));
+    device_copy_from(d, v, dv, N * sizeof(float));
+    float *pref = xmalloc(N * sizeof(float)), *vref = xmalloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) pref[i] = (float)pr[i], vref[i] = (float)vr[i];
+    // Three float32 steps vs float64. The terms are O(1) and may cancel (v = 0.9 v + g), so the error is
+    // measured against max(|ref|, 1): float32 rounding gives ~1e-7, any formula mistake ~1e-2 or more.
+    assert_close(p, pref, N, 1e-5, 1.0);
+    assert_close(v, vref, N, 1e-5, 1.0);
+    device_free(d, dp), device_free(d, dg), device_free(d, dv);
+    free(p), free(g), free(v), free(pr), free(gr), free(vr), free(pref), free(vref);
+}
+
+static void test_sgd_plain(void **state) { check_sgd_case(DEVICE_CPU, 0.0f, 0.0f, 0); }
+static void test_sgd_momentum(void **state) { check_sgd_case(DEVICE_CPU, 0.9f, 0.0f, 0); }
+static void test_sgd_nesterov(void **state) { check_sgd_case(DEVICE_CPU, 0.9f, 0.0f, 1); }
+static void test_sgd_weight_decay(void **state) { check_sgd_case(DEVICE_CPU, 0.9f, 5e-2f, 0); }
+static void test_sgd_cuda_kernel(void **state) {
+    skip_without_gpu();
+    check_sgd_case(DEVICE_CUDA, 0.9f, 5e-2f, 0);
+    check_sgd_case(DEVICE_CUDA, 0.9f, 0.0f, 1);
+}
+
+// ---------------------------------------------------------------- TODO 3: the training step
+
+typedef struct {
+    Dataset train;
+    Sampler sampler;
+    Loader *loader;
+} Data;
+
+static void data_open(Data *dt, int batch) {
+    dataset_synthetic(&dt->train, 600, 10, 3, 32, 32, 7, SPLIT_TRAIN);
+    sampler_init(&dt->sampler, dt->train.n, 0, 1, 7, SAMPLER_TRAIN_DROP);
+    dt->loader = loader_create(&dt->train, &dt->sampler, batch, true, NULL, 7);
+}
+static void data_close(Data *dt) {
+    loader_free(dt->loader);
+    dataset_free(&dt->train);
+}
+
+static Model *tiny_model(const char *name, int batch) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, 0, 3, 32, 32, 10));
+    return model_create(&cfg, DEVICE_CPU, batch, 42);
+}
+
+// The same step composed from kit calls: the reference the learner's train_step must match.
+static double reference_step(Model *m, const Batch *b, const SgdConfig *opt, float lr, float smoothing) {
+    int n = b->n, k = m->cfg.classes;
+    memcpy(m->input, b->x, (size_t)n * 3 * 32 * 32 * sizeof(float));
+    memcpy(m->labels, b->y, (size_t)n * sizeof(int));
+    const float *logits = model_forward(m, m->input, n, true);
+    cross_entropy_forward(DEVICE_CPU, n, k, logits, m->labels, smoothing, m->loss);
+    memset(m->dlogits, 0, (size_t)n * k * sizeof(float));
+    cross_entropy_backward(DEVICE_CPU, n, k, logits, m->labels, smoothing, 1.0f / n, m->dlogits);
+    model_zero_grad(m);
+    model_backward(m, m->input, m->dlogits, n);
+    optim_step(m, opt, lr);
+    double loss = 0;
+    for (int i = 0; i < n; i++) loss += m->loss[i] / n;
+    return loss;
+}
+
+static void check_steps_match(const char *model, float smoothing) {
+    enum { BATCH = 32, STEPS = 3 };
+    Data dt;
+    data_open(&dt, BATCH);
+    Model *mine = tiny_model(model, BATCH), *ref = tiny_model(model, BATCH);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = false};
+    loader_start_epoch(dt.loader, 0, 0);
+    for (int s = 0; s < STEPS; s++) {
+        const Batch *b = loader_next(dt.loader, NULL);
+        assert_non_null(b);
+        StepResult r = train_step(mine, b, &opt, 0.05f, smoothing);
+        double ref_loss = reference_step(ref, b, &opt, 0.05f, smoothing);
+        // The loss is the batch MEAN before the update: same numbers, summed in another order.
+        assert_true(fabs(r.loss - ref_loss) <= 1e-5 * fabs(ref_loss) + 1e-6);
+    }
+    // After the same steps from the same start, parameters and BN running statistics agree: the learner's
+    // step does what the kit's does (same ops; only the float summation order of the loss may differ).
+    assert_close(mine->params, ref->params, mine->n_params, 1e-5, 1e-4);
+    assert_close(mine->buffers, ref->buffers, mine->n_buffers, 1e-5, 1e-4);
+    model_free(mine);
+    model_free(ref);
+    data_close(&dt);
+}
+
+static void test_train_step_matches_reference(void **state) { check_steps_match("tiny", 0.0f); }
+static void test_train_step_with_batchnorm(void **state) { check_steps_match("tiny-bn", 0.0f); }
+static void test_train_step_label_smoothing(void **state) { check_steps_match("tiny", 0.1f); }
+
+// train_step's `correct` is the number of arg-max predictions equal to the label, BEFORE the update.
+static void test_train_step_counts_correct(void **state) {
+    enum { BATCH = 50 };
+    Data dt;
+    data_open(&dt, BATCH);
+    Model *m = tiny_model("tiny", BATCH);
+    SgdConfig opt = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f, .nesterov = false};
+    loader_start_epoch(dt.loader, 0, 0);
+    const Batch *b = loader_next(dt.loader, NULL);
+    // With lr 0 the model does not move, so a forward pass afterwards predicts what the step saw.
+    StepResult r = train_step(m, b, &opt, 0.0f, 0.0f);
+    memcpy(m->input, b->x, (size_t)b->n * 3 * 32 * 32 * sizeof(float));
+    const float *logits = model_forward(m, m->input, b->n, true);
+    int pred[BATCH], expect = 0;
+    argmax_rows(DEVICE_CPU, b->n, 10, logits, pred);
+    for (int i = 0; i < b->n; i++) expect += pred[i] == b->y[i];
+    assert_int_equal(r.correct, expect);
+    assert_true(r.loss > 0.5);  // an untrained 10-class model: the loss is about ln(10) = 2.3
+    model_free(m);
+    data_close(&dt);
+}
+
+// ---------------------------------------------------------------- TODO 4: evaluation
+
+static void test_evaluate_counts_every_sample_once(void **state) {
+    enum { BATCH = 64 };
+    Dataset test;
+    dataset_synthetic(&test, 250, 10, 3, 32, 32, 7, SPLIT_TEST);  // 250 = 3 full batches + a short one of 58
+    Sampler s;
+    sampler_init(&s, test.n, 0, 1, 7, SAMPLER_EVAL);
+    Loader *L = loader_create(&test, &s, BATCH, false, NULL, 7);
+    Model *m = tiny_model("tiny-bn", BATCH);
+
+    EvalResult r = evaluate(m, L);
+    assert_int_equal(r.count, test.n);
+
+    // Direct count, one image at a time, in eval mode.
+    long correct = 0;
+    double loss = 0;
+    int idx, y, pred;
+    float l;
+    for (idx = 0; idx < test.n; idx++) {
+        dataset_fill_batch(&test, &idx, 1, NULL, 7, 0, m->input, &y);
+        const float *logits = model_forward(m, m->input, 1, false);
+        argmax_rows(DEVICE_CPU, 1, 10, logits, &pred);
+        cross_entropy_forward(DEVICE_CPU, 1, 10, logits, &y, 0.0f, &l);
+        correct += pred == y;
+        loss += l;
+    }
+    assert_int_equal(r.correct, correct);
+    assert_true(fabs(r.loss_sum - loss) <= 1e-4 * loss);
+    // Eval mode must not touch the running statistics (they start at mean 0, var 1).
+    const float *rm = m->buffers;
+    for (size_t i = 0; i < m->n_buffers / 2; i++) assert_true(rm[i] == 0.0f || rm[i] == 1.0f);
+    model_free(m);
+    loader_free(L);
+    dataset_free(&test);
+}
+
+// ---------------------------------------------------------------- all together: it learns
+
+static void test_short_run_learns(void **state) {
+    enum { BATCH = 32, EPOCHS = 4 };
+    Data dt;
+    data_open(&dt, BATCH);
+    Model *m = tiny_model("tiny-bn", BATCH);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    long correct = 0, seen = 0;
+    for (int e = 0; e < EPOCHS; e++) {
+        loader_start_epoch(dt.loader, e, 0);
+        correct = seen = 0;
+        const Batch *b;
+        while ((b = loader_next(dt.loader, NULL)) != NULL) {
+            StepResult r = train_step(m, b, &opt, 0.05f, 0.0f);
+            correct += r.correct;
+            seen += b->n;
+        }
+    }
+    double acc = (double)correct / seen;
+    print_message("training accuracy in the last epoch: %.1f%%\n", 100 * acc);
+    assert_true(acc >= 0.9);
+    model_free(m);
+    data_close(&dt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd_plain),
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_sgd_nesterov),
+        cmocka_unit_test(test_sgd_weight_decay),
+        cmocka_unit_test(test_sgd_cuda_kernel),
+        cmocka_unit_test(test_train_step_matches_reference),
+        cmocka_unit_test(test_train_step_with_batchnorm),
+        cmocka_unit_test(test_train_step_label_smoothing),
+        cmocka_unit_test(test_train_step_counts_correct),
+        cmocka_unit_test(test_evaluate_counts_every_sample_once),
+        cmocka_unit_test(test_short_run_learns),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

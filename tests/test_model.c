@@ -1,0 +1,221 @@
+// tests/test_model.c: the layer table, flat buffers and whole-network gradients of kit/model.c.
+#include "testutil.h"
+
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+
+static Model *make(const char *name, int width, int c, int hw, int batch, uint64_t seed) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, width, c, hw, hw, 10));
+    return model_create(&cfg, DEVICE_CPU, batch, seed);
+}
+
+// Views tile the flat buffer exactly, in order, and the parameter count is the known formula.
+static void test_views_tile_the_buffer(void **state) {
+    Model *m = make("resnet9", 8, 3, 32, 2, 1);
+    size_t next = 0;
+    for (int i = 0; i < m->n_views; i++) {
+        assert_int_equal(m->views[i].offset, next);
+        next += m->views[i].count;
+    }
+    assert_int_equal(next, m->n_params);
+    // ResNet-9 with width w: convs 3->w, w->2w, 2x(2w->2w), 2w->4w, 4w->8w, 2x(8w->8w), all 3x3 without bias,
+    // a BN (2 per channel) after each, and a linear 8w->10 with bias.
+    size_t w = 8, convs = 9 * (3 * w + w * 2 * w + 2 * (2 * w * 2 * w) + 2 * w * 4 * w + 4 * w * 8 * w + 2 * (8 * w * 8 * w));
+    size_t bns = 2 * (w + 2 * w + 2 * 2 * w + 4 * w + 8 * w + 2 * 8 * w);
+    assert_int_equal(m->n_params, convs + bns + 8 * w * 10 + 10);
+    const TensorView *v = model_find_view(m, "00.conv.weight");
+    assert_non_null(v);
+    assert_int_equal(v->ndim, 4);
+    assert_int_equal(v->shape[0], 8);
+    assert_int_equal(v->shape[1], 3);
+    assert_true(v->decay);
+    v = model_find_view(m, "01.bn.weight");
+    assert_non_null(v);
+    assert_false(v->decay);
+    assert_null(model_find_view(m, "no.such.tensor"));
+    model_free(m);
+}
+
+// Same seed, same numbers; another seed, other numbers; BN starts at scale 1, shift 0.
+static void test_init_is_deterministic(void **state) {
+    Model *a = make("tiny-bn", 0, 3, 32, 2, 5), *b = make("tiny-bn", 0, 3, 32, 2, 5), *c = make("tiny-bn", 0, 3, 32, 2, 6);
+    assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
+    assert_memory_not_equal(a->params, c->params, a->n_params * sizeof(float));
+    const TensorView *g = model_find_view(a, "01.bn.weight"), *bb = model_find_view(a, "01.bn.bias");
+    for (size_t i = 0; i < g->count; i++) {
+        assert_true(a->params[g->offset + i] == 1.0f);
+        assert_true(a->params[bb->offset + i] == 0.0f);
+    }
+    // Conv weights lie within PyTorch's bound 1/sqrt(fan_in) and are not all equal.
+    const TensorView *w = model_find_view(a, "00.conv.weight");
+    float bound = 1.0f / sqrtf(3 * 9), lo = 1, hi = -1;
+    for (size_t i = 0; i < w->count; i++) {
+        float x = a->params[w->offset + i];
+        assert_true(fabsf(x) <= bound);
+        lo = fminf(lo, x), hi = fmaxf(hi, x);
+    }
+    assert_true(hi - lo > bound);
+    model_free(a), model_free(b), model_free(c);
+}
+
+static double batch_loss(Model *m, const float *x, const int *y, int n) {
+    const float *logits = model_forward(m, x, n, true);
+    float loss[8];
+    cross_entropy_forward(DEVICE_CPU, n, 10, logits, y, 0.0f, loss);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += loss[i];
+    return s / n;
+}
+
+// The whole network's gradient (residual adds, BN, pooling, linear wired together) matches central finite
+// differences of the loss for the parameters with the largest gradients. Each op is checked on its own in
+// test_ops; this catches wiring mistakes (a residual share dropped, a gradient not accumulated).
+// hw is the input size: at least 32 for resnet9, so its last stage still has 4x4 images; at 2x2 a BN over
+// 16 values followed by ReLU is so kinked that float32 finite differences stop being a reference.
+static void check_model_gradient(const char *name, int width, int hw) {
+    enum { N = 4 };
+    Model *m = make(name, width, 3, hw, N, 3);
+    float *x = xmalloc(N * 3 * (size_t)hw * hw * sizeof(float));
+    int y[N] = {1, 7, 3, 3};
+    fill_uniform(x, N * 3 * (size_t)hw * hw, -2.0f, 2.0f, 9);
+    const float *logits = model_forward(m, x, N, true);
+    cross_entropy_forward(DEVICE_CPU, N, 10, logits, y, 0.0f, m->loss);
+    memset(m->dlogits, 0, N * 10 * sizeof(float));
+    cross_entropy_backward(DEVICE_CPU, N, 10, logits, y, 0.0f, 1.0f / N, m->dlogits);
+    model_zero_grad(m);
+    model_backward(m, x, m->dlogits, N);
+    float *grad = xmalloc(m->n_params * sizeof(float));
+    memcpy(grad, m->grads, m->n_params * sizeof(float));
+
+    // One parameter per view: the one with the largest gradient (float32 differences need a sizeable signal).
+    int checked = 0;
+    for (int v = 0; v < m->n_views; v++) {
+        const TensorView *tv = &m->views[v];
+        size_t best = tv->offset;
+        for (size_t i = tv->offset; i < tv->offset + tv->count; i++)
+            if (fabsf(grad[i]) > fabsf(grad[best])) best = i;
+        if (fabsf(grad[best]) < 1e-3f) continue;
+        float keep = m->params[best], h = 1e-3f * fmaxf(1.0f, fabsf(keep));
+        m->params[best] = keep + h;
+        double up = batch_loss(m, x, y, N);
+        m->params[best] = keep - h;
+        double down = batch_loss(m, x, y, N);
+        m->params[best] = keep;
+        double fd = (up - down) / (2 * h);
+        // Central differences with h = 1e-3 have O(h^2) curvature error (ReLU kinks make it larger) plus
+        // float32 rounding of the loss (~3e-7 / h = 3e-4): a few percent at most, while a wiring bug is off
+        // by 50% or more, or has the wrong sign.
+        if (fabs(fd - grad[best]) > 0.05 * fabs(grad[best]) + 5e-4)
+            fail_msg("%s: d loss / d %s[%zu]: backward %.6g, finite differences %.6g", name, tv->name,
+                     best - tv->offset, grad[best], fd);
+        checked++;
+    }
+    assert_true(checked >= m->n_views / 2);
+    free(grad);
+    free(x);
+    model_free(m);
+}
+
+static void test_gradient_tiny(void **state) {
+    check_model_gradient("tiny", 8, 16);
+    check_model_gradient("tiny-bn", 8, 16);
+    check_model_gradient("fmnist", 4, 16);
+}
+static void test_gradient_resnet9(void **state) { check_model_gradient("resnet9", 4, 32); }
+
+// Eval mode uses the running statistics: it does not depend on the other samples of the batch.
+static void test_eval_is_per_sample(void **state) {
+    Model *m = make("tiny-bn", 0, 3, 32, 4, 2);
+    float x[4 * 3 * 32 * 32];
+    fill_uniform(x, sizeof x / sizeof x[0], -1, 1, 4);
+    float all[40], one[10];
+    memcpy(all, model_forward(m, x, 4, false), sizeof all);
+    memcpy(one, model_forward(m, x + 3 * 3 * 32 * 32, 1, false), sizeof one);
+    // Equal up to float rounding: a GEMM over 4 images may block (and so round) differently than over 1.
+    assert_close(all + 30, one, 10, 1e-5, 1e-3);
+    // Train mode normalises with the batch statistics: the same sample gives another output.
+    float train_all[40];
+    memcpy(train_all, model_forward(m, x, 4, true), sizeof train_all);
+    assert_memory_not_equal(all, train_all, sizeof all);
+    model_free(m);
+}
+
+// The gradient-ready hook reports every parameter exactly once, from the end of the buffer to the start.
+typedef struct {
+    size_t next_end;
+    size_t covered;
+} HookLog;
+static void record_ready(void *ctx, size_t offset, size_t count) {
+    HookLog *h = ctx;
+    assert_int_equal(offset + count, h->next_end);
+    h->next_end = offset;
+    h->covered += count;
+}
+static void test_grads_ready_hook_order(void **state) {
+    Model *m = make("resnet9", 4, 3, 16, 2, 1);
+    HookLog log = {m->n_params, 0};
+    m->on_grads_ready = record_ready;
+    m->on_grads_ready_ctx = &log;
+    float x[2 * 3 * 16 * 16];
+    fill_uniform(x, sizeof x / sizeof x[0], -1, 1, 1);
+    model_forward(m, x, 2, true);
+    fill_uniform(m->dlogits, 20, -1, 1, 2);
+    model_zero_grad(m);
+    model_backward(m, x, m->dlogits, 2);
+    assert_int_equal(log.covered, m->n_params);
+    assert_int_equal(log.next_end, 0);
+    model_free(m);
+}
+
+// Weight decay reaches conv/linear weights only: with a zero gradient, BN and biases do not move.
+static void test_weight_decay_only_on_weights(void **state) {
+    Model *m = make("tiny-bn", 0, 3, 32, 2, 1);
+    float *before = xmalloc(m->n_params * sizeof(float));
+    memcpy(before, m->params, m->n_params * sizeof(float));
+    model_zero_grad(m);
+    SgdConfig opt = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = false};
+    optim_step(m, &opt, 0.1f);
+    for (int v = 0; v < m->n_views; v++) {
+        const TensorView *tv = &m->views[v];
+        for (size_t i = tv->offset; i < tv->offset + tv->count; i++) {
+            if (tv->decay) assert_true(fabsf(m->params[i] - before[i] * (1 - 0.01f)) <= 1e-7f);
+            else assert_true(m->params[i] == before[i]);
+        }
+    }
+    free(before);
+    model_free(m);
+}
+
+static void test_schedule(void **state) {
+    LrSchedule s = {.peak_lr = 0.4f, .warmup_steps = 4, .total_steps = 14, .final_lr = 0.0f, .decay = DECAY_LINEAR};
+    assert_float_equal(lr_at(&s, 0), 0.1f, 1e-7);
+    assert_float_equal(lr_at(&s, 3), 0.4f, 1e-7);
+    assert_float_equal(lr_at(&s, 9), 0.2f, 1e-6);
+    assert_float_equal(lr_at(&s, 14), 0.0f, 1e-7);
+    assert_float_equal(lr_at(&s, 100), 0.0f, 1e-7);
+    s.decay = DECAY_COSINE;
+    assert_float_equal(lr_at(&s, 9), 0.2f, 1e-6);  // cosine passes the midpoint at half the peak
+    assert_true(lr_at(&s, 6) > 0.3f);              // and stays high longer than linear early on
+    s.decay = DECAY_NONE;
+    assert_float_equal(lr_at(&s, 12), 0.4f, 1e-7);
+}
+
+static void test_unknown_model_name(void **state) {
+    ModelConfig cfg;
+    assert_false(model_config(&cfg, "resnet1000", 0, 3, 32, 32, 10));
+    assert_true(model_config(&cfg, "fmnist", 0, 1, 28, 28, 10));
+    assert_int_equal(cfg.width, 32);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_views_tile_the_buffer),   cmocka_unit_test(test_init_is_deterministic),
+        cmocka_unit_test(test_gradient_tiny),           cmocka_unit_test(test_gradient_resnet9),
+        cmocka_unit_test(test_eval_is_per_sample),      cmocka_unit_test(test_grads_ready_hook_order),
+        cmocka_unit_test(test_weight_decay_only_on_weights), cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_unknown_model_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
