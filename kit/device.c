@@ -7,6 +7,7 @@
 
 #include "check.h"
 #ifdef KIT_CUDA
+#include "cuda/cuda_context.h"
 #include "cuda_check.h"
 #endif
 
@@ -154,6 +155,24 @@ void device_copy(Device d, void *dst_device, const void *src_device, size_t byte
 void device_synchronize(Device d) {
 #ifdef KIT_CUDA
     if (d == DEVICE_CUDA) CUDA_CHECK(cudaDeviceSynchronize());
+#else
+    (void)d;
+#endif
+}
+
+void device_copy_to_async(Device d, void *dst_device, const void *src_host, size_t bytes) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) {
+        cuda_copy_to_async(dst_device, src_host, bytes);
+        return;
+    }
+#endif
+    memcpy(dst_device, src_host, bytes);
+}
+
+void device_wait_copies(Device d) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) cuda_wait_copies();
 #else
     (void)d;
 #endif

@@ -53,7 +53,8 @@ typedef struct {
 
 // The hook lesson 05 (SyncBN) fills in: all-reduce (sum) of `count` doubles, in place, on the HOST.
 // Forward reduces [sum(x) per channel (C), sum(x*x) per channel (C), element count (1)];
-// backward reduces [sum(dy) per channel (C), sum(dy * xhat) per channel (C)].
+// backward reduces [sum(dy) per channel (C), sum(dy * xhat) per channel (C), element count (1)]
+// (the input gradient needs the global count).
 // NULL hook: statistics of the local batch only (plain BN).
 typedef struct {
     void (*allreduce_sum)(double *host_buf, int count, void *ctx);

@@ -23,7 +23,7 @@ $(KIT_LIB): $(KIT_OBJ)
 	ar rcs $@ $^
 
 # Unit tests of the kit: one cmocka binary per tests/test_*.c.
-KIT_TEST_SRC := $(wildcard tests/test_*.c)
+KIT_TEST_SRC := $(filter-out tests/test_cuda.c,$(wildcard tests/test_*.c))  # test_cuda: mk/cuda.mk
 KIT_TESTS := $(KIT_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 $(BUILD)/tests/%: tests/%.c tests/testutil.h $(KIT_LIB)

@@ -1,0 +1,292 @@
+// kit/cuda/batchnorm.cu: batch norm over (N, HW) per channel, with the SyncBN hook (see kit/ops.h).
+//
+// Reductions are two-level and deterministic: a grid of (channel, slice) blocks writes one partial
+// sum per block (double), then one thread per channel adds the slices in order. Splitting each channel
+// into slices keeps the GPU busy when there are few channels and many pixels (64 channels x 32x32 x 512
+// images would be only 64 blocks otherwise). Layout of `work` (as doubles, 8-byte aligned):
+//   partials (2, C, S)   per-slice sums
+//   stats    (2C + 1)    the reduced sums and the element count: what the sync hook all-reduces
+//   coef     (3, C)      floats: per-channel coefficients of the input gradient (backward)
+// The per-element formulas are the CPU's (kit/ops_cpu.c), written the same way, so the two devices
+// differ only by summation order.
+#include <stdint.h>
+
+#include "cuda/cuda_internal.h"
+#include "ops_impl.h"
+
+namespace {
+
+// Elements per slice, roughly; more slices than 64 per channel do not pay for their partials.
+constexpr size_t kSliceTarget = 8192;
+constexpr int kMaxSlices = 64;
+
+int bn_slices(const BatchNormDims *s) {
+    size_t per_channel = (size_t)s->n * s->hw;
+    size_t sl = (per_channel + kSliceTarget - 1) / kSliceTarget;
+    if (sl < 1) sl = 1;
+    if (sl > (size_t)kMaxSlices) sl = kMaxSlices;
+    return (int)sl;
+}
+
+void bn_check(const BatchNormDims *s) {
+    CHECK(s->n >= 1 && s->c >= 1 && s->hw >= 1, "batchnorm: n, c and hw must be positive");
+    CHECK(s->eps > 0.0f, "batchnorm: eps must be positive (PyTorch's default is 1e-5)");
+}
+
+size_t bn_work_doubles(const BatchNormDims *s, int slices) {
+    return 2 * (size_t)s->c * slices + 2 * (size_t)s->c + 1;
+}
+
+struct BnWork {
+    double *partials;  // (2, C, S)
+    double *stats;     // (2C + 1)
+    float *coef;       // (3, C)
+    int slices;
+};
+
+// `work` comes from the caller as floats; doubles need 8-byte alignment, so round up (the size from
+// batchnorm_work_floats_cuda includes the slack).
+BnWork bn_work(const BatchNormDims *s, float *work) {
+    KIT_CHECK_PTR(work);
+    BnWork w;
+    w.slices = bn_slices(s);
+    uintptr_t p = ((uintptr_t)work + 7) & ~(uintptr_t)7;
+    w.partials = (double *)p;
+    w.stats = w.partials + 2 * (size_t)s->c * w.slices;
+    w.coef = (float *)(w.partials + bn_work_doubles(s, w.slices));
+    return w;
+}
+
+// The elements of slice `slice` of a channel: flat index j over (N, HW), from j0 to j1.
+struct Slice {
+    size_t j0, j1;
+};
+__device__ inline Slice slice_range(size_t per_channel, int slices, int slice) {
+    size_t len = (per_channel + slices - 1) / slices;
+    size_t j0 = (size_t)slice * len;
+    size_t j1 = j0 + len < per_channel ? j0 + len : per_channel;
+    return Slice{j0 < per_channel ? j0 : per_channel, j1};
+}
+
+// Offset of element j (over N, HW) of channel c in an (N, C, HW) tensor.
+__device__ inline size_t bn_index(size_t j, int c, int channels, int hw) {
+    size_t n = j / hw;
+    return (n * channels + c) * hw + (j - n * hw);
+}
+
+// grid (C, S): partials[0][c][s] = sum x, partials[1][c][s] = sum x^2 over the slice.
+__global__ void bn_stats_partial_kernel(BatchNormDims s, int slices, const float *x, double *partials) {
+    __shared__ double shared[KIT_BLOCK];
+    int c = blockIdx.x, sl = blockIdx.y;
+    Slice r = slice_range((size_t)s.n * s.hw, slices, sl);
+    double sum = 0.0, sq = 0.0;
+    for (size_t j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
+        double v = x[bn_index(j, c, s.c, s.hw)];
+        sum += v;
+        sq += v * v;
+    }
+    sum = kit_block_sum(sum, shared);
+    sq = kit_block_sum(sq, shared);
+    if (threadIdx.x == 0) {
+        partials[(size_t)c * slices + sl] = sum;
+        partials[((size_t)s.c + c) * slices + sl] = sq;
+    }
+}
+
+// grid (C, S): partials[0] = sum dy, partials[1] = sum dy * (x - mean) (times invstd in bn_reduce).
+__global__ void bn_grad_partial_kernel(BatchNormDims s, int slices, const float *x, const float *mean,
+                                       const float *dy, double *partials) {
+    __shared__ double shared[KIT_BLOCK];
+    int c = blockIdx.x, sl = blockIdx.y;
+    Slice r = slice_range((size_t)s.n * s.hw, slices, sl);
+    double m = mean[c];
+    double sdy = 0.0, sdxh = 0.0;
+    for (size_t j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
+        size_t k = bn_index(j, c, s.c, s.hw);
+        double g = dy[k];
+        sdy += g;
+        sdxh += g * ((double)x[k] - m);
+    }
+    sdy = kit_block_sum(sdy, shared);
+    sdxh = kit_block_sum(sdxh, shared);
+    if (threadIdx.x == 0) {
+        partials[(size_t)c * slices + sl] = sdy;
+        partials[((size_t)s.c + c) * slices + sl] = sdxh;
+    }
+}
+
+// One thread per (which, channel): stats[which * C + c] = sum of the slices in order; stats[2C] = count.
+// Backward passes invstd, which turns sum dy * (x - mean) into sum dy * xhat.
+__global__ void bn_reduce_kernel(int channels, int slices, double count, const double *partials,
+                                 const float *invstd, double *stats) {
+    KIT_GRID_LOOP(i, (size_t)2 * channels) {
+        double t = 0.0;
+        for (int k = 0; k < slices; k++) t += partials[i * slices + k];
+        if (invstd && i >= (size_t)channels) t *= invstd[i - channels];
+        stats[i] = t;
+        if (i == 0) stats[2 * channels] = count;
+    }
+}
+
+// Sends the stats through the hook (lesson 05's all-reduce) and back, when a hook is set. Returns the
+// element count after it (the global count under SyncBN).
+double bn_sync_stats(const BatchNormDims *s, const BatchNormSync *sync, double *stats_device) {
+    if (!sync || !sync->allreduce_sum) return (double)s->n * (double)s->hw;
+    int count = 2 * s->c + 1;
+    cudaStream_t st = cuda_stream();
+    double *host = cuda_host_scratch((size_t)count);
+    CUDA_CHECK(cudaMemcpyAsync(host, stats_device, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    sync->allreduce_sum(host, count, sync->ctx);
+    // From pageable memory, cudaMemcpyAsync returns once `host` has been staged, so the scratch can be
+    // reused right away; the copy is still ordered before the kernels that read the stats.
+    CUDA_CHECK(cudaMemcpyAsync(stats_device, host, (size_t)count * sizeof(double), cudaMemcpyHostToDevice, st));
+    return host[2 * s->c];
+}
+
+// One thread per channel: batch mean/variance -> saved mean, invstd and the running statistics.
+__global__ void bn_finalize_kernel(BatchNormDims s, const double *stats, float *mean, float *invstd,
+                                   float *running_mean, float *running_var) {
+    KIT_GRID_LOOP(c, (size_t)s.c) {
+        double count = stats[2 * s.c];
+        double m = stats[c] / count;
+        double var = stats[s.c + c] / count - m * m;  // biased: what normalisation uses
+        if (var < 0.0) var = 0.0;                     // rounding can push a constant channel below 0
+        mean[c] = (float)m;
+        invstd[c] = (float)(1.0 / sqrt(var + (double)s.eps));
+        // Unbiased variance for the running estimate, as PyTorch.
+        double unbiased = var * count / (count - 1.0);  // count > 1: checked on the host
+        if (running_mean && running_var) {
+            running_mean[c] = (float)((1.0 - s.momentum) * running_mean[c] + s.momentum * m);
+            running_var[c] = (float)((1.0 - s.momentum) * running_var[c] + s.momentum * unbiased);
+        }
+    }
+}
+
+// y = gamma * (x - mean) * invstd + beta, as y = x * a + b per channel (the CPU's form).
+__global__ void bn_normalize_kernel(BatchNormDims s, const float *x, const float *gamma, const float *beta,
+                                    const float *mean, const float *invstd, float *y) {
+    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
+        int c = (int)((i / s.hw) % s.c);
+        float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
+        y[i] = x[i] * a + b;
+    }
+}
+
+// Eval: the same with the running statistics (a in double, as the CPU).
+__global__ void bn_eval_kernel(BatchNormDims s, const float *x, const float *gamma, const float *beta,
+                               const float *running_mean, const float *running_var, float *y) {
+    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
+        int c = (int)((i / s.hw) % s.c);
+        float a = (float)(gamma[c] / sqrt((double)running_var[c] + (double)s.eps));
+        float b = beta[c] - running_mean[c] * a;
+        y[i] = x[i] * a + b;
+    }
+}
+
+// dgamma, dbeta += the LOCAL sums (taken before the hook): with DDP, parameter gradients are averaged
+// by the gradient all-reduce afterwards, as in PyTorch's SyncBatchNorm; summing them here too would
+// count every rank's share world-size times.
+__global__ void bn_param_grad_kernel(int channels, const double *stats, float *dgamma, float *dbeta) {
+    KIT_GRID_LOOP(c, (size_t)channels) {
+        if (dgamma) dgamma[c] += (float)stats[channels + c];
+        if (dbeta) dbeta[c] += (float)stats[c];
+    }
+}
+
+// dx += gamma * invstd * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M), M = the (global) count,
+// expanded per channel into dx += a * dy + b * x + d. One thread per channel computes (a, b, d) in
+// double, once, so the per-element kernel is float only (FP64 is slow on most GPUs but the H100).
+__global__ void bn_input_coef_kernel(int channels, const float *gamma, const float *mean, const float *invstd,
+                                     const double *stats, float *coef) {
+    KIT_GRID_LOOP(c, (size_t)channels) {
+        double count = stats[2 * channels];
+        double A = (double)gamma[c] * invstd[c];
+        double B = -A * invstd[c] * stats[channels + c] / count;
+        double D = -A * stats[c] / count - B * mean[c];
+        coef[c] = (float)A;
+        coef[channels + c] = (float)B;
+        coef[2 * channels + c] = (float)D;
+    }
+}
+
+__global__ void bn_input_grad_kernel(BatchNormDims s, const float *x, const float *dy, const float *coef,
+                                     float *dx) {
+    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
+        int c = (int)((i / s.hw) % s.c);
+        dx[i] += coef[c] * dy[i] + coef[s.c + c] * x[i] + coef[2 * s.c + c];
+    }
+}
+
+// Partial sums -> stats (2C + 1 doubles, count last), on the compute stream.
+void bn_reduce(const BatchNormDims *s, const BnWork &w, const float *invstd) {
+    KIT_LAUNCH(bn_reduce_kernel, (size_t)2 * s->c, s->c, w.slices, (double)s->n * s->hw, w.partials, invstd,
+               w.stats);
+}
+
+}  // namespace
+
+extern "C" size_t batchnorm_work_floats_cuda(const BatchNormDims *s) {
+    bn_check(s);
+    // + 1 float: room to round the start up to 8 bytes.
+    return 2 * bn_work_doubles(s, bn_slices(s)) + 3 * (size_t)s->c + 1;
+}
+
+extern "C" void batchnorm_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                             const float *beta, float *y, float *mean, float *invstd,
+                                             float *running_mean, float *running_var,
+                                             const BatchNormSync *sync, float *work) {
+    bn_check(s);
+    KIT_CHECK_PTR(x);
+    KIT_CHECK_PTR(gamma);
+    KIT_CHECK_PTR(beta);
+    KIT_CHECK_PTR(y);
+    KIT_CHECK_PTR(mean);
+    KIT_CHECK_PTR(invstd);
+    BnWork w = bn_work(s, work);
+    dim3 grid((unsigned)s->c, (unsigned)w.slices);
+    bn_stats_partial_kernel<<<grid, KIT_BLOCK, 0, cuda_stream()>>>(*s, w.slices, x, w.partials);
+    CUDA_CHECK_LAUNCH();
+    bn_reduce(s, w, NULL);
+    double count = bn_sync_stats(s, sync, w.stats);
+    // PyTorch refuses this too: the unbiased variance of a single value is undefined.
+    CHECK(count > 1.0, "batchnorm in training mode needs more than one value per channel "
+                       "(a batch of 1 with 1x1 feature maps?)");
+    KIT_LAUNCH(bn_finalize_kernel, (size_t)s->c, *s, w.stats, mean, invstd, running_mean, running_var);
+    KIT_LAUNCH(bn_normalize_kernel, (size_t)s->n * s->c * s->hw, *s, x, gamma, beta, mean, invstd, y);
+}
+
+extern "C" void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                            const float *beta, const float *running_mean,
+                                            const float *running_var, float *y) {
+    bn_check(s);
+    KIT_CHECK_PTR(gamma);
+    KIT_CHECK_PTR(beta);
+    KIT_CHECK_PTR(running_mean);
+    KIT_CHECK_PTR(running_var);
+    KIT_LAUNCH(bn_eval_kernel, (size_t)s->n * s->c * s->hw, *s, x, gamma, beta, running_mean, running_var, y);
+}
+
+extern "C" void batchnorm_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                        const float *mean, const float *invstd, const float *dy, float *dx,
+                                        float *dgamma, float *dbeta, const BatchNormSync *sync, float *work) {
+    bn_check(s);
+    if (!dx && !dgamma && !dbeta) return;
+    KIT_CHECK_PTR(x);
+    KIT_CHECK_PTR(gamma);
+    KIT_CHECK_PTR(mean);
+    KIT_CHECK_PTR(invstd);
+    KIT_CHECK_PTR(dy);
+    BnWork w = bn_work(s, work);
+    dim3 grid((unsigned)s->c, (unsigned)w.slices);
+    bn_grad_partial_kernel<<<grid, KIT_BLOCK, 0, cuda_stream()>>>(*s, w.slices, x, mean, dy, w.partials);
+    CUDA_CHECK_LAUNCH();
+    bn_reduce(s, w, invstd);
+    if (dgamma || dbeta) KIT_LAUNCH(bn_param_grad_kernel, (size_t)s->c, s->c, w.stats, dgamma, dbeta);
+    // No input gradient wanted: nothing global to compute, so no hook call (the same on every rank, as
+    // every rank runs the same layers; the CPU does the same).
+    if (!dx) return;
+    bn_sync_stats(s, sync, w.stats);
+    KIT_LAUNCH(bn_input_coef_kernel, (size_t)s->c, s->c, gamma, mean, invstd, w.stats, w.coef);
+    KIT_LAUNCH(bn_input_grad_kernel, (size_t)s->n * s->c * s->hw, *s, x, dy, w.coef, dx);
+}

@@ -1,0 +1,62 @@
+// kit/cuda/cuda_context.h: the CUDA state every op needs, one set per host thread and GPU.
+//
+// Streams and ordering (the one rule to remember):
+//   - Compute (every kernel and cuBLAS call of the kit) runs on cuda_stream(): a stream created with
+//     default flags, i.e. a BLOCKING stream. Blocking streams are implicitly ordered with the legacy
+//     default stream, which the synchronous calls in device.c use (cudaMemcpy, cudaMemset). So a
+//     device_copy_from() after an op sees the op's result, and an op after device_copy_to() sees the
+//     copy, without any explicit synchronisation.
+//   - Batch uploads from pinned memory (device_copy_to_async) run on a separate NON-blocking copy stream,
+//     so they can overlap compute; device_wait_copies() is the point where they are complete.
+//
+// Why per thread: lesson 02 drives several GPUs, one host thread per GPU. A cuBLAS handle is bound to
+// the GPU that was current when it was created and is not meant to be shared between threads, so each
+// (thread, GPU) pair gets its own handle and streams, created on first use and destroyed when the thread
+// exits. Create worker threads once, not once per step: creating a cuBLAS handle costs milliseconds.
+//
+// Only compiled with the CUDA backend (KIT_CUDA).
+#ifndef KIT_CUDA_CONTEXT_H
+#define KIT_CUDA_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// This thread's compute stream on its current GPU (see above).
+cudaStream_t cuda_stream(void);
+// This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), math mode per cuda_tf32_*.
+cublasHandle_t cuda_cublas(void);
+
+// TF32 tensor cores for the kit's SGEMMs (conv, linear): OFF by default, so results are float32 and
+// match the CPU within the tests' tolerances. KIT_TF32=1 in the environment turns it on at start-up;
+// cuda_set_tf32() switches it for the whole process (every thread's handle picks it up on its next op).
+// With TF32 the products keep 10 mantissa bits: expect relative differences around 1e-3 against the CPU.
+bool cuda_tf32_enabled(void);
+void cuda_set_tf32(bool on);
+
+// The batch-upload path behind device_copy_to_async / device_wait_copies (device.h).
+void cuda_copy_to_async(void *dst_device, const void *src_host, size_t bytes);
+void cuda_wait_copies(void);
+
+// Host scratch of at least `count` doubles for this thread (the BN sync hook's buffer). It grows when
+// asked for more and is kept until the thread exits, so a training loop allocates it once.
+double *cuda_host_scratch(size_t count);
+
+// conv2d on CUDA lowers a chunk of images at a time; the chunk is the largest that keeps the scratch
+// (conv2d_work_floats) under this many floats (default 2^26 = 256 MiB; at least one image always).
+// Tests lower it to exercise the multi-chunk path on small shapes. 0 restores the default. Set it
+// before asking for work sizes: a model's work buffer is sized with the value current at creation.
+void cuda_conv_set_work_budget(size_t floats);
+size_t cuda_conv_work_budget(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_CUDA_CONTEXT_H

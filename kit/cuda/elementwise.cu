@@ -1,0 +1,156 @@
+// kit/cuda/elementwise.cu: ReLU, residual add, scaling, SGD, max-pool and average-pool on the GPU.
+// One thread per output element (grid-stride loops), each writing only its own element: no races.
+#include "cuda/cuda_internal.h"
+#include "ops_impl.h"
+
+// ---------------------------------------------------------------- ReLU
+__global__ void relu_forward_kernel(size_t n, const float *x, float *y) {
+    KIT_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+}
+
+// dx += dy where the output was positive (the same test the CPU uses: y > 0).
+__global__ void relu_backward_kernel(size_t n, const float *y, const float *dy, float *dx) {
+    KIT_GRID_LOOP(i, n) {
+        if (y[i] > 0.0f) dx[i] += dy[i];
+    }
+}
+
+extern "C" void relu_forward_cuda(size_t n, const float *x, float *y) {
+    KIT_LAUNCH(relu_forward_kernel, n, n, x, y);
+}
+
+extern "C" void relu_backward_cuda(size_t n, const float *y, const float *dy, float *dx) {
+    if (!dx) return;
+    KIT_LAUNCH(relu_backward_kernel, n, n, y, dy, dx);
+}
+
+// ---------------------------------------------------------------- add, scale
+__global__ void add_forward_kernel(size_t n, const float *a, const float *b, float *y) {
+    KIT_GRID_LOOP(i, n) { y[i] = a[i] + b[i]; }
+}
+
+__global__ void add_inplace_kernel(size_t n, float *dst, const float *src) {
+    KIT_GRID_LOOP(i, n) { dst[i] += src[i]; }
+}
+
+__global__ void scale_inplace_kernel(size_t n, float *x, float alpha) {
+    KIT_GRID_LOOP(i, n) { x[i] *= alpha; }
+}
+
+extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
+    KIT_LAUNCH(add_forward_kernel, n, n, a, b, y);
+}
+
+extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
+    if (!dst) return;  // a NULL gradient is "not needed" (ops.h)
+    KIT_LAUNCH(add_inplace_kernel, n, n, dst, src);
+}
+
+extern "C" void scale_inplace_cuda(size_t n, float *x, float alpha) {
+    KIT_LAUNCH(scale_inplace_kernel, n, n, x, alpha);
+}
+
+// ---------------------------------------------------------------- SGD with momentum (PyTorch's form)
+// velocity == NULL is plain SGD (allowed only with momentum 0, checked on the host), as the CPU.
+__global__ void sgd_update_kernel(size_t n, float *param, const float *grad, float *velocity, float lr,
+                                  float momentum, float weight_decay, int nesterov) {
+    KIT_GRID_LOOP(i, n) {
+        float g = grad[i] + weight_decay * param[i];
+        if (!velocity) {
+            param[i] -= lr * g;
+            continue;
+        }
+        float v = momentum * velocity[i] + g;
+        velocity[i] = v;
+        param[i] -= lr * (nesterov ? g + momentum * v : v);
+    }
+}
+
+extern "C" void sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr,
+                                float momentum, float weight_decay, int nesterov) {
+    CHECK(velocity || momentum == 0.0f, "sgd_update: momentum needs a velocity buffer");
+    KIT_LAUNCH(sgd_update_kernel, n, n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+}
+
+// ---------------------------------------------------------------- 2x2 max-pool, stride 2
+// The window of output (p, q) starts at input (2p, 2q); "first maximum" scans it row by row and keeps
+// the earliest of equal values (strict >), exactly like the CPU, so ties route the gradient the same way.
+// A NaN wins (so it propagates), also as the CPU.
+__device__ inline int maxpool2_argmax(const float *plane, int w, int p, int q) {
+    int best = (2 * p) * w + 2 * q;
+    const int cand[3] = {best + 1, best + w, best + w + 1};
+    for (int t = 0; t < 3; t++) {
+        float v = plane[cand[t]], b = plane[best];
+        if (v > b || (isnan(v) && !isnan(b))) best = cand[t];
+    }
+    return best;
+}
+
+// One thread per output element; (n, c) planes are contiguous, so plane index = i / (ph * pw).
+__global__ void maxpool2_forward_kernel(size_t total, int h, int w, int ph, int pw, const float *x,
+                                        float *y) {
+    KIT_GRID_LOOP(i, total) {
+        size_t plane = i / ((size_t)ph * pw);
+        int pq = (int)(i % ((size_t)ph * pw));
+        const float *xp = x + plane * (size_t)h * w;
+        y[i] = xp[maxpool2_argmax(xp, w, pq / pw, pq % pw)];
+    }
+}
+
+// Windows do not overlap (stride 2 = size 2), so each input element receives from at most one thread.
+__global__ void maxpool2_backward_kernel(size_t total, int h, int w, int ph, int pw, const float *x,
+                                         const float *dy, float *dx) {
+    KIT_GRID_LOOP(i, total) {
+        size_t plane = i / ((size_t)ph * pw);
+        int pq = (int)(i % ((size_t)ph * pw));
+        size_t base = plane * (size_t)h * w;
+        dx[base + maxpool2_argmax(x + base, w, pq / pw, pq % pw)] += dy[i];
+    }
+}
+
+static void maxpool2_check(int n, int c, int h, int w) {
+    CHECK(n > 0 && c > 0 && h >= 2 && w >= 2, "maxpool2: needs n, c > 0 and an input of at least 2x2");
+}
+
+extern "C" void maxpool2_forward_cuda(int n, int c, int h, int w, const float *x, float *y) {
+    maxpool2_check(n, c, h, w);
+    size_t total = (size_t)n * c * (h / 2) * (w / 2);
+    KIT_LAUNCH(maxpool2_forward_kernel, total, total, h, w, h / 2, w / 2, x, y);
+}
+
+extern "C" void maxpool2_backward_cuda(int n, int c, int h, int w, const float *x, const float *y,
+                                       const float *dy, float *dx) {
+    maxpool2_check(n, c, h, w);
+    if (!dx) return;
+    size_t total = (size_t)n * c * (h / 2) * (w / 2);
+    KIT_LAUNCH(maxpool2_backward_kernel, total, total, h, w, h / 2, w / 2, x, dy, dx);
+}
+
+// ---------------------------------------------------------------- global average pool
+// One thread per (n, c): the planes are small (4x4 .. 8x8 in the kit's models), and a sequential sum
+// keeps the order of the CPU's loop. Accumulated in double so long planes lose nothing.
+__global__ void avgpool_forward_kernel(size_t rows, int hw, const float *x, float *y) {
+    KIT_GRID_LOOP(i, rows) {
+        const float *p = x + i * (size_t)hw;
+        double s = 0.0;
+        for (int j = 0; j < hw; j++) s += p[j];
+        y[i] = (float)(s / hw);
+    }
+}
+
+__global__ void avgpool_backward_kernel(size_t total, int hw, const float *dy, float *dx) {
+    KIT_GRID_LOOP(i, total) { dx[i] += dy[i / hw] / (float)hw; }
+}
+
+extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float *y) {
+    CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
+    size_t rows = (size_t)n * c;
+    KIT_LAUNCH(avgpool_forward_kernel, rows, rows, hw, x, y);
+}
+
+extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, float *dx) {
+    CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
+    if (!dx) return;
+    size_t total = (size_t)n * c * hw;
+    KIT_LAUNCH(avgpool_backward_kernel, total, total, hw, dy, dx);
+}

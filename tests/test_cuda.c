@@ -1,0 +1,640 @@
+// tests/test_cuda.c: invariant 2 of the design: every CUDA op equals the CPU op (kit/ops_cpu.c) on random
+// inputs, within stated tolerances; and a training step of a whole model does too.
+//
+// Every test skips, saying why, when no GPU is usable (machines without one, CPU-only builds).
+//
+// How the tolerances are chosen. Errors are measured as |gpu - cpu| / max(|cpu|, floor), with the floor
+// set to the RMS of the CPU result (rms_floor): an element that is a sum of many terms carries a
+// rounding error proportional to the size of those terms, not to the (possibly cancelled, near-zero)
+// sum, and the RMS of the whole result measures the terms' size. A wrong index, a missed accumulation
+// or a race produces errors of the order of the RMS itself, five orders of magnitude over 1e-5.
+//   - EXACT (0): the two devices do the same float operations in the same order (ReLU, add, max-pool,
+//     argmax, avg-pool backward): any difference at all is a bug.
+//   - 1e-6: the same operations, but nvcc contracts a*b + c into one fused multiply-add (one rounding
+//     instead of two), a difference of at most an ulp or two (2^-24 = 6e-8 each) per operation.
+//   - 1e-5: a different summation order (cuBLAS GEMMs and tree reductions against OpenBLAS and
+//     sequential loops). For a sum of k terms of size t, float32 rounding is about sqrt(k) * 6e-8 * t
+//     in practice; the largest k here is a few thousand (sqrt ~ 50-70), which gives ~4e-6 * rms.
+#include "testutil.h"
+
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#ifdef KIT_CUDA
+#include "cuda/cuda_context.h"
+#endif
+
+static const Device GPU = DEVICE_CUDA, CPU = DEVICE_CPU;
+
+#define EXACT 0.0
+#define TOL_FMA 1e-6
+#define TOL_SUM 1e-5
+// A whole training step chains a dozen ops, and ReLU and max-pool make discrete choices that a rounding
+// difference can flip near a tie (a value just above or below 0, two equal maxima). Measured on the
+// CPU alone, by perturbing the input of tiny-bn by 1e-7 and 1e-6 relative (the size of float rounding
+// and of a reordered sum): the gradients moved by up to 1.6e-5 and the parameters by up to 1e-5 of
+// their RMS, after one step and after ten. 1e-4 leaves a margin of about 6x; a real bug (a wrong index,
+// a lost accumulation, a race) moves them by O(1).
+#define TOL_MODEL 1e-4
+
+// ---------------------------------------------------------------- helpers
+
+static float *hvec(size_t n, float lo, float hi, uint64_t seed) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    fill_uniform(x, n, lo, hi, seed);
+    return x;
+}
+
+// A GPU copy of a host array (NULL stays NULL, so optional gradients read naturally).
+static float *gpu_of(const float *h, size_t n) {
+    if (!h) return NULL;
+    float *d = device_alloc(GPU, n * sizeof(float));
+    device_copy_to(GPU, d, h, n * sizeof(float));
+    return d;
+}
+
+static int *gpu_ints(const int *h, size_t n) {
+    int *d = device_alloc(GPU, n * sizeof(int));
+    device_copy_to(GPU, d, h, n * sizeof(int));
+    return d;
+}
+
+// The GPU array d, brought back to the host (the caller frees).
+static float *host_of(const float *d, size_t n) {
+    float *h = xmalloc((n ? n : 1) * sizeof(float));
+    device_copy_from(GPU, h, d, n * sizeof(float));
+    return h;
+}
+
+static double rms_floor(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    double r = n ? sqrt(s / n) : 0.0;
+    return r > 1e-30 ? r : 1e-30;
+}
+
+// Asserts the GPU array d equals the CPU array ref within tol (relative, floor = RMS of ref; see top).
+#define assert_gpu_close(d, ref, n, tol)                                                     \
+    do {                                                                                     \
+        float *got_ = host_of((d), (n));                                                     \
+        if ((tol) == 0.0) {                                                                  \
+            for (size_t k_ = 0; k_ < (size_t)(n); k_++)                                      \
+                if (memcmp(&got_[k_], &(ref)[k_], sizeof(float)) != 0) {                     \
+                    print_error("%s differs from %s at [%zu]: %.9g vs %.9g (must be equal)\n", #d, #ref, \
+                                k_, (double)got_[k_], (double)(ref)[k_]);                    \
+                    fail();                                                          \
+                }                                                                            \
+        } else {                                                                             \
+            assert_close(got_, (ref), (n), (tol), rms_floor((ref), (n)));                    \
+        }                                                                                    \
+        free(got_);                                                                          \
+    } while (0)
+
+#ifdef KIT_CUDA
+// Lowers the conv scratch budget so that exactly `chunk` images of s fit (tests the multi-chunk path).
+static void conv_budget_for_chunk(const Conv2dDims *s, int chunk) {
+    size_t pq = (size_t)conv2d_out_h(s) * conv2d_out_w(s);
+    cuda_conv_set_work_budget((size_t)chunk * pq * ((size_t)s->c * s->r * s->r + s->k));
+}
+#endif
+
+// ---------------------------------------------------------------- conv2d
+
+// Forward and backward of one conv shape on both devices. Gradients start from the same random values
+// on both, so the comparison also checks that backward ADDS to them; `grads` selects which are wanted
+// (bit 0: dx, bit 1: dw, bit 2: db), the others are NULL.
+static void conv_case(Conv2dDims s, bool bias, int grads, uint64_t seed) {
+    size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r;
+    size_t ny = (size_t)s.n * s.k * conv2d_out_h(&s) * conv2d_out_w(&s);
+    float *x = hvec(nx, -1, 1, seed), *w = hvec(nw, -1, 1, seed + 1), *b = bias ? hvec(s.k, -1, 1, seed + 2) : NULL;
+    float *dy = hvec(ny, -1, 1, seed + 3);
+    float *dx = (grads & 1) ? hvec(nx, -1, 1, seed + 4) : NULL;
+    float *dw = (grads & 2) ? hvec(nw, -1, 1, seed + 5) : NULL;
+    float *db = (grads & 4) ? hvec(s.k, -1, 1, seed + 6) : NULL;
+    float *gx = gpu_of(x, nx), *gw = gpu_of(w, nw), *gb = gpu_of(b, s.k), *gdy = gpu_of(dy, ny);
+    float *gdx = gpu_of(dx, nx), *gdw = gpu_of(dw, nw), *gdb = gpu_of(db, s.k);
+    float *gy = device_alloc(GPU, ny * sizeof(float));
+    float *gwork = device_alloc(GPU, conv2d_work_floats(GPU, &s) * sizeof(float));
+    float *y = xmalloc(ny * sizeof(float)), *work = xmalloc(conv2d_work_floats(CPU, &s) * sizeof(float));
+
+    conv2d_forward(CPU, &s, x, w, b, y, work);
+    conv2d_forward(GPU, &s, gx, gw, gb, gy, gwork);
+    assert_gpu_close(gy, y, ny, TOL_SUM);  // sums of C*R*R products (up to 5*25 here)
+
+    conv2d_backward(CPU, &s, x, w, dy, dx, dw, db, work);
+    conv2d_backward(GPU, &s, gx, gw, gdy, gdx, gdw, gdb, gwork);
+    // dx: sums of K*R*R products; dw: sums over N*P*Q products; db: over N*P*Q values.
+    if (dx) assert_gpu_close(gdx, dx, nx, TOL_SUM);
+    if (dw) assert_gpu_close(gdw, dw, nw, TOL_SUM);
+    if (db) assert_gpu_close(gdb, db, (size_t)s.k, TOL_SUM);
+
+    float *hp[] = {x, w, b, dy, dx, dw, db, y, work};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gw, gb, gdy, gdx, gdw, gdb, gy, gwork};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+}
+
+static void test_conv_3x3_pad1(void **state) {
+    skip_without_gpu();
+    conv_case((Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 7, .k = 4, .r = 3, .stride = 1, .pad = 1}, true, 7, 10);
+}
+
+static void test_conv_stride2_no_pad(void **state) {
+    skip_without_gpu();
+    conv_case((Conv2dDims){.n = 2, .c = 3, .h = 11, .w = 8, .k = 6, .r = 3, .stride = 2, .pad = 0}, true, 7, 20);
+}
+
+static void test_conv_1x1_and_5x5(void **state) {
+    skip_without_gpu();
+    conv_case((Conv2dDims){.n = 4, .c = 7, .h = 6, .w = 6, .k = 5, .r = 1, .stride = 1, .pad = 0}, true, 7, 30);
+    conv_case((Conv2dDims){.n = 2, .c = 5, .h = 8, .w = 10, .k = 3, .r = 5, .stride = 1, .pad = 2}, false, 7, 40);
+}
+
+// NULL gradients are skipped, each combination on its own (bias-free conv before BN, first layer's dx).
+static void test_conv_null_grads(void **state) {
+    skip_without_gpu();
+    Conv2dDims s = {.n = 2, .c = 4, .h = 6, .w = 5, .k = 3, .r = 3, .stride = 1, .pad = 1};
+    for (int grads = 0; grads < 8; grads++) conv_case(s, grads & 4, grads, 50 + (uint64_t)grads * 10);
+}
+
+// More images than fit in one chunk of scratch: 5 images, 2 per chunk (2 + 2 + 1).
+static void test_conv_chunks(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA
+    Conv2dDims s = {.n = 5, .c = 3, .h = 8, .w = 8, .k = 4, .r = 3, .stride = 1, .pad = 1};
+    conv_budget_for_chunk(&s, 2);
+    size_t pq = (size_t)conv2d_out_h(&s) * conv2d_out_w(&s);
+    assert_int_equal(conv2d_work_floats(GPU, &s), 2 * pq * (3 * 9 + 4));  // the budget is respected
+    conv_case(s, true, 7, 90);
+    cuda_conv_set_work_budget(0);
+#endif
+}
+
+// ---------------------------------------------------------------- batch norm
+
+typedef struct {
+    int calls, last_count;
+} HookLog;
+
+// Pretends a second rank holds an identical batch: every sum (and the count) doubles. BN over
+// "both ranks" must then equal plain BN over the batch concatenated with itself.
+static void hook_double(double *buf, int count, void *ctx) {
+    HookLog *log = ctx;
+    log->calls++;
+    log->last_count = count;
+    for (int i = 0; i < count; i++) buf[i] *= 2.0;
+}
+
+typedef struct {
+    BatchNormDims s;
+    size_t nx;
+    float *x, *gamma, *beta, *dy;
+} BnCase;
+
+static BnCase bn_case(int n, int c, int hw, uint64_t seed) {
+    BnCase b = {.s = {.n = n, .c = c, .hw = hw, .eps = 1e-5f, .momentum = 0.1f}};
+    b.nx = (size_t)n * c * hw;
+    b.x = hvec(b.nx, -2, 3, seed);  // a non-zero mean, so mean and variance both matter
+    b.gamma = hvec(c, 0.5f, 1.5f, seed + 1);
+    b.beta = hvec(c, -0.5f, 0.5f, seed + 2);
+    b.dy = hvec(b.nx, -1, 1, seed + 3);
+    return b;
+}
+
+static void bn_case_free(BnCase *b) {
+    free(b->x);
+    free(b->gamma);
+    free(b->beta);
+    free(b->dy);
+}
+
+// Training forward + backward on both devices (running stats and gradients start random: they must be
+// updated / accumulated, not overwritten), then eval forward with the updated running stats.
+static void bn_compare(int n, int c, int hw, uint64_t seed) {
+    BnCase b = bn_case(n, c, hw, seed);
+    const BatchNormDims *s = &b.s;
+    size_t C = (size_t)c;
+    float *rm = hvec(C, -0.2f, 0.2f, seed + 5), *rv = hvec(C, 0.5f, 2, seed + 6);
+    float *dx = hvec(b.nx, -1, 1, seed + 7), *dg = hvec(C, -1, 1, seed + 8), *dbeta = hvec(C, -1, 1, seed + 9);
+    float *y = xmalloc(b.nx * sizeof(float)), *mean = xmalloc(C * sizeof(float)), *invstd = xmalloc(C * sizeof(float));
+    float *work = xmalloc(batchnorm_work_floats(CPU, s) * sizeof(float));
+    float *gx = gpu_of(b.x, b.nx), *gg = gpu_of(b.gamma, C), *gbeta = gpu_of(b.beta, C), *gdy = gpu_of(b.dy, b.nx);
+    float *grm = gpu_of(rm, C), *grv = gpu_of(rv, C), *gdx = gpu_of(dx, b.nx), *gdg = gpu_of(dg, C);
+    float *gdbeta = gpu_of(dbeta, C), *gy = device_alloc(GPU, b.nx * sizeof(float));
+    float *gmean = device_alloc(GPU, C * sizeof(float)), *ginvstd = device_alloc(GPU, C * sizeof(float));
+    float *gwork = device_alloc(GPU, batchnorm_work_floats(GPU, s) * sizeof(float));
+
+    batchnorm_forward_train(CPU, s, b.x, b.gamma, b.beta, y, mean, invstd, rm, rv, NULL, work);
+    batchnorm_forward_train(GPU, s, gx, gg, gbeta, gy, gmean, ginvstd, grm, grv, NULL, gwork);
+    // Statistics: sums in double on both devices, in a different order: far below float rounding, so
+    // mean, invstd and the running stats agree to about an ulp of float; y = x * a + b adds an FMA.
+    assert_gpu_close(gmean, mean, C, TOL_FMA);
+    assert_gpu_close(ginvstd, invstd, C, TOL_FMA);
+    assert_gpu_close(grm, rm, C, TOL_FMA);
+    assert_gpu_close(grv, rv, C, TOL_FMA);
+    assert_gpu_close(gy, y, b.nx, TOL_FMA);
+
+    batchnorm_backward(CPU, s, b.x, b.gamma, mean, invstd, b.dy, dx, dg, dbeta, NULL, work);
+    batchnorm_backward(GPU, s, gx, gg, gmean, ginvstd, gdy, gdx, gdg, gdbeta, NULL, gwork);
+    // Double sums again, but dx = a*dy + b*x + d is a sum of three float products that cancel (the
+    // gradient of a normalised input has mean 0), so its error follows the terms: 1e-5 of the RMS.
+    assert_gpu_close(gdg, dg, C, TOL_FMA);
+    assert_gpu_close(gdbeta, dbeta, C, TOL_FMA);
+    assert_gpu_close(gdx, dx, b.nx, TOL_SUM);
+
+    batchnorm_forward_eval(CPU, s, b.x, b.gamma, b.beta, rm, rv, y);
+    batchnorm_forward_eval(GPU, s, gx, gg, gbeta, grm, grv, gy);
+    assert_gpu_close(gy, y, b.nx, TOL_FMA);
+
+    float *hp[] = {rm, rv, dx, dg, dbeta, y, mean, invstd, work};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gg, gbeta, gdy, grm, grv, gdx, gdg, gdbeta, gy, gmean, ginvstd, gwork};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+    bn_case_free(&b);
+}
+
+static void test_bn_small(void **state) {
+    skip_without_gpu();
+    bn_compare(4, 3, 25, 100);
+    bn_compare(2, 1, 1, 110);  // two values per channel: the smallest legal batch
+}
+
+// Enough values per channel for the GPU to split each channel into several slices (8192 values each).
+static void test_bn_sliced(void **state) {
+    skip_without_gpu();
+    bn_compare(64, 3, 300, 120);  // 19200 values per channel: 3 slices, the last one short
+    bn_compare(8, 16, 64, 130);
+}
+
+// The sync hook (SyncBN): called once in forward and once in backward with 2C + 1 doubles, and its
+// result used everywhere: with a hook that doubles every sum, BN on x equals BN on [x; x] (CPU).
+static void test_bn_sync_hook(void **state) {
+    skip_without_gpu();
+    BnCase b = bn_case(3, 4, 10, 200);
+    size_t C = 4, nx = b.nx;
+    BatchNormDims s2 = b.s;
+    s2.n *= 2;
+    float *x2 = xmalloc(2 * nx * sizeof(float)), *dy2 = xmalloc(2 * nx * sizeof(float));
+    memcpy(x2, b.x, nx * sizeof(float));
+    memcpy(x2 + nx, b.x, nx * sizeof(float));
+    memcpy(dy2, b.dy, nx * sizeof(float));
+    memcpy(dy2 + nx, b.dy, nx * sizeof(float));
+    // CPU reference: plain BN on the doubled batch.
+    float *rm = hvec(C, -0.2f, 0.2f, 5), *rv = hvec(C, 0.5f, 2, 6);
+    float *grm = gpu_of(rm, C), *grv = gpu_of(rv, C);
+    float *y2 = xmalloc(2 * nx * sizeof(float)), *mean = xmalloc(C * sizeof(float)), *invstd = xmalloc(C * sizeof(float));
+    float *dx2 = xcalloc(2 * nx, sizeof(float)), *dg = xcalloc(C, sizeof(float)), *dbeta = xcalloc(C, sizeof(float));
+    float *work = xmalloc(batchnorm_work_floats(CPU, &s2) * sizeof(float));
+    batchnorm_forward_train(CPU, &s2, x2, b.gamma, b.beta, y2, mean, invstd, rm, rv, NULL, work);
+    batchnorm_backward(CPU, &s2, x2, b.gamma, mean, invstd, dy2, dx2, dg, dbeta, NULL, work);
+
+    HookLog log = {0, 0};
+    BatchNormSync sync = {hook_double, &log};
+    float *gx = gpu_of(b.x, nx), *gg = gpu_of(b.gamma, C), *gbeta = gpu_of(b.beta, C), *gdy = gpu_of(b.dy, nx);
+    float *gy = device_alloc(GPU, nx * sizeof(float)), *gmean = device_alloc(GPU, C * sizeof(float));
+    float *ginvstd = device_alloc(GPU, C * sizeof(float)), *gwork = device_alloc(GPU, batchnorm_work_floats(GPU, &b.s) * sizeof(float));
+    float *zeros = xcalloc(nx, sizeof(float));  // gradients start at 0 (see the halving below)
+    float *gdx = gpu_of(zeros, nx), *gdg = gpu_of(zeros, C), *gdbeta = gpu_of(zeros, C);
+    batchnorm_forward_train(GPU, &b.s, gx, gg, gbeta, gy, gmean, ginvstd, grm, grv, &sync, gwork);
+    assert_int_equal(log.calls, 1);
+    assert_int_equal(log.last_count, 2 * (int)C + 1);
+    batchnorm_backward(GPU, &b.s, gx, gg, gmean, ginvstd, gdy, gdx, gdg, gdbeta, &sync, gwork);
+    assert_int_equal(log.calls, 2);
+    assert_int_equal(log.last_count, 2 * (int)C + 1);
+
+    // Same tolerances as bn_compare; the count (2M, not M) shows in the unbiased running variance.
+    assert_gpu_close(gmean, mean, C, TOL_FMA);
+    assert_gpu_close(ginvstd, invstd, C, TOL_FMA);
+    assert_gpu_close(grm, rm, C, TOL_FMA);
+    assert_gpu_close(grv, rv, C, TOL_FMA);
+    assert_gpu_close(gy, y2, nx, TOL_FMA);  // the first copy of the doubled batch
+    assert_gpu_close(gdx, dx2, nx, TOL_SUM);
+    // Parameter gradients stay LOCAL (DDP averages them later): half of the doubled batch's (the
+    // doubled batch's double sums are twice the single ones up to double rounding, far below float).
+    for (size_t c = 0; c < C; c++) {
+        dg[c] *= 0.5f;
+        dbeta[c] *= 0.5f;
+    }
+    assert_gpu_close(gdg, dg, C, TOL_FMA);
+    assert_gpu_close(gdbeta, dbeta, C, TOL_FMA);
+
+    float *hp[] = {x2, dy2, rm, rv, y2, mean, invstd, dx2, dg, dbeta, work, zeros};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {grm, grv, gx, gg, gbeta, gdy, gy, gmean, ginvstd, gwork, gdx, gdg, gdbeta};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+    bn_case_free(&b);
+}
+
+// ---------------------------------------------------------------- elementwise, pooling
+
+static void test_relu_add_scale(void **state) {
+    skip_without_gpu();
+    size_t n = 100003;  // not a multiple of the block size, and more than one grid-stride pass
+    float *x = hvec(n, -1, 1, 300), *b = hvec(n, -1, 1, 301), *dy = hvec(n, -1, 1, 302), *dx = hvec(n, -1, 1, 303);
+    float *y = xmalloc(n * sizeof(float));
+    float *gx = gpu_of(x, n), *gb = gpu_of(b, n), *gdy = gpu_of(dy, n), *gdx = gpu_of(dx, n);
+    float *gy = device_alloc(GPU, n * sizeof(float));
+
+    relu_forward(CPU, n, x, y);
+    relu_forward(GPU, n, gx, gy);
+    assert_gpu_close(gy, y, n, EXACT);
+    relu_backward(CPU, n, y, dy, dx);
+    relu_backward(GPU, n, gy, gdy, gdx);
+    assert_gpu_close(gdx, dx, n, EXACT);
+
+    add_forward(CPU, n, x, b, y);
+    add_forward(GPU, n, gx, gb, gy);
+    assert_gpu_close(gy, y, n, EXACT);
+    add_inplace(CPU, n, dx, dy);
+    add_inplace(GPU, n, gdx, gdy);
+    assert_gpu_close(gdx, dx, n, EXACT);
+    scale_inplace(CPU, n, dx, 0.37f);
+    scale_inplace(GPU, n, gdx, 0.37f);
+    assert_gpu_close(gdx, dx, n, EXACT);
+
+    float *hp[] = {x, b, dy, dx, y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gb, gdy, gdx, gy};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+}
+
+// Max-pool with odd sizes (the last row and column belong to no window) and with many ties (values on
+// a coarse grid): the gradient must go to the same "first maximum" on both devices.
+static void maxpool_compare(int n, int c, int h, int w, bool ties, uint64_t seed) {
+    size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * (h / 2) * (w / 2);
+    float *x = hvec(nx, -1, 1, seed), *dy = hvec(ny, -1, 1, seed + 1), *dx = hvec(nx, -1, 1, seed + 2);
+    if (ties)
+        for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 2.0f);  // only -2, -1, 0, 1
+    float *y = xmalloc(ny * sizeof(float));
+    float *gx = gpu_of(x, nx), *gdy = gpu_of(dy, ny), *gdx = gpu_of(dx, nx), *gy = device_alloc(GPU, ny * sizeof(float));
+    maxpool2_forward(CPU, n, c, h, w, x, y);
+    maxpool2_forward(GPU, n, c, h, w, gx, gy);
+    assert_gpu_close(gy, y, ny, EXACT);
+    maxpool2_backward(CPU, n, c, h, w, x, y, dy, dx);
+    maxpool2_backward(GPU, n, c, h, w, gx, gy, gdy, gdx);
+    assert_gpu_close(gdx, dx, nx, EXACT);
+    float *hp[] = {x, dy, dx, y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gdy, gdx, gy};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+}
+
+static void test_maxpool(void **state) {
+    skip_without_gpu();
+    maxpool_compare(3, 4, 8, 6, false, 400);
+    maxpool_compare(2, 3, 7, 9, false, 410);
+    maxpool_compare(2, 5, 6, 6, true, 420);
+}
+
+static void test_avgpool(void **state) {
+    skip_without_gpu();
+    int n = 6, c = 7, hw = 49;
+    size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;
+    float *x = hvec(nx, -1, 1, 500), *dy = hvec(ny, -1, 1, 501), *dx = hvec(nx, -1, 1, 502);
+    float *y = xmalloc(ny * sizeof(float));
+    float *gx = gpu_of(x, nx), *gdy = gpu_of(dy, ny), *gdx = gpu_of(dx, nx), *gy = device_alloc(GPU, ny * sizeof(float));
+    avgpool_forward(CPU, n, c, hw, x, y);
+    avgpool_forward(GPU, n, c, hw, gx, gy);
+    assert_gpu_close(gy, y, ny, TOL_SUM);  // a float sum (CPU) against a double one (GPU) of 49 values
+    avgpool_backward(CPU, n, c, hw, dy, dx);
+    avgpool_backward(GPU, n, c, hw, gdy, gdx);
+    assert_gpu_close(gdx, dx, nx, EXACT);
+    float *hp[] = {x, dy, dx, y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gdy, gdx, gy};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+}
+
+// ---------------------------------------------------------------- linear
+
+static void linear_compare(int n, int in, int out, bool bias, bool want_dx, uint64_t seed) {
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *x = hvec(nx, -1, 1, seed), *w = hvec(nw, -1, 1, seed + 1), *b = bias ? hvec(out, -1, 1, seed + 2) : NULL;
+    float *dy = hvec(ny, -1, 1, seed + 3), *dx = want_dx ? hvec(nx, -1, 1, seed + 4) : NULL;
+    float *dw = hvec(nw, -1, 1, seed + 5), *db = bias ? hvec(out, -1, 1, seed + 6) : NULL;
+    float *y = xmalloc(ny * sizeof(float));
+    float *gx = gpu_of(x, nx), *gw = gpu_of(w, nw), *gb = gpu_of(b, out), *gdy = gpu_of(dy, ny);
+    float *gdx = gpu_of(dx, nx), *gdw = gpu_of(dw, nw), *gdb = gpu_of(db, out), *gy = device_alloc(GPU, ny * sizeof(float));
+    linear_forward(CPU, n, in, out, x, w, b, y);
+    linear_forward(GPU, n, in, out, gx, gw, gb, gy);
+    assert_gpu_close(gy, y, ny, TOL_SUM);  // sums of `in` products
+    linear_backward(CPU, n, in, out, x, w, dy, dx, dw, db);
+    linear_backward(GPU, n, in, out, gx, gw, gdy, gdx, gdw, gdb);
+    if (dx) assert_gpu_close(gdx, dx, nx, TOL_SUM);  // sums of `out` products
+    assert_gpu_close(gdw, dw, nw, TOL_SUM);          // sums of `n` products
+    if (db) assert_gpu_close(gdb, db, (size_t)out, TOL_FMA);  // double sums of n values on both
+    float *hp[] = {x, w, b, dy, dx, dw, db, y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gw, gb, gdy, gdx, gdw, gdb, gy};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+}
+
+static void test_linear(void **state) {
+    skip_without_gpu();
+    linear_compare(33, 70, 10, true, true, 600);
+    linear_compare(5, 512, 100, false, false, 610);
+}
+
+// ---------------------------------------------------------------- loss, argmax, SGD
+
+static void ce_compare(int n, int k, float smoothing, uint64_t seed) {
+    size_t nl = (size_t)n * k;
+    float *logits = hvec(nl, -3, 3, seed), *dl = hvec(nl, -1, 1, seed + 1), *loss = xmalloc(n * sizeof(float));
+    int *labels = xmalloc(n * sizeof(int)), *pred = xmalloc(n * sizeof(int)), *gpred_h = xmalloc(n * sizeof(int));
+    Rng r = rng_make(seed, 7);
+    for (int i = 0; i < n; i++) labels[i] = (int)rng_below(&r, (uint32_t)k);
+    for (int i = 0; i < n; i += 5) logits[(size_t)i * k + 1] = logits[(size_t)i * k];  // ties for argmax
+    float *gl = gpu_of(logits, nl), *gdl = gpu_of(dl, nl), *gloss = device_alloc(GPU, n * sizeof(float));
+    int *glabels = gpu_ints(labels, n), *gpred = device_alloc(GPU, n * sizeof(int));
+
+    cross_entropy_forward(CPU, n, k, logits, labels, smoothing, loss);
+    cross_entropy_forward(GPU, n, k, gl, glabels, smoothing, gloss);
+    // Both compute in double from the same floats: they differ by exp/log rounding (~1e-16) and the
+    // order of k terms, then round to float: an ulp or so.
+    assert_gpu_close(gloss, loss, (size_t)n, TOL_FMA);
+    cross_entropy_backward(CPU, n, k, logits, labels, smoothing, 1.0f / n, dl);
+    cross_entropy_backward(GPU, n, k, gl, glabels, smoothing, 1.0f / n, gdl);
+    assert_gpu_close(gdl, dl, nl, TOL_FMA);
+
+    argmax_rows(CPU, n, k, logits, pred);
+    argmax_rows(GPU, n, k, gl, gpred);
+    device_copy_from(GPU, gpred_h, gpred, n * sizeof(int));
+    for (int i = 0; i < n; i++) assert_int_equal(gpred_h[i], pred[i]);
+
+    free(logits), free(dl), free(loss), free(labels), free(pred), free(gpred_h);
+    device_free(GPU, gl), device_free(GPU, gdl), device_free(GPU, gloss), device_free(GPU, glabels);
+    device_free(GPU, gpred);
+}
+
+static void test_cross_entropy_argmax(void **state) {
+    skip_without_gpu();
+    ce_compare(37, 10, 0.0f, 700);
+    ce_compare(37, 10, 0.1f, 710);
+    ce_compare(300, 100, 0.2f, 720);
+}
+
+static void test_sgd(void **state) {
+    skip_without_gpu();
+    size_t n = 5001;
+    for (int variant = 0; variant < 3; variant++) {
+        // plain momentum + decay; Nesterov; momentum 0 without a velocity buffer
+        float momentum = variant == 2 ? 0.0f : 0.9f, wd = variant == 1 ? 0.0f : 5e-4f;
+        int nesterov = variant == 1;
+        float *p = hvec(n, -1, 1, 800), *g = hvec(n, -1, 1, 801), *v = variant == 2 ? NULL : hvec(n, -1, 1, 802);
+        float *gp = gpu_of(p, n), *gg = gpu_of(g, n), *gv = gpu_of(v, n);
+        for (int step = 0; step < 3; step++) {
+            sgd_update(CPU, n, p, g, v, 0.05f, momentum, wd, nesterov);
+            sgd_update(GPU, n, gp, gg, gv, 0.05f, momentum, wd, nesterov);
+        }
+        // A handful of multiply-adds per step, contracted to FMAs by nvcc (see top).
+        assert_gpu_close(gp, p, n, TOL_FMA);
+        if (v) assert_gpu_close(gv, v, n, TOL_FMA);
+        free(p), free(g), free(v);
+        device_free(GPU, gp), device_free(GPU, gg), device_free(GPU, gv);
+    }
+}
+
+// ---------------------------------------------------------------- asynchronous uploads
+
+// device_copy_to_async starts after compute already queued (it may overwrite what an earlier step reads)
+// and device_wait_copies makes the data visible: queue slow work on a buffer, then upload into it.
+static void test_async_copy_order(void **state) {
+    skip_without_gpu();
+    size_t n = (size_t)1 << 22;
+    float *src = host_alloc_pinned(n * sizeof(float)), *back = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) src[i] = (float)(i % 1000);
+    float *ones = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+    float *buf = gpu_of(ones, n);
+    for (int k = 0; k < 50; k++) scale_inplace(GPU, n, buf, 1.5f);  // ~100 ms of queued work
+    device_copy_to_async(GPU, buf, src, n * sizeof(float));
+    device_wait_copies(GPU);
+    device_copy_from(GPU, back, buf, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != src[i]) {
+            print_error("element %zu is %g, expected the uploaded %g: the copy raced the queued work\n", i,
+                        (double)back[i], (double)src[i]);
+            fail();
+        }
+    host_free_pinned(src);
+    free(back), free(ones);
+    device_free(GPU, buf);
+}
+
+// ---------------------------------------------------------------- whole model
+
+typedef struct {
+    Model *m[2];  // [0] CPU, [1] GPU
+    int batch, classes;
+    float *x;     // (batch, 3, 32, 32) host
+    int *y;
+} Pair;
+
+static Pair pair_create(const char *name, int batch, uint64_t seed) {
+    Pair p = {.batch = batch, .classes = 10};
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, 0, 3, 32, 32, 10));
+    p.m[0] = model_create(&cfg, CPU, batch, seed);
+    p.m[1] = model_create(&cfg, GPU, batch, seed);
+    size_t nx = (size_t)batch * 3 * 32 * 32;
+    p.x = hvec(nx, -1, 1, seed + 1);
+    p.y = xmalloc(batch * sizeof(int));
+    Rng r = rng_make(seed, 3);
+    for (int i = 0; i < batch; i++) p.y[i] = (int)rng_below(&r, 10);
+    for (int d = 0; d < 2; d++) {
+        device_copy_to(p.m[d]->device, p.m[d]->input, p.x, nx * sizeof(float));
+        device_copy_to(p.m[d]->device, p.m[d]->labels, p.y, batch * sizeof(int));
+    }
+    return p;
+}
+
+static void pair_free(Pair *p) {
+    model_free(p->m[0]);
+    model_free(p->m[1]);
+    free(p->x);
+    free(p->y);
+}
+
+// One training step (as lesson 01 does it) on model m.
+static void train_step(Model *m, int batch, int classes, const SgdConfig *opt) {
+    Device d = m->device;
+    const float *logits = model_forward(m, m->input, batch, true);
+    cross_entropy_forward(d, batch, classes, logits, m->labels, 0.0f, m->loss);
+    device_memset_zero(d, m->dlogits, (size_t)batch * classes * sizeof(float));
+    cross_entropy_backward(d, batch, classes, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
+    model_zero_grad(m);
+    model_backward(m, m->input, m->dlogits, batch);
+    optim_step(m, opt, opt->lr);
+}
+
+// Compares one flat model buffer (params, grads or buffers) view by view, each with its own RMS floor.
+static void compare_views(const Pair *p, int which, double tol) {
+    const Model *c = p->m[0], *g = p->m[1];
+    const float *cb = which == 0 ? c->params : which == 1 ? c->grads : c->buffers;
+    const float *gb = which == 0 ? g->params : which == 1 ? g->grads : g->buffers;
+    int nv = which == 2 ? c->n_buffer_views : c->n_views;
+    const TensorView *views = which == 2 ? c->buffer_views : c->views;
+    for (int i = 0; i < nv; i++) {
+        const TensorView *v = &views[i];
+        print_message("  %-24s ", v->name);
+        float *got = host_of(gb + v->offset, v->count);
+        double e = max_rel_error(got, cb + v->offset, v->count, rms_floor(cb + v->offset, v->count));
+        print_message("max rel. error %.2g\n", e);
+        assert_close(got, cb + v->offset, v->count, tol, rms_floor(cb + v->offset, v->count));
+        free(got);
+    }
+}
+
+// One full training step of "tiny-bn": loss, dlogits, every gradient, the updated parameters and the
+// running statistics agree within TOL_MODEL (see its comment at the top).
+static void test_model_one_step(void **state) {
+    skip_without_gpu();
+    Pair p = pair_create("tiny-bn", 32, 900);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    compare_views(&p, 0, EXACT);  // the same initial parameters on both devices
+    for (int d = 0; d < 2; d++) train_step(p.m[d], p.batch, p.classes, &opt);
+    assert_gpu_close(p.m[1]->loss, p.m[0]->loss, (size_t)p.batch, TOL_MODEL);
+    assert_gpu_close(p.m[1]->dlogits, p.m[0]->dlogits, (size_t)p.batch * p.classes, TOL_MODEL);
+    compare_views(&p, 1, TOL_MODEL);
+    compare_views(&p, 0, TOL_MODEL);
+    compare_views(&p, 2, TOL_MODEL);
+    pair_free(&p);
+}
+
+// Ten steps stay within the same bound: the measurement behind TOL_MODEL found no growth over ten
+// steps (BN renormalises every layer, so a small parameter difference does not compound). The printed
+// per-view errors show the margin left on the GPU at hand.
+static void test_model_ten_steps(void **state) {
+    skip_without_gpu();
+    Pair p = pair_create("tiny-bn", 32, 910);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    for (int step = 0; step < 10; step++)
+        for (int d = 0; d < 2; d++) train_step(p.m[d], p.batch, p.classes, &opt);
+    compare_views(&p, 1, TOL_MODEL);
+    compare_views(&p, 0, TOL_MODEL);
+    compare_views(&p, 2, TOL_MODEL);
+    pair_free(&p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_3x3_pad1),
+        cmocka_unit_test(test_conv_stride2_no_pad),
+        cmocka_unit_test(test_conv_1x1_and_5x5),
+        cmocka_unit_test(test_conv_null_grads),
+        cmocka_unit_test(test_conv_chunks),
+        cmocka_unit_test(test_bn_small),
+        cmocka_unit_test(test_bn_sliced),
+        cmocka_unit_test(test_bn_sync_hook),
+        cmocka_unit_test(test_relu_add_scale),
+        cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_cross_entropy_argmax),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_async_copy_order),
+        cmocka_unit_test(test_model_one_step),
+        cmocka_unit_test(test_model_ten_steps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
