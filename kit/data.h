@@ -32,15 +32,27 @@ typedef enum { SPLIT_TRAIN, SPLIT_TEST } Split;
 //   cifar10:  dir/cifar-10-batches-bin/data_batch_{1..5}.bin, test_batch.bin (records of 1 + 3072 bytes)
 //   cifar100: dir/cifar-100-binary/train.bin, test.bin (records of 2 + 3072 bytes; the fine label is used)
 //   fashion-mnist: dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (IDX, gzip read through zlib)
-//   synthetic: generated (dir unused): 10 classes, 3x32x32, 5000 train / 1000 test
+//   synthetic: generated (dir unused): 10 classes, 3x32x32, 5000 train / 1000 test, seed 1234
+// mean/std: published per-channel values of the TRAINING split for the real datasets (the test split
+// gets the same numbers); for synthetic, computed from its first 1000 training images for both splits.
 int dataset_load(Dataset *ds, const char *name, const char *dir, Split split, char *err, size_t errlen);
 int dataset_load_cifar10(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
 int dataset_load_cifar100(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
 int dataset_load_fashion_mnist(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);
 
+#define DATASET_SYNTHETIC_TRAIN 5000
+#define DATASET_SYNTHETIC_TEST 1000
+#define DATASET_SYNTHETIC_SEED 1234
+
 // A deterministic, LEARNABLE synthetic set shaped like CIFAR: each class has a fixed pattern
 // (derived from seed) and every image is its class pattern plus per-image noise and a random shift.
 // The train and test splits share the patterns and differ in the noise.
+// Pattern of a class: two oriented sinusoidal stripe patterns (class-specific angle, frequency and
+// per-channel colour mix), zero-mean, so the mean colour does not give the class away. Per image: a
+// random phase of each pattern (the random shift), contrast 0.8..1.2, brightness +-0.1 and pixel noise
+// of sigma 0.12 (in [0, 1] units). Image i is a pure function of (seed, split, i). Labels: every block
+// of `classes` consecutive indices is a random permutation of the classes (balanced).
+// c must be 1..3, classes 1..256. mean/std: from the first 1000 TRAIN images, whatever the split and n.
 void dataset_synthetic(Dataset *ds, int n, int classes, int c, int h, int w, uint64_t seed, Split split);
 void dataset_free(Dataset *ds);
 
@@ -56,8 +68,14 @@ typedef struct {
 // Builds a batch on the host: x (b, C, H, W) normalised floats, y (b) labels, from sample indices idx.
 // aug == NULL: no augmentation. The random crop/flip of a sample depends only on
 // (seed, epoch, sample index), so it is the same on every rank, thread and resumed run.
+// Crop offsets are uniform in [-crop_pad, crop_pad] per axis, then a fair coin for the flip, all drawn
+// from rng_make(seed, dataset_aug_stream(epoch, index)). An index outside 0..n-1 is a clear error (exit).
 void dataset_fill_batch(const Dataset *ds, const int *idx, int b, const Augment *aug, uint64_t seed,
                         int epoch, float *x, int *y);
+// The rng stream of sample `index` in `epoch`: DATASET_AUG_TAG | (epoch mod 2^24) << 32 | index. The tag
+// keeps it apart from the sampler's streams (SAMPLER_STREAM_TAG | epoch) under the same seed.
+#define DATASET_AUG_TAG 0x4100000000000000ull
+uint64_t dataset_aug_stream(int epoch, int index);
 
 // ---------------------------------------------------------------- sampler (DistributedSampler, explicit)
 typedef enum {
@@ -73,8 +91,13 @@ typedef struct {
     int epoch;
 } Sampler;
 
+// n >= 0, world >= 1, 0 <= rank < world (else a clear error and exit). The epoch starts at 0.
 void sampler_init(Sampler *s, int n, int rank, int world, uint64_t seed, SamplerMode mode);
 // The order depends on (seed, epoch) only: the same on every rank, different every epoch.
+// It is rng_shuffle of 0..n-1 with rng_make(seed, SAMPLER_STREAM_TAG | epoch). PAD appends the first
+// entries of that permutation again (cycling when n < world) up to ceil(n / world) * world; DROP keeps
+// the first floor(n / world) * world; rank r then takes positions r, r + world, r + 2 * world, ...
+#define SAMPLER_STREAM_TAG 0x5300000000000000ull
 void sampler_set_epoch(Sampler *s, int epoch);
 // How many indices this rank gets per epoch.
 int sampler_len(const Sampler *s);
@@ -93,12 +116,17 @@ typedef struct Loader Loader;
 
 // Batches of batch_size from the sampler's indices; drop_last drops a short final batch.
 // A background thread fills the next batch while the caller computes on the current one.
+// The loader keeps its own copy of *s (and of *aug; aug may be NULL); ds must outlive the loader.
+// Batch k of an epoch holds positions k*batch_size .. of sampler_indices for that epoch, filled with
+// dataset_fill_batch(ds, ..., aug, seed, epoch, ...), so it equals a direct fill.
 Loader *loader_create(const Dataset *ds, const Sampler *s, int batch_size, bool drop_last,
                       const Augment *aug, uint64_t seed);
-// Starts an epoch (reshuffles through the sampler) at batch number start_batch (0, or more on resume).
+// Starts an epoch (reshuffles through the sampler) at batch number start_batch (0, or more on resume;
+// 0 <= start_batch <= loader_batches_per_epoch, else a clear error). Cancels the rest of the last one.
 void loader_start_epoch(Loader *L, int epoch, int start_batch);
 // The next batch, or NULL at the end of the epoch. Valid until the next call.
 // *wait_seconds (if not NULL) is the time spent waiting for the background thread.
+// Calling it before the first loader_start_epoch is a clear error.
 const Batch *loader_next(Loader *L, double *wait_seconds);
 int loader_batches_per_epoch(const Loader *L);
 void loader_free(Loader *L);
