@@ -10,12 +10,12 @@
 //       evaluate on the test split                                                       (TODO 4)
 //
 // Everything you write is marked TODO; the kit (../../kit) supplies the layers, the data and the logging.
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "cli.h"
 #include "data.h"
 #include "device.h"
 #include "lesson.h"
@@ -23,6 +23,7 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "train.h"
 
 // ---------------------------------------------------------------- the training step (TODO 3)
 
@@ -109,166 +110,30 @@ EvalResult evaluate(Model *m, Loader *loader) {
 }
 
 #ifndef AUTOGRADER
-// ---------------------------------------------------------------- options
-
-typedef struct {
-    const char *dataset, *data_dir, *device, *model, *metrics;
-    int width, epochs, batch_size, warmup_epochs;
-    float lr, momentum, weight_decay, label_smoothing;
-    bool nesterov;
-    unsigned long long seed;
-} Options;
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: train [options]\n"
-            "  --dataset NAME      %s (default synthetic)\n"
-            "  --data-dir DIR      where the dataset files are (default datasets/data)\n"
-            "  --device DEV        auto|cpu|cuda (default auto: the GPU when one is usable)\n"
-            "  --model NAME        %s (default: resnet9 for CIFAR, fmnist for Fashion-MNIST, tiny-bn for synthetic)\n"
-            "  --width N           base channel count of the model (default: the model's own)\n"
-            "  --epochs N          passes over the training set (default: per dataset, see README)\n"
-            "  --batch-size N      images per step (default 128)\n"
-            "  --lr X              peak learning rate (default 0.05)\n"
-            "  --momentum X        SGD momentum (default 0.9)\n"
-            "  --nesterov          use Nesterov momentum\n"
-            "  --weight-decay X    L2 penalty on conv/linear weights (default 5e-4)\n"
-            "  --label-smoothing X (default 0)\n"
-            "  --warmup-epochs N   linear learning-rate warmup, then linear decay to 0 (default 1)\n"
-            "  --seed N            seed for initialisation, shuffling and augmentation (default 1)\n"
-            "  --metrics FILE      append one CSV row per epoch to FILE\n"
-            "  --help              this text\n",
-            dataset_names(), model_names());
-}
-
-// A wrong option is the user's mistake, not a crash: one line saying what is wrong, the usage, exit 2.
-static void usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "train: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    usage(stderr);
-    exit(2);
-}
-
-static long parse_long(const char *name, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s needs an integer in [%ld, %ld], got '%%s'", name, lo, hi);
-        usage_error(msg, s);
-    }
-    return v;
-}
-
-static float parse_float(const char *name, const char *s, float lo, float hi) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s needs a number in [%g, %g], got '%%s'", name, lo, hi);
-        usage_error(msg, s);
-    }
-    return v;
-}
-
-// Is name one of the entries of "a|b|c"?
-static bool name_in_list(const char *name, const char *list) {
-    size_t len = strlen(name);
-    for (const char *p = list; *p; p = strchr(p, '|') ? strchr(p, '|') + 1 : p + strlen(p))
-        if (strncmp(p, name, len) == 0 && (p[len] == '|' || p[len] == '\0')) return true;
-    return false;
-}
-
-static Options parse_options(int argc, char **argv) {
-    Options o = {.dataset = "synthetic", .data_dir = "datasets/data", .device = "auto", .model = NULL,
-                 .metrics = NULL, .width = 0, .epochs = 0, .batch_size = 128, .warmup_epochs = 1,
-                 .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .label_smoothing = 0.0f,
-                 .nesterov = false, .seed = 1};
-    static const struct option longopts[] = {
-        {"dataset", required_argument, 0, 'd'},   {"data-dir", required_argument, 0, 'D'},
-        {"device", required_argument, 0, 'v'},    {"model", required_argument, 0, 'm'},
-        {"width", required_argument, 0, 'w'},     {"epochs", required_argument, 0, 'e'},
-        {"batch-size", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
-        {"momentum", required_argument, 0, 'M'},  {"nesterov", no_argument, 0, 'n'},
-        {"weight-decay", required_argument, 0, 'W'}, {"label-smoothing", required_argument, 0, 'S'},
-        {"warmup-epochs", required_argument, 0, 'u'}, {"seed", required_argument, 0, 's'},
-        {"metrics", required_argument, 0, 'o'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    opterr = 0;  // we print our own one-line error
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'd': o.dataset = optarg; break;
-        case 'D': o.data_dir = optarg; break;
-        case 'v': o.device = optarg; break;
-        case 'm': o.model = optarg; break;
-        case 'w': o.width = (int)parse_long("--width", optarg, 1, 4096); break;
-        case 'e': o.epochs = (int)parse_long("--epochs", optarg, 1, 100000); break;
-        case 'b': o.batch_size = (int)parse_long("--batch-size", optarg, 1, 65536); break;
-        case 'l': o.lr = parse_float("--lr", optarg, 0.0f, 100.0f); break;
-        case 'M': o.momentum = parse_float("--momentum", optarg, 0.0f, 0.999f); break;
-        case 'n': o.nesterov = true; break;
-        case 'W': o.weight_decay = parse_float("--weight-decay", optarg, 0.0f, 1.0f); break;
-        case 'S': o.label_smoothing = parse_float("--label-smoothing", optarg, 0.0f, 0.999f); break;
-        case 'u': o.warmup_epochs = (int)parse_long("--warmup-epochs", optarg, 0, 100000); break;
-        case 's': o.seed = (unsigned long long)parse_long("--seed", optarg, 0, 0x7fffffffL); break;
-        case 'o': o.metrics = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        default: usage_error("unknown option, or an option without its value: '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-    if (!name_in_list(o.dataset, dataset_names())) usage_error("unknown dataset '%s'", o.dataset);
-    if (o.model && !name_in_list(o.model, model_names())) usage_error("unknown model '%s'", o.model);
-    return o;
-}
-
-// Defaults that depend on the dataset: the model, and an epoch count that reaches the README's accuracy.
-static void apply_dataset_defaults(Options *o) {
-    bool cifar = strncmp(o->dataset, "cifar", 5) == 0;
-    bool fmnist = strcmp(o->dataset, "fashion-mnist") == 0;
-    if (!o->model) o->model = cifar ? "resnet9" : fmnist ? "fmnist" : "tiny-bn";
-    if (!o->epochs) o->epochs = cifar ? 24 : fmnist ? 8 : 3;
-}
-
 // ---------------------------------------------------------------- main
 
 int main(int argc, char **argv) {
-    Options o = parse_options(argc, argv);
-    apply_dataset_defaults(&o);
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_BASE);  // the options are shared by every lesson: kit/cli.c
+    cli_apply_dataset_defaults(&o);
     Device dev;
-    if (!device_parse(o.device, &dev, false)) usage_error("--device must be auto, cpu or cuda, got '%s'", o.device);
+    device_parse(o.device, &dev, false);
 
-    // Data: the training split is shuffled every epoch and augmented; the test split is neither.
-    Dataset train_set, test_set;
-    char err[512];
-    if (dataset_load(&train_set, o.dataset, o.data_dir, SPLIT_TRAIN, err, sizeof err) != 0 ||
-        dataset_load(&test_set, o.dataset, o.data_dir, SPLIT_TEST, err, sizeof err) != 0)
-        die("%s\n  HINT: run `datasets/get-data.sh` (or `make run`), or pass --data-dir", err);
-    Sampler train_sampler, test_sampler;
-    sampler_init(&train_sampler, train_set.n, 0, 1, o.seed, SAMPLER_TRAIN_DROP);
-    sampler_init(&test_sampler, test_set.n, 0, 1, o.seed, SAMPLER_EVAL);
-    // Crop+flip suit natural images; the synthetic patterns and Fashion-MNIST's centred items get neither.
-    Augment aug = {.crop_pad = 4, .flip = true};
-    bool augment = strncmp(o.dataset, "cifar", 5) == 0;
-    Loader *train_loader = loader_create(&train_set, &train_sampler, o.batch_size, true, augment ? &aug : NULL, o.seed);
-    Loader *test_loader = loader_create(&test_set, &test_sampler, o.batch_size, false, NULL, o.seed);
+    // Data: the training split is shuffled every epoch (and augmented for CIFAR); the test split is not.
+    // One process, so this is rank 0 of a world of 1 (lesson 03 changes exactly that).
+    TrainData data;
+    train_data_open(&data, &o, 0, 1, o.batch_size);
 
     // Model and optimizer.
     ModelConfig cfg;
-    if (!model_config(&cfg, o.model, o.width, train_set.c, train_set.h, train_set.w, train_set.classes))
-        usage_error("unknown model '%s'", o.model);
+    model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
     Model *m = model_create(&cfg, dev, o.batch_size, o.seed);
     SgdConfig opt = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov};
-    int steps_per_epoch = loader_batches_per_epoch(train_loader);
-    if (steps_per_epoch == 0) die("--batch-size %d is larger than the training set (%d images)", o.batch_size, train_set.n);
+    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
     LrSchedule sched = {.peak_lr = o.lr, .warmup_steps = o.warmup_epochs * steps_per_epoch,
                         .total_steps = o.epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};
-    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", train_set.name, train_set.n, test_set.n,
-           train_set.c, train_set.h, train_set.w, train_set.classes);
+    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", data.train.name, data.train.n, data.test.n,
+           data.train.c, data.train.h, data.train.w, data.train.classes);
     model_print(m, stdout);
 
     double run_start = time_now(), data_wait = 0.0, train_seconds = 0.0;
@@ -279,12 +144,12 @@ int main(int argc, char **argv) {
         snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
         Progress bar;
         progress_begin(&bar, label, steps_per_epoch, true);
-        loader_start_epoch(train_loader, epoch, 0);
+        loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
         double epoch_start = time_now(), loss_sum = 0.0;
         long correct = 0, seen = 0;
         const Batch *b;
         double wait;
-        while ((b = loader_next(train_loader, &wait)) != NULL) {
+        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
             int step = epoch * steps_per_epoch + b->index;
             StepResult r = train_step(m, b, &opt, lr_at(&sched, step), o.label_smoothing);
             data_wait += wait;
@@ -300,14 +165,15 @@ int main(int argc, char **argv) {
         images_seen += seen;
         last_loss = loss_sum / seen;
 
-        EvalResult ev = evaluate(m, test_loader);
+        EvalResult ev = evaluate(m, data.test_loader);
         test_acc = ev.count ? (double)ev.correct / ev.count : 0.0;
+        double test_loss = ev.count ? ev.loss_sum / ev.count : 0.0;
         printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
-               epoch + 1, last_loss, 100.0 * correct / seen, ev.count ? ev.loss_sum / ev.count : 0.0,
-               100.0 * test_acc, epoch_seconds, seen / epoch_seconds);
+               epoch + 1, last_loss, 100.0 * correct / seen, test_loss, 100.0 * test_acc, epoch_seconds,
+               seen / epoch_seconds);
         if (o.metrics) {
-            double row[] = {epoch + 1, last_loss, (double)correct / seen, ev.loss_sum / ev.count, test_acc,
-                            seen / epoch_seconds, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1)};
+            double row[] = {epoch + 1, last_loss, (double)correct / seen, test_loss, test_acc, seen / epoch_seconds,
+                            lr_at(&sched, (epoch + 1) * steps_per_epoch - 1)};
             metrics_append(o.metrics, "epoch,train_loss,train_acc,test_loss,test_acc,images_per_s,lr", row, 7);
         }
     }
@@ -316,13 +182,10 @@ int main(int argc, char **argv) {
     printf("time: %.1f s training, of which %.1f s (%.0f%%) waiting for data and %.1f s computing\n", train_seconds,
            data_wait, 100.0 * data_wait / train_seconds, train_seconds - data_wait);
     printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f\n",
-           train_set.name, device_name(dev), o.epochs, last_loss, test_acc, images_seen / train_seconds, total);
+           data.train.name, device_name(dev), o.epochs, last_loss, test_acc, images_seen / train_seconds, total);
 
-    loader_free(train_loader);
-    loader_free(test_loader);
     model_free(m);
-    dataset_free(&train_set);
-    dataset_free(&test_set);
+    train_data_close(&data);
     return 0;
 }
 #endif  // AUTOGRADER

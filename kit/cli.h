@@ -1,0 +1,47 @@
+// kit/cli.h: the command-line options every training program of the workshop shares.
+//
+// One parser for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
+// extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
+// and --bucket-mb); an option outside those groups is an error like any unknown option.
+// A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
+#ifndef KIT_CLI_H
+#define KIT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2 };
+
+typedef struct {
+    const char *dataset, *data_dir, *device, *model, *metrics;
+    int width, epochs, batch_size, warmup_epochs;
+    float lr, momentum, weight_decay, label_smoothing;
+    bool nesterov;
+    uint64_t seed;
+    int devices;              // CLI_DP: replicas driven by one process
+    const char *backend;      // CLI_DIST: auto|mpi|nccl
+    double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)
+    double timeout_s;         // CLI_DIST: collective timeout
+    const char *checkpoint;   // CLI_CKPT: file to save to / resume from
+} TrainOptions;
+
+// Parses argv into *o (defaults first). `groups` is CLI_BASE or'ed with the extra groups accepted.
+// --help prints the usage and exits 0.
+void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups);
+void cli_usage(FILE *out, unsigned groups);
+// Dataset-dependent defaults, applied after parsing: the model (resnet9 for CIFAR, fmnist for
+// Fashion-MNIST, tiny-bn for synthetic) and the epoch count of the README's reference schedule.
+void cli_apply_dataset_defaults(TrainOptions *o);
+// Is name one of the entries of "a|b|c"?
+bool cli_name_in_list(const char *name, const char *list);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_CLI_H
