@@ -1,0 +1,564 @@
+// kit/dist.c: the process group over MPI and NCCL (see dist.h).
+//
+// Compiled with MPI's flags and -DKIT_MPI by mk/dist.mk when Open MPI is found; without MPI every
+// entry point says how to get it. The NCCL parts need KIT_NCCL (CUDA + NCCL found at build time).
+//
+// Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer
+// rank dies or stalls, and a hung job costs a workshop its GPU hours. So every collective is started
+// non-blocking and completed by a loop that tests it and watches a deadline.
+#include "dist.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#ifdef KIT_NCCL
+#define KIT_NCCL_BUILT true
+#else
+#define KIT_NCCL_BUILT false
+#endif
+
+#ifndef KIT_MPI
+// ---------------------------------------------------------------- built without MPI
+static void no_mpi(void) __attribute__((noreturn));
+static void no_mpi(void) {
+    die("this program was built without MPI, so it cannot run several ranks. Install Open MPI "
+        "(libopenmpi-dev openmpi-bin: `make deps`), then `make clean` and rebuild.");
+}
+ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) { no_mpi(); }
+void pg_finalize(ProcessGroup *pg) { no_mpi(); }
+int pg_rank(const ProcessGroup *pg) { no_mpi(); }
+int pg_world(const ProcessGroup *pg) { no_mpi(); }
+int pg_local_rank(const ProcessGroup *pg) { no_mpi(); }
+int pg_local_world(const ProcessGroup *pg) { no_mpi(); }
+Device pg_device(const ProcessGroup *pg) { no_mpi(); }
+PgBackend pg_backend(const ProcessGroup *pg) { no_mpi(); }
+double pg_timeout(const ProcessGroup *pg) { no_mpi(); }
+void pg_abort(ProcessGroup *pg, const char *msg) { no_mpi(); }
+void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
+void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) { no_mpi(); }
+void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) { no_mpi(); }
+void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
+void pg_barrier(ProcessGroup *pg) { no_mpi(); }
+PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
+void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) { no_mpi(); }
+void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
+bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) { no_mpi(); }
+#else
+// ---------------------------------------------------------------- built with MPI
+#include "mpi_check.h"
+#ifdef KIT_CUDA
+#include "cuda_check.h"
+#endif
+
+// One collective in flight. MPI with a CUDA device stages the data in `host`, which each slot keeps
+// (and grows) across calls, so a bucketed step allocates nothing after the first.
+typedef struct {
+    bool busy;
+    bool staged;        // MPI backend on a CUDA device: the data is in `host`
+    float *buf;         // the caller's buffer (n), on the device
+    size_t n;
+    PgOp op;
+    MPI_Request req;
+    float *host;        // (host_cap) pinned staging
+    size_t host_cap;
+#ifdef KIT_NCCL
+    cudaEvent_t done;   // recorded on the NCCL stream after the collective
+    bool has_event;
+#endif
+} Slot;
+
+struct ProcessGroup {
+    int rank, world, local_rank, local_world;
+    Device dev;
+    PgBackend backend;
+    double timeout_s;
+    MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
+    Slot slots[PG_MAX_INFLIGHT];
+    float *stage;        // (stage_cap) staging for blocking broadcast / all-gather on CUDA + MPI
+    size_t stage_cap;
+#ifdef KIT_NCCL
+    ncclComm_t nccl;
+    cudaStream_t stream;     // NCCL's own stream
+    cudaEvent_t inputs_ready; // recorded on the compute stream before each collective
+    cudaEvent_t blocking_done; // recorded after a blocking collective (broadcast, all-gather)
+#endif
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// Between two polls. Open MPI moves data only inside MPI calls (there is no progress thread), so a
+// sleep here would stall a large collective. The first 100 us spin, as a blocking call does (small
+// collectives finish in that time); then yielding keeps the loop nearly as fast while letting other
+// ranks run when there are more ranks than cores. After a second of waiting the collective is either
+// huge or stuck, and a short sleep stops a stalled job from burning CPU.
+static void poll_pause(double waited_s) {
+    if (waited_s < 100e-6) {
+        return;
+    } else if (waited_s < 1.0) {
+        sched_yield();
+    } else {
+        struct timespec nap = {0, 200 * 1000};  // 0.2 ms
+        nanosleep(&nap, NULL);
+    }
+}
+
+void pg_abort(ProcessGroup *pg, const char *msg) {
+    if (msg) {
+        fflush(stdout);
+        fprintf(stderr, "rank %d: %s\n", pg ? pg->rank : -1, msg);
+        fflush(stderr);
+    }
+#ifdef KIT_NCCL
+    // Frees NCCL's kernels and proxy threads that would otherwise wait forever for the dead peer.
+    if (pg && pg->nccl) ncclCommAbort(pg->nccl);
+#endif
+    // MPI_Abort asks mpirun to kill every rank. Should it hang (its daemon is gone), the alarm ends us.
+    alarm(10);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, double waited)
+    __attribute__((noreturn));
+static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, double waited) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s of %zu %s timed out after %.1f s: a peer rank died or stalled (see its log)\n"
+             "  HINT: every rank must call the same collectives in the same order; if one step is just slow, "
+             "raise the limit with KIT_PG_TIMEOUT=<seconds>",
+             what, n, unit, waited);
+    pg_abort(pg, msg);
+}
+
+// Completes an MPI request, or stops the job when the deadline passes.
+static void mpi_wait(ProcessGroup *pg, MPI_Request *req, const char *what, size_t n, const char *unit) {
+    double start = now_s();
+    for (;;) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        double waited = now_s() - start;
+        if (waited > pg->timeout_s) timeout_fail(pg, what, n, unit, waited);
+        poll_pause(waited);
+    }
+}
+
+// MPI counts are int: larger buffers would need chunking, which no lesson needs.
+static int mpi_count(size_t n) {
+    if (n > (size_t)INT_MAX)
+        check_failf(__FILE__, __LINE__, "mpi_count(n)", "split the buffer into pieces below 2^31 floats",
+                    "%zu elements is more than one MPI call can take", n);
+    return (int)n;
+}
+
+// Grows a pinned host buffer to hold `bytes`.
+static float *stage_reserve(float **buf, size_t *cap, size_t bytes) {
+    if (*cap < bytes) {
+        host_free_pinned(*buf);
+        *buf = host_alloc_pinned(bytes);
+        *cap = bytes;
+    }
+    return *buf;
+}
+
+static bool staged(const ProcessGroup *pg) { return pg->backend == PG_BACKEND_MPI && pg->dev == DEVICE_CUDA; }
+
+// ---------------------------------------------------------------- NCCL helpers
+#ifdef KIT_NCCL
+// A non-blocking communicator may answer ncclInProgress: poll until the call has settled.
+static void nccl_settle(ProcessGroup *pg, ncclResult_t r, const char *what, size_t n) {
+    double start = now_s();
+    while (r == ncclInProgress) {
+        double waited = now_s() - start;
+        if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
+        poll_pause(waited);
+        NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &r));
+    }
+    NCCL_CHECK(r);
+}
+
+// Makes NCCL's stream wait for the compute work queued so far. An event on the legacy default stream
+// completes after all earlier work on every blocking stream, which covers the kit's compute stream
+// (kit/cuda/cuda_context.cu) and device.c's copies alike.
+static void nccl_after_compute(ProcessGroup *pg) {
+    CUDA_CHECK(cudaEventRecord(pg->inputs_ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(pg->stream, pg->inputs_ready, 0));
+}
+
+// Waits for an event on NCCL's stream, watching NCCL's error state and the deadline.
+static void nccl_wait_event(ProcessGroup *pg, cudaEvent_t ev, const char *what, size_t n) {
+    double start = now_s();
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        ncclResult_t async = ncclSuccess;
+        NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s of %zu floats failed in NCCL: %s\n  HINT: %s", what, n,
+                     ncclGetErrorString(async), nccl_hint(async));
+            pg_abort(pg, msg);
+        }
+        double waited = now_s() - start;
+        if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
+        poll_pause(waited);
+    }
+}
+
+static cudaEvent_t slot_event(Slot *s) {
+    if (!s->has_event) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+        s->has_event = true;
+    }
+    return s->done;
+}
+
+// Runs `call` (an NCCL collective on pg->stream) and waits for it with the deadline.
+#define NCCL_BLOCKING(pg, call, what, n)                                                  \
+    do {                                                                                  \
+        nccl_after_compute(pg);                                                           \
+        nccl_settle((pg), (call), (what), (n));                                           \
+        CUDA_CHECK(cudaEventRecord((pg)->blocking_done, (pg)->stream));                   \
+        nccl_wait_event((pg), (pg)->blocking_done, (what), (n));                          \
+    } while (0)
+#endif
+
+// ---------------------------------------------------------------- setup
+
+int pg_rank(const ProcessGroup *pg) { return pg->rank; }
+int pg_world(const ProcessGroup *pg) { return pg->world; }
+int pg_local_rank(const ProcessGroup *pg) { return pg->local_rank; }
+int pg_local_world(const ProcessGroup *pg) { return pg->local_world; }
+Device pg_device(const ProcessGroup *pg) { return pg->dev; }
+PgBackend pg_backend(const ProcessGroup *pg) { return pg->backend; }
+double pg_timeout(const ProcessGroup *pg) { return pg->timeout_s; }
+
+static double timeout_from_env(double given) {
+    const char *env = getenv("KIT_PG_TIMEOUT");
+    if (env && env[0]) {
+        char *end = NULL;
+        double t = strtod(env, &end);
+        if (*end != '\0' || !(t > 0)) die("KIT_PG_TIMEOUT='%s' is not a positive number of seconds", env);
+        return t;
+    }
+    return given > 0 ? given : PG_DEFAULT_TIMEOUT_S;
+}
+
+// A small all-reduce of ints on the host (setup decisions), with the deadline.
+static void host_allreduce_int(ProcessGroup *pg, MPI_Comm comm, int *v, int n, MPI_Op op, const char *what) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT, op, comm, &req));
+    mpi_wait(pg, &req, what, (size_t)n, "ints");
+}
+
+// Rank and size among the processes of this node (MPI_COMM_TYPE_SHARED: same shared memory).
+static void find_local_rank(ProcessGroup *pg, MPI_Comm *node) {
+    MPI_CHECK(MPI_Comm_split_type(pg->comm, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, node));
+    MPI_CHECK(MPI_Comm_rank(*node, &pg->local_rank));
+    MPI_CHECK(MPI_Comm_size(*node, &pg->local_world));
+}
+
+// Picks this rank's GPU by local rank and returns the most ranks of any node that share one physical
+// GPU (compared by PCI bus id, so CUDA_VISIBLE_DEVICES set per rank by a launcher counts correctly).
+static int pick_gpu(ProcessGroup *pg, MPI_Comm node) {
+    int most = 0;
+#ifdef KIT_CUDA
+    if (pg->dev == DEVICE_CUDA) {
+        int gpus = device_gpu_count();
+        CHECK(gpus > 0, "--device cuda needs a usable GPU on every node: run `nvidia-smi` there");
+        device_set_gpu(pg->local_rank % gpus);
+        enum { ID = 32 };
+        char mine[ID] = {0};
+        CUDA_CHECK(cudaDeviceGetPCIBusId(mine, ID, pg->local_rank % gpus));
+        char *all = xcalloc((size_t)pg->local_world, ID);
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(mine, ID, MPI_CHAR, all, ID, MPI_CHAR, node, &req));
+        mpi_wait(pg, &req, "gathering GPU ids", ID, "bytes");
+        most = pg_max_duplicates(all, pg->local_world, ID);
+        free(all);
+    }
+#endif
+    // The busiest node decides for everyone: all ranks must pick the same backend.
+    host_allreduce_int(pg, pg->comm, &most, 1, MPI_MAX, "agreeing on the backend");
+    return most;
+}
+
+#ifdef KIT_NCCL
+static void nccl_init(ProcessGroup *pg) {
+    ncclUniqueId id;
+    if (pg->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, pg->comm, &req));
+    mpi_wait(pg, &req, "broadcast of the ncclUniqueId", sizeof id, "bytes");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&pg->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&pg->inputs_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&pg->blocking_done, cudaEventDisableTiming));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    // Non-blocking: init returns at once and we poll, so a missing peer cannot hang us here.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&pg->nccl, pg->world, id, pg->rank, &config);
+    nccl_settle(pg, r, "NCCL communicator setup", (size_t)pg->world);
+#else
+    NCCL_CHECK(ncclCommInitRank(&pg->nccl, pg->world, id, pg->rank));
+#endif
+}
+#endif
+
+ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        // FUNNELED: the data loader has its own thread, but only the main thread calls MPI.
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            die("MPI_Init failed: start the program with mpirun (scripts/launch.sh) or srun --mpi=pmix");
+    }
+    ProcessGroup *pg = xcalloc(1, sizeof *pg);
+    pg->dev = dev;
+    pg->timeout_s = timeout_from_env(timeout_s);
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &pg->comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(pg->comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(pg->comm, &pg->rank));
+    MPI_CHECK(MPI_Comm_size(pg->comm, &pg->world));
+
+    MPI_Comm node;
+    find_local_rank(pg, &node);
+    int ranks_per_gpu = pick_gpu(pg, node);
+    MPI_CHECK(MPI_Comm_free(&node));
+
+    char why[512];
+    if (!pg_choose_backend(backend, dev, device_cuda_built() && KIT_NCCL_BUILT, ranks_per_gpu, &pg->backend,
+                           why, sizeof why)) {
+        // Every rank reached the same verdict (the inputs were agreed on above): one message, clean exit.
+        if (pg->rank == 0) fprintf(stderr, "error: %s\n", why);
+        MPI_Finalize();
+        exit(1);
+    }
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) nccl_init(pg);
+#endif
+    if (pg->rank == 0)
+        printf("process group: %d rank%s, backend %s (%s), device %s, timeout %.0f s\n", pg->world,
+               pg->world == 1 ? "" : "s", pg_backend_name(pg->backend), why, device_name(dev), pg->timeout_s);
+    return pg;
+}
+
+void pg_finalize(ProcessGroup *pg) {
+    if (!pg) return;
+    // A rank that is missing now is reported here, with the deadline, not as a hang in MPI_Finalize.
+    pg_barrier(pg);
+    for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
+        Slot *s = &pg->slots[i];
+        CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
+        host_free_pinned(s->host);
+#ifdef KIT_NCCL
+        if (s->has_event) CUDA_CHECK(cudaEventDestroy(s->done));
+#endif
+    }
+    host_free_pinned(pg->stage);
+#ifdef KIT_NCCL
+    if (pg->nccl) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+        // Non-blocking communicator: finish its outstanding work before destroying it.
+        nccl_settle(pg, ncclCommFinalize(pg->nccl), "NCCL shutdown", 0);
+#endif
+        NCCL_CHECK(ncclCommDestroy(pg->nccl));
+        CUDA_CHECK(cudaEventDestroy(pg->inputs_ready));
+        CUDA_CHECK(cudaEventDestroy(pg->blocking_done));
+        CUDA_CHECK(cudaStreamDestroy(pg->stream));
+    }
+#endif
+    MPI_CHECK(MPI_Comm_free(&pg->comm));
+    free(pg);
+    MPI_Finalize();
+}
+
+// ---------------------------------------------------------------- all-reduce
+
+static int slot_take(ProcessGroup *pg) {
+    for (int i = 0; i < PG_MAX_INFLIGHT; i++)
+        if (!pg->slots[i].busy) return i;
+    check_failf(__FILE__, __LINE__, "slot_take", "call pg_wait on earlier requests before starting more",
+                "more than %d collectives in flight", PG_MAX_INFLIGHT);
+}
+
+PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
+    int i = slot_take(pg);
+    Slot *s = &pg->slots[i];
+    s->busy = true;
+    s->buf = buf;
+    s->n = n;
+    s->op = op;
+    s->staged = staged(pg);
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        nccl_after_compute(pg);
+        nccl_settle(pg, ncclAllReduce(buf, buf, n, ncclFloat, op == PG_AVG ? ncclAvg : ncclSum, pg->nccl, pg->stream),
+                    "all-reduce", n);
+        CUDA_CHECK(cudaEventRecord(slot_event(s), pg->stream));
+        return (PgRequest){i};
+    }
+#endif
+    float *data = buf;
+    if (s->staged) {
+        data = stage_reserve(&s->host, &s->host_cap, n * sizeof(float));
+        device_copy_from(pg->dev, data, buf, n * sizeof(float));  // waits for the kernels that made buf
+    }
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &s->req));
+    return (PgRequest){i};
+}
+
+void pg_wait(ProcessGroup *pg, PgRequest r) {
+    CHECK(r.slot >= 0 && r.slot < PG_MAX_INFLIGHT && pg->slots[r.slot].busy,
+          "pg_wait on a request that was never started or was already waited for");
+    Slot *s = &pg->slots[r.slot];
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        nccl_wait_event(pg, s->done, "all-reduce", s->n);
+        s->busy = false;
+        return;
+    }
+#endif
+    mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
+    float *data = s->staged ? s->host : s->buf;
+    if (s->op == PG_AVG) {
+        // Divide (not multiply by 1/world): the same rounding as PyTorch DDP's grad.div_(world).
+        float w = (float)pg->world;
+        for (size_t k = 0; k < s->n; k++) data[k] /= w;
+    }
+    if (s->staged) device_copy_to(pg->dev, s->buf, data, s->n * sizeof(float));
+    s->busy = false;
+}
+
+void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
+
+void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host_buf, n, MPI_DOUBLE, MPI_SUM, pg->comm, &req));
+    mpi_wait(pg, &req, "all-reduce (host)", (size_t)n, "doubles");
+}
+
+// ---------------------------------------------------------------- broadcast, all-gather, barrier
+
+void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
+    CHECK(root >= 0 && root < pg->world, "the root of a broadcast must be a rank: 0 <= root < world");
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        NCCL_BLOCKING(pg, ncclBroadcast(buf, buf, n, ncclFloat, root, pg->nccl, pg->stream), "broadcast", n);
+        return;
+    }
+#endif
+    float *data = buf;
+    if (staged(pg)) {
+        data = stage_reserve(&pg->stage, &pg->stage_cap, n * sizeof(float));
+        if (pg->rank == root) device_copy_from(pg->dev, data, buf, n * sizeof(float));
+    }
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(data, mpi_count(n), MPI_FLOAT, root, pg->comm, &req));
+    mpi_wait(pg, &req, "broadcast", n, "floats");
+    if (staged(pg) && pg->rank != root) device_copy_to(pg->dev, buf, data, n * sizeof(float));
+}
+
+void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        NCCL_BLOCKING(pg, ncclAllGather(send, recv, n, ncclFloat, pg->nccl, pg->stream), "all-gather", n);
+        return;
+    }
+#endif
+    size_t total = n * (size_t)pg->world;
+    mpi_count(total);
+    const float *src = send;
+    float *dst = recv;
+    if (staged(pg)) {
+        // One host buffer: this rank's block first, the gathered (world, n) after it.
+        float *h = stage_reserve(&pg->stage, &pg->stage_cap, (n + total) * sizeof(float));
+        device_copy_from(pg->dev, h, send, n * sizeof(float));
+        src = h;
+        dst = h + n;
+    }
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(src, mpi_count(n), MPI_FLOAT, dst, mpi_count(n), MPI_FLOAT, pg->comm, &req));
+    mpi_wait(pg, &req, "all-gather", n, "floats");
+    if (staged(pg)) device_copy_to(pg->dev, recv, dst, total * sizeof(float));
+}
+
+void pg_barrier(ProcessGroup *pg) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
+    mpi_wait(pg, &req, "barrier", 0, "bytes");
+}
+
+// ---------------------------------------------------------------- checks across ranks
+
+// Every rank's hash of buf, gathered on every rank: (world).
+static uint32_t *gather_hashes(ProcessGroup *pg, const float *buf, size_t n) {
+    uint32_t mine = pg_hash_floats(pg->dev, buf, n);
+    uint32_t *all = xcalloc((size_t)pg->world, sizeof *all);
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_UINT32_T, all, 1, MPI_UINT32_T, pg->comm, &req));
+    mpi_wait(pg, &req, "all-gather of buffer hashes", 1, "ints");
+    return all;
+}
+
+static bool all_equal(const uint32_t *h, int n) {
+    for (int i = 1; i < n; i++)
+        if (h[i] != h[0]) return false;
+    return true;
+}
+
+bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) {
+    uint32_t *all = gather_hashes(pg, buf, n);
+    bool same = all_equal(all, pg->world);
+    free(all);
+    return same;
+}
+
+void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) {
+    uint32_t *all = gather_hashes(pg, buf, n);
+    if (all_equal(all, pg->world)) {
+        free(all);
+        return;
+    }
+    if (pg->rank == 0) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s (%zu floats) differ across ranks; CRC-32 per rank:", what, n);
+        for (int r = 0; r < pg->world; r++) fprintf(stderr, " %d:%08x", r, (unsigned)all[r]);
+        fprintf(stderr, "\n  HINT: the replicas must start equal (same seed, or a broadcast from rank 0) and "
+                        "apply the same averaged gradients; a rank that skipped an all-reduce drifts\n");
+        fflush(stderr);
+    }
+    free(all);
+    // The others wait until rank 0 has printed, so the abort cannot cut its message.
+    pg_barrier(pg);
+    pg_abort(pg, NULL);
+}
+
+#endif  // KIT_MPI
+
+// ---------------------------------------------------------------- shared by both builds
+
+void pg_allreduce_sum(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_SUM); }
+void pg_allreduce_avg(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_AVG); }
+PgRequest pg_iallreduce_sum(ProcessGroup *pg, float *buf, size_t n) { return pg_iallreduce(pg, buf, n, PG_SUM); }
+
+void pg_bn_allreduce_sum(double *host_buf, int count, void *ctx) {
+    pg_allreduce_sum_double_host((ProcessGroup *)ctx, host_buf, count);
+}
+
+BatchNormSync pg_batchnorm_sync(ProcessGroup *pg) { return (BatchNormSync){pg_bn_allreduce_sum, pg}; }

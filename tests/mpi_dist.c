@@ -1,0 +1,407 @@
+// tests/mpi_dist.c: the process group's tests, run under mpirun by tests/run-dist-tests.sh.
+//
+//   mpirun -np N mpi_dist CASE [--backend auto|mpi|nccl] [--device cpu|cuda] [--timeout S]
+//
+// Cases that must pass (exit 0, rank 0 prints "PASS <case>"):
+//   collectives   all-reduce sum/avg (blocking and several in flight), broadcast from every root,
+//                 all-gather, barrier, host doubles, on 1, 7 and 1000003 floats
+//   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
+//   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
+//   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
+//   all           the four above in one launch
+// Cases that must FAIL fast with a message (the script checks exit status, time and text):
+//   check-fail    pg_check_identical on buffers that differ on the last rank
+//   kill          the last rank SIGKILLs itself in the middle of an all-reduce
+//   stall         the last rank sleeps instead of joining the all-reduce
+//   exit          the last rank exits with status 3 before the all-reduce
+//   mark-twice    a bucket view marked ready twice in one step
+//   mark-partial  a marked range that ends inside a view
+// Any wrong value: "rank R: FAIL ..." and the job aborts (non-zero exit).
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dist.h"
+#include "model.h"
+#include "rng.h"
+
+static ProcessGroup *pg;
+static Device dev;
+
+#define EXPECT(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            char msg_[400];                                                    \
+            int k_ = snprintf(msg_, sizeof msg_, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            snprintf(msg_ + k_, sizeof msg_ - (size_t)k_, __VA_ARGS__);        \
+            pg_abort(pg, msg_);                                                \
+        }                                                                      \
+    } while (0)
+
+// Small integers: every sum below is exact in float, so "expected" needs no tolerance.
+static float value_at(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 13) % 101) - 50); }
+
+// A device buffer filled from a host array.
+static float *to_device(const float *host, size_t n) {
+    float *d = device_alloc(dev, n * sizeof(float));
+    device_copy_to(dev, d, host, n * sizeof(float));
+    return d;
+}
+
+static void from_device(float *host, const float *d, size_t n) { device_copy_from(dev, host, d, n * sizeof(float)); }
+
+static void check_allreduce(size_t n) {
+    int rank = pg_rank(pg), world = pg_world(pg);
+    float *h = xmalloc(n * sizeof(float)), *want = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = value_at(rank, i);
+        float s = 0;
+        for (int r = 0; r < world; r++) s += value_at(r, i);
+        want[i] = s;
+    }
+    float *d = to_device(h, n);
+    pg_allreduce_sum(pg, d, n);
+    from_device(h, d, n);
+    for (size_t i = 0; i < n; i++) EXPECT(h[i] == want[i], "sum of %zu: [%zu] = %g, want %g", n, i, h[i], want[i]);
+
+    // avg of the same data: the sum divided by the world size (exact ints -> one rounding).
+    for (size_t i = 0; i < n; i++) h[i] = value_at(rank, i);
+    device_copy_to(dev, d, h, n * sizeof(float));
+    pg_allreduce_avg(pg, d, n);
+    from_device(h, d, n);
+    for (size_t i = 0; i < n; i++) {
+        float w = want[i] / (float)world;
+        // NCCL's avg pre-scales each input by 1/world before summing: allow one rounding step there.
+        bool ok = pg_backend(pg) == PG_BACKEND_MPI ? h[i] == w : fabsf(h[i] - w) <= 1e-6f * (1 + fabsf(w));
+        EXPECT(ok, "avg of %zu: [%zu] = %.9g, want %.9g", n, i, h[i], w);
+    }
+    EXPECT(pg_identical(pg, d, n), "avg of %zu floats differs across ranks", n);
+    device_free(dev, d);
+    free(h);
+    free(want);
+}
+
+// Three all-reduces in flight at once, completed in the reverse order.
+static void check_inflight(size_t n) {
+    int rank = pg_rank(pg), world = pg_world(pg);
+    float *h = xmalloc(n * sizeof(float));
+    float *d[3];
+    PgRequest q[3];
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < n; i++) h[i] = value_at(rank + k, i);
+        d[k] = to_device(h, n);
+    }
+    for (int k = 0; k < 3; k++) q[k] = pg_iallreduce_sum(pg, d[k], n);
+    for (int k = 2; k >= 0; k--) pg_wait(pg, q[k]);
+    for (int k = 0; k < 3; k++) {
+        from_device(h, d[k], n);
+        for (size_t i = 0; i < n; i++) {
+            float s = 0;
+            for (int r = 0; r < world; r++) s += value_at(r + k, i);
+            EXPECT(h[i] == s, "in-flight request %d of %zu: [%zu] = %g, want %g", k, n, i, h[i], s);
+        }
+        device_free(dev, d[k]);
+    }
+    free(h);
+}
+
+static void check_broadcast(size_t n) {
+    int rank = pg_rank(pg);
+    float *h = xmalloc(n * sizeof(float));
+    for (int root = 0; root < pg_world(pg); root++) {
+        for (size_t i = 0; i < n; i++) h[i] = value_at(rank, i);
+        float *d = to_device(h, n);
+        pg_broadcast(pg, d, n, root);
+        from_device(h, d, n);
+        for (size_t i = 0; i < n; i++)
+            EXPECT(h[i] == value_at(root, i), "broadcast of %zu from %d: [%zu] = %g, want %g", n, root, i, h[i],
+                   value_at(root, i));
+        device_free(dev, d);
+    }
+    free(h);
+}
+
+static void check_allgather(size_t n) {
+    int rank = pg_rank(pg), world = pg_world(pg);
+    float *h = xmalloc(n * (size_t)world * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = value_at(rank, i);
+    float *send = to_device(h, n);
+    float *recv = device_alloc(dev, n * (size_t)world * sizeof(float));
+    pg_allgather(pg, send, recv, n);
+    from_device(h, recv, n * (size_t)world);
+    for (int r = 0; r < world; r++)
+        for (size_t i = 0; i < n; i++)
+            EXPECT(h[(size_t)r * n + i] == value_at(r, i), "all-gather of %zu: block %d [%zu] = %g, want %g", n, r, i,
+                   h[(size_t)r * n + i], value_at(r, i));
+    device_free(dev, send);
+    device_free(dev, recv);
+    free(h);
+}
+
+static void check_double_host(void) {
+    int rank = pg_rank(pg), world = pg_world(pg);
+    double v[5];
+    for (int i = 0; i < 5; i++) v[i] = 0.25 * (rank + 1) + i;
+    BatchNormSync sync = pg_batchnorm_sync(pg);
+    sync.allreduce_sum(v, 5, sync.ctx);
+    for (int i = 0; i < 5; i++) {
+        double want = 0.25 * world * (world + 1) / 2.0 + (double)i * world;
+        EXPECT(v[i] == want, "double all-reduce [%d] = %.17g, want %.17g", i, v[i], want);
+    }
+}
+
+static void case_collectives(void) {
+    const size_t sizes[] = {1, 7, 1000003};
+    for (int s = 0; s < 3; s++) {
+        check_allreduce(sizes[s]);
+        check_inflight(sizes[s]);
+        check_broadcast(sizes[s]);
+        check_allgather(sizes[s]);
+        pg_barrier(pg);
+    }
+    check_double_host();
+}
+
+// ---------------------------------------------------------------- buckets
+
+// A parameter table like a model's: weights, then small biases, odd sizes, one view bigger than a bucket.
+static int make_views(TensorView *v, size_t *total) {
+    const size_t counts[] = {27 * 16, 16, 16 * 16 * 9, 16, 1000003, 7, 64 * 10, 10, 1, 333, 5000, 3};
+    int n = (int)(sizeof counts / sizeof counts[0]);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&v[i], 0, sizeof v[i]);
+        snprintf(v[i].name, sizeof v[i].name, "view%d", i);
+        v[i].ndim = 1;
+        v[i].shape[0] = (int)counts[i];
+        v[i].offset = off;
+        v[i].count = counts[i];
+        off += counts[i];
+    }
+    *total = off;
+    return n;
+}
+
+// One step of bucketed reduction of `host_grads`, marking views in the given order; result in out.
+static void bucketed(const TensorView *views, int nv, size_t total, size_t bucket_bytes, const float *host_grads,
+                     const int *order, int n_marked, float *out) {
+    float *g = to_device(host_grads, total);
+    GradBuckets *gb = buckets_create(pg, g, views, nv, total, bucket_bytes);
+    for (int step = 0; step < 2; step++) {  // twice: the engine must reset between steps
+        device_copy_to(dev, g, host_grads, total * sizeof(float));
+        buckets_begin(gb);
+        for (int k = 0; k < n_marked; k++) buckets_mark_ready(gb, views[order[k]].offset, views[order[k]].count);
+        buckets_finish(gb);
+    }
+    from_device(out, g, total);
+    buckets_free(gb);
+    device_free(dev, g);
+}
+
+// Bucketed and flat all-reduces add the same numbers; whether in the same order depends on the algorithm.
+// Two ranks: always (a + b == b + a exactly). Open MPI's non-blocking in-place all-reduce (libnbc) uses a
+// binomial tree whose order does not depend on the buffer's length or position: bit for bit at any world
+// size. NCCL's ring splits the buffer into chunks by its length, so with 3+ ranks an element may be
+// summed in another order: equal within rounding (and still identical on every rank).
+static bool exact_expected(void) { return pg_backend(pg) == PG_BACKEND_MPI || pg_world(pg) <= 2; }
+
+// Index of the first element where got and want differ (bitwise, or beyond rounding when
+// exact_expected() is false), or n.
+static size_t first_difference(const float *got, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        bool same = exact_expected() ? memcmp(&got[i], &want[i], sizeof(float)) == 0
+                                     : fabsf(got[i] - want[i]) <= 1e-5f * (fabsf(want[i]) + 1e-3f);
+        if (!same) return i;
+    }
+    return n;
+}
+
+static void case_buckets(void) {
+    TensorView views[16];
+    size_t total = 0;
+    int nv = make_views(views, &total);
+    float *grads = xmalloc(total * sizeof(float));
+    float *flat = xmalloc(total * sizeof(float)), *got = xmalloc(total * sizeof(float));
+    // Random floats (not integers): here the summation order matters, which is the point.
+    Rng r = rng_make(1234, (uint64_t)pg_rank(pg));
+    for (size_t i = 0; i < total; i++) grads[i] = rng_normal(&r) * 1e-3f;
+
+    float *d = to_device(grads, total);
+    pg_allreduce_avg(pg, d, total);
+    from_device(flat, d, total);
+    EXPECT(pg_identical(pg, d, total), "the flat all-reduce differs across ranks");
+    device_free(dev, d);
+
+    int reverse[16], forward[16], shuffled[16];
+    for (int i = 0; i < nv; i++) reverse[i] = nv - 1 - i, forward[i] = i, shuffled[i] = i;
+    Rng s = rng_make(99, 0);  // the same order on every rank
+    rng_shuffle(&s, shuffled, nv);
+    const size_t sizes[] = {4096, 64 << 10, PG_DEFAULT_BUCKET_BYTES, 1};
+    for (int b = 0; b < 4; b++) {
+        const int *orders[] = {reverse, forward, shuffled, reverse};
+        const int marked[] = {nv, nv, nv, nv / 2};  // the last: half never marked, finish reduces them
+        for (int o = 0; o < 4; o++) {
+            memset(got, 0, total * sizeof(float));
+            bucketed(views, nv, total, sizes[b], grads, orders[o], marked[o], got);
+            size_t bad = first_difference(got, flat, total);
+            EXPECT(bad == total, "buckets of %zu bytes, order %d: [%zu] = %.9g, flat all-reduce gives %.9g", sizes[b],
+                   o, bad, bad < total ? got[bad] : 0.0f, bad < total ? flat[bad] : 0.0f);
+        }
+    }
+    free(grads);
+    free(flat);
+    free(got);
+}
+
+// The real thing: the model's backward calls the bucket hook layer by layer; the result must equal
+// backward without the hook followed by one flat all-reduce, and every bucket must already be in
+// flight when backward returns (the overlap the hook is for).
+static void case_model(void) {
+    ModelConfig cfg;
+    CHECK(model_config(&cfg, "tiny", 0, 3, 16, 16, 10), "the tiny model is missing from model_config");
+    const int n = 8;
+    Model *m = model_create(&cfg, dev, n, 42);
+    size_t in_floats = (size_t)n * 3 * 16 * 16, out_floats = (size_t)n * 10;
+    float *h = xmalloc((in_floats + out_floats) * sizeof(float));
+    Rng r = rng_make(77, (uint64_t)pg_rank(pg));  // each rank its own batch
+    for (size_t i = 0; i < in_floats + out_floats; i++) h[i] = rng_normal(&r);
+    float *x = to_device(h, in_floats), *dlogits = to_device(h + in_floats, out_floats);
+    float *flat = xmalloc(m->n_params * sizeof(float)), *got = xmalloc(m->n_params * sizeof(float));
+
+    model_forward(m, x, n, true);
+    model_zero_grad(m);
+    model_backward(m, x, dlogits, n);
+    pg_allreduce_avg(pg, m->grads, m->n_params);
+    from_device(flat, m->grads, m->n_params);
+
+    GradBuckets *gb = buckets_create(pg, m->grads, m->views, m->n_views, m->n_params, 2048);
+    EXPECT(buckets_count(gb) > 1, "the test needs several buckets, got %d", buckets_count(gb));
+    m->on_grads_ready = buckets_on_grads_ready;
+    m->on_grads_ready_ctx = gb;
+    model_forward(m, x, n, true);
+    model_zero_grad(m);
+    buckets_begin(gb);
+    model_backward(m, x, dlogits, n);
+    EXPECT(buckets_in_flight(gb) == buckets_count(gb), "after backward only %d of %d buckets were started",
+           buckets_in_flight(gb), buckets_count(gb));
+    buckets_finish(gb);
+    from_device(got, m->grads, m->n_params);
+    size_t bad = first_difference(got, flat, m->n_params);
+    EXPECT(bad == m->n_params, "bucketed gradient [%zu] = %.9g, the flat all-reduce gives %.9g", bad,
+           bad < m->n_params ? got[bad] : 0.0f, bad < m->n_params ? flat[bad] : 0.0f);
+    EXPECT(pg_identical(pg, m->grads, m->n_params), "bucketed gradients differ across ranks");
+
+    buckets_free(gb);
+    model_free(m);
+    device_free(dev, x);
+    device_free(dev, dlogits);
+    free(h);
+    free(flat);
+    free(got);
+}
+
+// ---------------------------------------------------------------- hashes
+
+static void case_hash(void) {
+    const size_t n = 100003;
+    float *h = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = value_at(0, i) * 0.37f;
+    float *d = to_device(h, n);
+    EXPECT(pg_identical(pg, d, n), "equal buffers hash differently");
+    EXPECT(pg_hash_floats(dev, d, n) == pg_hash_floats(DEVICE_CPU, h, n), "device and host hashes differ");
+    int last = pg_world(pg) - 1;
+    if (pg_world(pg) > 1) {
+        // One flipped low bit of one float on the last rank.
+        float f = h[n / 2];
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        bits ^= 1u;
+        memcpy(&f, &bits, sizeof f);
+        if (pg_rank(pg) == last) device_copy_to(dev, d + n / 2, &f, sizeof f);
+        EXPECT(!pg_identical(pg, d, n), "a one-bit difference on rank %d was not detected", last);
+        // 0.0 and -0.0 compare equal as floats but are different bits.
+        device_copy_to(dev, d, h, n * sizeof(float));
+        float zero = pg_rank(pg) == last ? -0.0f : 0.0f;
+        device_copy_to(dev, d + 1, &zero, sizeof zero);
+        EXPECT(!pg_identical(pg, d, n), "-0.0 on rank %d vs 0.0 was not detected", last);
+    }
+    device_free(dev, d);
+    free(h);
+}
+
+// ---------------------------------------------------------------- failures (the script checks them)
+
+static void case_failure(const char *which) {
+    const size_t n = 1 << 22;  // 16 MB: big enough to be mid-transfer when a rank vanishes
+    float *h = xcalloc(n, sizeof(float));
+    float *d = to_device(h, n);
+    pg_allreduce_sum(pg, d, 1000);  // everyone connected and working first
+    int last = pg_world(pg) - 1;
+    if (strcmp(which, "check-fail") == 0) {
+        if (pg_rank(pg) == last) device_copy_to(dev, d + 5, &(float){1.0f}, sizeof(float));
+        pg_check_identical(pg, d, n, "test parameters");
+    } else if (pg_rank(pg) == last && strcmp(which, "kill") == 0) {
+        PgRequest q = pg_iallreduce_sum(pg, d, n);
+        (void)q;
+        raise(SIGKILL);
+    } else if (pg_rank(pg) == last && strcmp(which, "stall") == 0) {
+        sleep(3600);
+    } else if (strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0) {
+        TensorView views[16];
+        size_t total = 0;
+        int nv = make_views(views, &total);
+        float *g = device_alloc(dev, total * sizeof(float));
+        GradBuckets *gb = buckets_create(pg, g, views, nv, total, 4096);
+        buckets_begin(gb);
+        if (strcmp(which, "mark-twice") == 0) {
+            buckets_mark_ready(gb, views[3].offset, views[3].count);
+            buckets_mark_ready(gb, views[3].offset, views[3].count);
+        } else {
+            buckets_mark_ready(gb, views[3].offset, views[3].count + 1);  // ends inside view 4
+        }
+    } else if (pg_rank(pg) == last && strcmp(which, "exit") == 0) {
+        fprintf(stderr, "rank %d: exiting with status 3 on purpose\n", last);
+        exit(3);
+    }
+    pg_allreduce_sum(pg, d, n);
+    // Reaching this line on rank 0 means the failure went unnoticed.
+    if (pg_rank(pg) == 0) printf("UNEXPECTED: the all-reduce completed\n");
+    device_free(dev, d);
+    free(h);
+}
+
+int main(int argc, char **argv) {
+    const char *backend = "mpi", *device = "cpu", *which = argc > 1 ? argv[1] : "";
+    double timeout = 10.0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+        else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) timeout = atof(argv[++i]);
+        else die("unknown option %s", argv[i]);
+    }
+    if (!device_parse(device, &dev, true)) die("--device %s: use cpu, cuda or auto", device);
+    pg = pg_init(&argc, &argv, backend, dev, timeout);
+    bool all = strcmp(which, "all") == 0;
+    if (all) {
+        case_collectives();
+        case_buckets();
+        case_model();
+        case_hash();
+    } else if (strcmp(which, "collectives") == 0) case_collectives();
+    else if (strcmp(which, "model") == 0) case_model();
+    else if (strcmp(which, "buckets") == 0) case_buckets();
+    else if (strcmp(which, "hash") == 0) case_hash();
+    else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
+             strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
+        case_failure(which);
+    else pg_abort(pg, "unknown case: see the comment at the top of tests/mpi_dist.c");
+    pg_barrier(pg);
+    if (pg_rank(pg) == 0) printf("PASS %s (world %d, backend %s, device %s)\n", which, pg_world(pg),
+                                 pg_backend_name(pg_backend(pg)), device_name(dev));
+    pg_finalize(pg);
+    return 0;
+}
