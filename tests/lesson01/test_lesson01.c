@@ -5,6 +5,8 @@
 // direct count. Hints for failures are in hints.tsv.
 #include "testutil.h"
 
+#include "grading.h"
+
 #include "data.h"
 #include "lesson.h"
 #include "model.h"
@@ -219,7 +221,7 @@ static void test_short_run_learns(void **state) {
     data_close(&dt);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_plain),
         cmocka_unit_test(test_sgd_momentum),
@@ -233,5 +235,5 @@ int main(void) {
         cmocka_unit_test(test_evaluate_counts_every_sample_once),
         cmocka_unit_test(test_short_run_learns),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -1,0 +1,46 @@
+// lesson.h: the functions you write in lesson 01, shared by train.c, sgd.c, sgd_kernel.cu and the autograder.
+#ifndef LESSON01_H
+#define LESSON01_H
+
+#include <stddef.h>
+
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What one training step reports back to the training loop.
+typedef struct {
+    double loss;  // mean cross-entropy over the batch
+    int correct;  // samples whose arg-max logit is the label
+} StepResult;
+
+// What evaluation reports: sums over the whole evaluated set, so the caller can average (or all-reduce).
+typedef struct {
+    double loss_sum;  // sum of per-sample losses
+    long correct;
+    long count;
+} EvalResult;
+
+// TODO 1 (sgd.c) and TODO 2 (sgd_kernel.cu): the SGD-with-momentum update over n floats.
+void lesson_sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
+                       float momentum, float weight_decay, int nesterov);
+void lesson_sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
+                           float weight_decay, int nesterov);
+void lesson_sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
+                            float weight_decay, int nesterov);
+
+// TODO 3 (train.c): one step on one batch: copy to the device, forward, loss, backward, update.
+StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lr, float label_smoothing);
+
+// TODO 4 (train.c): the evaluation loop over every batch the loader yields (eval mode, no update).
+EvalResult evaluate(Model *m, Loader *loader);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // LESSON01_H

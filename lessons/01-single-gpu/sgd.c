@@ -1,0 +1,28 @@
+// sgd.c: the optimizer step of lesson 01, on the CPU (TODO 1), and the switch to the GPU version.
+#include "lesson.h"
+
+#include "check.h"
+
+// TODO 1: SGD with momentum, element by element, exactly as torch.optim.SGD does it:
+//     g = grad[i] + weight_decay * param[i]          (L2 penalty, folded into the gradient)
+//     velocity[i] = momentum * velocity[i] + g        (running direction: the "momentum buffer")
+//     step = nesterov ? g + momentum * velocity[i]    (Nesterov: look one step ahead)
+//                     : velocity[i]
+//     param[i] -= lr * step
+// Every array has n floats. The velocity starts at zero, so the first step is plain SGD.
+void lesson_sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
+                           float weight_decay, int nesterov) {
+}
+
+// The model calls this for each run of parameters; it picks your CPU loop or your CUDA kernel.
+void lesson_sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
+                       float momentum, float weight_decay, int nesterov) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) {
+        lesson_sgd_update_cuda(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+        return;
+    }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
+    lesson_sgd_update_cpu(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+}

@@ -1,0 +1,21 @@
+// sgd_kernel.cu: the optimizer step of lesson 01 as a CUDA kernel (TODO 2).
+// Compiled only when the CUDA toolkit is found; graded only on a machine with a GPU.
+#include "cuda_check.h"
+#include "lesson.h"
+
+// TODO 2: the same update as TODO 1, one thread per element.
+// A grid-stride loop lets any grid size cover any n: thread t handles t, t + stride, t + 2*stride, ...
+__global__ void sgd_kernel(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
+                           float weight_decay, int nesterov) {
+}
+
+extern "C" void lesson_sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr,
+                                       float momentum, float weight_decay, int nesterov) {
+    if (n == 0) return;
+    const int threads = 256;
+    // Enough blocks to fill the GPU, not one per element: the grid-stride loop does the rest.
+    size_t want = (n + threads - 1) / threads;
+    int blocks = (int)(want < 4096 ? want : 4096);
+    sgd_kernel<<<blocks, threads>>>(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+    CUDA_CHECK_LAUNCH();
+}

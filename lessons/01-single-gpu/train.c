@@ -1,0 +1,138 @@
+// train.c: lesson 01, a complete image-classifier training program on one device.
+//
+//   ./train --dataset fashion-mnist --epochs 5
+//
+// Read it top to bottom: options, data, model, then the loop that the whole workshop builds on:
+//
+//   for each epoch:
+//       for each batch (prepared by a background thread while we compute):
+//           train_step: copy to the device -> forward -> loss -> backward -> SGD update   (TODO 3, 1, 2)
+//       evaluate on the test split                                                       (TODO 4)
+//
+// Everything you write is marked TODO; the kit (../../kit) supplies the layers, the data and the logging.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cli.h"
+#include "data.h"
+#include "device.h"
+#include "lesson.h"
+#include "log.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "train.h"
+
+// ---------------------------------------------------------------- the training step (TODO 3)
+
+// TODO 3: one training step on `batch` (host memory: batch->x is (n, C, H, W), batch->y is (n)).
+//   a. copy the images into m->input and the labels into m->labels    (device_copy_to)
+//   b. forward in training mode                                        (model_forward -> logits (n, classes))
+//   c. per-sample losses into m->loss, predictions into m->pred        (cross_entropy_forward, argmax_rows)
+//   d. dloss/dlogits into m->dlogits: zero it first (backward ops ADD into gradients), then
+//      cross_entropy_backward with scale 1/n, because the loss is the MEAN over the batch
+//   e. zero the parameter gradients, then backward                     (model_zero_grad, model_backward)
+//   f. the update, with YOUR lesson_sgd_update                         (optim_step_with)
+//   g. return the mean loss and the number of correct predictions (copy m->loss and m->pred to the host)
+// PyTorch: x, y = x.to(dev), y.to(dev); out = model(x); loss = F.cross_entropy(out, y)
+//          opt.zero_grad(); loss.backward(); opt.step()
+StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lr, float label_smoothing) {
+    StepResult r = {0.0, 0};
+    return r;
+}
+
+// ---------------------------------------------------------------- evaluation (TODO 4)
+
+// TODO 4: evaluate the model on every batch of `loader` (the test split, no augmentation).
+//   - start the epoch (loader_start_epoch(loader, 0, 0)), then loop while loader_next returns a batch
+//   - copy the batch to the device, forward in EVAL mode (BN uses its running statistics),
+//     per-sample losses and arg-max predictions, copy them back and add them up
+//   - count every sample exactly once: the last batch may be shorter than the others
+// PyTorch: model.eval(); with torch.no_grad(): for x, y in loader: ...
+EvalResult evaluate(Model *m, Loader *loader) {
+    EvalResult r = {0.0, 0, 0};
+    return r;
+}
+
+#ifndef AUTOGRADER
+// ---------------------------------------------------------------- main
+
+int main(int argc, char **argv) {
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_BASE);  // the options are shared by every lesson: kit/cli.c
+    cli_apply_dataset_defaults(&o);
+    Device dev;
+    device_parse(o.device, &dev, false);
+
+    // Data: the training split is shuffled every epoch (and augmented for CIFAR); the test split is not.
+    // One process, so this is rank 0 of a world of 1 (lesson 03 changes exactly that).
+    TrainData data;
+    train_data_open(&data, &o, 0, 1, o.batch_size);
+
+    // Model and optimizer.
+    ModelConfig cfg;
+    model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
+    Model *m = model_create(&cfg, dev, o.batch_size, o.seed);
+    SgdConfig opt = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov};
+    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
+    LrSchedule sched = {.peak_lr = o.lr, .warmup_steps = o.warmup_epochs * steps_per_epoch,
+                        .total_steps = o.epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};
+    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", data.train.name, data.train.n, data.test.n,
+           data.train.c, data.train.h, data.train.w, data.train.classes);
+    model_print(m, stdout);
+
+    double run_start = time_now(), data_wait = 0.0, train_seconds = 0.0;
+    long images_seen = 0;
+    double last_loss = 0.0, test_acc = 0.0;
+    for (int epoch = 0; epoch < o.epochs; epoch++) {
+        char label[32];
+        snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
+        Progress bar;
+        progress_begin(&bar, label, steps_per_epoch, true);
+        loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
+        double epoch_start = time_now(), loss_sum = 0.0;
+        long correct = 0, seen = 0;
+        const Batch *b;
+        double wait;
+        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
+            int step = epoch * steps_per_epoch + b->index;
+            StepResult r = train_step(m, b, &opt, lr_at(&sched, step), o.label_smoothing);
+            data_wait += wait;
+            loss_sum += r.loss * b->n;
+            correct += r.correct;
+            seen += b->n;
+            progress_update(&bar, b->index + 1, loss_sum / seen, (double)correct / seen,
+                            seen / (time_now() - epoch_start));
+        }
+        progress_end(&bar);
+        double epoch_seconds = time_now() - epoch_start;
+        train_seconds += epoch_seconds;
+        images_seen += seen;
+        last_loss = loss_sum / seen;
+
+        EvalResult ev = evaluate(m, data.test_loader);
+        test_acc = ev.count ? (double)ev.correct / ev.count : 0.0;
+        double test_loss = ev.count ? ev.loss_sum / ev.count : 0.0;
+        printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
+               epoch + 1, last_loss, 100.0 * correct / seen, test_loss, 100.0 * test_acc, epoch_seconds,
+               seen / epoch_seconds);
+        if (o.metrics) {
+            double row[] = {epoch + 1, last_loss, (double)correct / seen, test_loss, test_acc, seen / epoch_seconds,
+                            lr_at(&sched, (epoch + 1) * steps_per_epoch - 1)};
+            metrics_append(o.metrics, "epoch,train_loss,train_acc,test_loss,test_acc,images_per_s,lr", row, 7);
+        }
+    }
+    double total = time_now() - run_start;
+    // Where did the training time go? Waiting for the loader thread, or computing?
+    printf("time: %.1f s training, of which %.1f s (%.0f%%) waiting for data and %.1f s computing\n", train_seconds,
+           data_wait, 100.0 * data_wait / train_seconds, train_seconds - data_wait);
+    printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f\n",
+           data.train.name, device_name(dev), o.epochs, last_loss, test_acc, images_seen / train_seconds, total);
+
+    model_free(m);
+    train_data_close(&data);
+    return 0;
+}
+#endif  // AUTOGRADER

@@ -1,0 +1,58 @@
+# mk/extras.mk: `make run`, slides, plots.
+#
+#   make run      install what is missing, build lesson 01's solution, get data, train (ARGS="..." adds options)
+#   make slides   slides/NN-name.md -> slides/NN-name.pdf (pandoc + beamer; TikZ inside the Markdown
+#                 or \input{file.tex} of a file in slides/); instructor notes (*.notes.md) are not decks
+#   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
+
+RUN_LESSON := 01-single-gpu
+RUN_BIN := $(BUILD)/solutions/$(RUN_LESSON)/train
+RUN_METRICS_DIR := results
+
+.PHONY: run slides plot
+# The build and the data step run in sub-makes/scripts started AFTER install-deps, so what it installs is
+# found (this make read mk/config.mk before anything was installed).
+run:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory $(RUN_BIN)
+	@set -o pipefail; mkdir -p $(BUILD) $(RUN_METRICS_DIR); \
+	if [ -x datasets/get-data.sh ]; then \
+	  datasets/get-data.sh | tee $(BUILD)/get-data.log || { echo "make run: datasets/get-data.sh failed" >&2; exit 1; }; \
+	  last=$$(tail -n 1 $(BUILD)/get-data.log); \
+	else \
+	  echo "make run: datasets/get-data.sh not found; training on the synthetic set"; \
+	  last="dataset=synthetic dir=datasets/data"; \
+	fi; \
+	name=$$(sed -n 's/.*dataset=\([^ ]*\).*/\1/p' <<< "$$last"); \
+	dir=$$(sed -n 's/.*dir=\(.*\)$$/\1/p' <<< "$$last"); \
+	if [ -z "$$name" ] || [ -z "$$dir" ]; then \
+	  echo "make run: expected 'dataset=NAME dir=PATH' as the last line of datasets/get-data.sh, got: $$last" >&2; \
+	  exit 1; \
+	fi; \
+	metrics=$(RUN_METRICS_DIR)/run-$$name.csv; rm -f "$$metrics"; \
+	echo "make run: $(RUN_BIN) --dataset $$name --data-dir $$dir --metrics $$metrics $(ARGS)"; \
+	$(RUN_BIN) --dataset "$$name" --data-dir "$$dir" --metrics "$$metrics" $(ARGS) && \
+	echo "make run: per-epoch metrics in $$metrics; \`make plot\` draws them"
+
+# ---------------------------------------------------------------- slides
+PANDOC ?= pandoc
+SLIDES_MD := $(filter-out %.notes.md,$(wildcard slides/[0-9][0-9]-*.md))
+SLIDES_PDF := $(SLIDES_MD:.md=.pdf)
+# pdflatex runs in a temporary folder: TEXINPUTS lets \input{diagram.tex} find files in slides/.
+slides/%.pdf: slides/%.md $(wildcard slides/*.tex)
+	@command -v $(PANDOC) >/dev/null && command -v pdflatex >/dev/null || \
+	  { echo "make slides: pandoc or pdflatex not found. HINT: scripts/install-deps.sh --slides" >&2; exit 1; }
+	TEXINPUTS=$(CURDIR)/slides//: $(PANDOC) $< -t beamer --pdf-engine=pdflatex --resource-path=slides -o $@
+
+slides: $(SLIDES_PDF)
+	@echo "make slides: $(words $(SLIDES_PDF)) deck(s): $(SLIDES_PDF)"
+
+# ---------------------------------------------------------------- plots
+METRICS ?= $(wildcard $(RUN_METRICS_DIR)/*.csv)
+plot:
+	@if [ -z "$(strip $(METRICS))" ]; then \
+	  echo "make plot: no metrics CSV in $(RUN_METRICS_DIR)/ (make run writes one; or METRICS=path.csv)" >&2; exit 1; \
+	fi
+	@scripts/plot-metrics.sh $(METRICS)
+
+HELP_TARGETS += run slides plot

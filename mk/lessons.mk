@@ -1,0 +1,131 @@
+# mk/lessons.mk: lesson programs, generated starters, the autograder and grading.
+#
+# solutions/NN-name/  the one source; lessons/NN-name/ is generated from it (scripts/make-starters)
+# A lesson's program is every .c file of its folder (main() in train.c, inside #ifndef AUTOGRADER),
+# plus its .cu files when CUDA is built. Outputs:
+#   $(BUILD)/solutions/NN-name/train        $(BUILD)/lessons/NN-name/train
+#   $(BUILD)/grade-solutions/test_lessonNN  $(BUILD)/grade-lessons/test_lessonNN
+# The autograder binary is tests/lessonNN/*.c (cmocka, main from tests/grading.h) linked with the
+# lesson's sources built with -DAUTOGRADER.
+#
+# What a lesson needs beyond the kit: an optional solutions/NN-name/lesson.mk (copied to lessons/):
+#   NEEDS := mpi        compile and link with Open MPI (MPI_CFLAGS / MPI_LIBS) and the kit's
+#                       process-group library $(KIT_DIST_LIB) when mk/dist.mk defines it
+#   DEFAULT_NP := 2     ranks for `make lesson-NN` when NP= is not given (default 1)
+#   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
+# It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
+#
+# Variables: SOLUTIONS=1 (build/run/grade solutions/ instead of lessons/), NP=n, ARGS="..." (program options),
+# LESSON=NN (grade one lesson), LESSONS_DIR (where the learner's lessons are; the grader points it at a
+# student's copy), GRADE_LESSONS_OUT (where their autograder binaries go), STRICT=1 (learner code with -Werror;
+# without it, warnings in lessons/ are shown but do not stop the build).
+
+LESSONS_DIR ?= lessons
+GRADE_LESSONS_OUT ?= $(BUILD)/grade-lessons
+GRADE_SOLUTIONS_OUT := $(BUILD)/grade-solutions
+PYTHON ?= python3
+
+LESSON_NAMES := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)))
+lesson_num = $(firstword $(subst -, ,$(1)))
+
+# Reads solutions/NN-name/lesson.mk into NEEDS_<name>, DEFAULT_NP_<name>, GRADE_NP_<name>.
+define lesson_read_config
+NEEDS :=
+DEFAULT_NP := 1
+GRADE_NP := 1
+-include solutions/$(1)/lesson.mk
+NEEDS_$(1) := $$(NEEDS)
+DEFAULT_NP_$(1) := $$(DEFAULT_NP)
+GRADE_NP_$(1) := $$(GRADE_NP)
+endef
+$(foreach l,$(LESSON_NAMES),$(eval $(call lesson_read_config,$(l))))
+NEEDS :=
+
+# Flags and libraries for what a lesson needs. Empty HAVE_<thing> means the lesson cannot be built here.
+NEEDS_CPPFLAGS_mpi = $(MPI_CFLAGS)
+NEEDS_LIBS_mpi = $(KIT_DIST_LIB) $(MPI_LIBS) $(if $(HAVE_NCCL),-lnccl)
+NEEDS_HAVE_mpi = $(HAVE_MPI)
+NEEDS_PACKAGE_mpi = Open MPI (libopenmpi-dev + openmpi-bin)
+lesson_missing = $(foreach n,$(NEEDS_$(1)),$(if $(NEEDS_HAVE_$(n)),,$(n)))
+
+# Warnings stop the build of solutions always, and of learner code only with STRICT=1.
+LEARNER_WERROR := $(if $(filter 1,$(STRICT)),,-Wno-error)
+LEARNER_NVCCFLAGS = $(filter-out -Werror all-warnings,$(NVCCFLAGS)) -Xcompiler -Wno-error
+
+# $(1) lesson folder name, $(2) source root, $(3) object folder, $(4) output binary, $(5) extra flags,
+# $(6) the test sources (empty: the lesson's own program).
+define lesson_program
+$(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
+	@mkdir -p $$(@D)
+	$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) -c $$< -o $$@
+
+$(3)/%.cu.o: $(2)/$(1)/%.cu $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
+	@mkdir -p $$(@D)
+	$$(NVCC) $(if $(filter -Wno-error,$(5)),$$(LEARNER_NVCCFLAGS),$$(NVCCFLAGS)) -DKIT_CUDA -I$(2)/$(1) $$(filter -D%,$(5)) -c $$< -o $$@
+
+$(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
+      $$(if $$(HAVE_CUDA),$$(patsubst $(2)/$(1)/%.cu,$(3)/%.cu.o,$$(wildcard $(2)/$(1)/*.cu))) \
+      $(6) $$(KIT_LIB) $$(KIT_DIST_LIB)
+	@test -d $(2)/$(1) || { echo "$(2)/$(1) does not exist (maintainers: make starters)" >&2; exit 1; }
+	@mkdir -p $$(@D)
+	$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $(if $(6),-Itests $$(CMOCKA_CFLAGS)) \
+	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) \
+	  $$(filter %.c %.o,$$^) -o $$@ $$(LDFLAGS) $$(KIT_LIB) \
+	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_LIBS_$$(n))) $(if $(6),$$(CMOCKA_LIBS)) $$(LDLIBS)
+endef
+
+lesson_tests = $(sort $(wildcard tests/lesson$(call lesson_num,$(1))/*.c)) tests/grading.h tests/testutil.h
+lesson_has_test = $(wildcard tests/lesson$(call lesson_num,$(1))/test_lesson$(call lesson_num,$(1)).c)
+
+# `make lesson-NN [NP=n] [ARGS=...]`: builds and runs one lesson, through scripts/launch.sh for more than one rank.
+define lesson_run
+.PHONY: lesson-$(call lesson_num,$(1))
+lesson-$(call lesson_num,$(1)): $(if $(filter 1,$(SOLUTIONS)),$(BUILD)/solutions,$(BUILD)/lessons)/$(1)/train
+	$(if $(filter-out 0 1,$(or $(NP),$(DEFAULT_NP_$(1)))),scripts/launch.sh $(or $(NP),$(DEFAULT_NP_$(1))) )$$< $(ARGS)
+endef
+
+# Lessons whose needs are met are built and tested; the others say why they are left out.
+LESSONS_BUILDABLE := $(foreach l,$(LESSON_NAMES),$(if $(call lesson_missing,$(l)),,$(l)))
+LESSONS_SKIPPED := $(filter-out $(LESSONS_BUILDABLE),$(LESSON_NAMES))
+LESSONS_GRADED := $(foreach l,$(LESSONS_BUILDABLE),$(if $(call lesson_has_test,$(l)),$(l)))
+
+$(foreach l,$(LESSONS_BUILDABLE),\
+  $(eval $(call lesson_program,$(l),solutions,$(BUILD)/solutions/$(l)/obj,$(BUILD)/solutions/$(l)/train,,))\
+  $(eval $(call lesson_program,$(l),$(LESSONS_DIR),$(BUILD)/lessons/$(l)/obj,$(BUILD)/lessons/$(l)/train,$(LEARNER_WERROR),))\
+  $(eval $(call lesson_run,$(l))))
+$(foreach l,$(LESSONS_GRADED),\
+  $(eval $(call lesson_program,$(l),solutions,$(GRADE_SOLUTIONS_OUT)/$(l),$(GRADE_SOLUTIONS_OUT)/test_lesson$(call lesson_num,$(l)),-DAUTOGRADER,$(call lesson_tests,$(l))))\
+  $(eval $(call lesson_program,$(l),$(LESSONS_DIR),$(GRADE_LESSONS_OUT)/$(l),$(GRADE_LESSONS_OUT)/test_lesson$(call lesson_num,$(l)),-DAUTOGRADER $(LEARNER_WERROR),$(call lesson_tests,$(l)))))
+$(foreach l,$(LESSONS_SKIPPED),$(eval lesson-$(call lesson_num,$(l)) $(BUILD)/solutions/$(l)/train $(BUILD)/lessons/$(l)/train: ; \
+  @echo "lesson $(l) needs $(foreach n,$(call lesson_missing,$(l)),$(NEEDS_PACKAGE_$(n))), not found: run make deps" >&2; exit 1))
+ifeq ($(MAKELEVEL),0)
+  $(foreach l,$(LESSONS_SKIPPED),$(info config: lesson $(l) left out: needs $(call lesson_missing,$(l))))
+endif
+
+ALL_TARGETS += $(foreach l,$(LESSONS_BUILDABLE),$(BUILD)/solutions/$(l)/train $(BUILD)/lessons/$(l)/train) \
+               $(foreach l,$(LESSONS_GRADED),$(GRADE_SOLUTIONS_OUT)/test_lesson$(call lesson_num,$(l)))
+TEST_TARGETS += check-starters grade-solutions grade-starters
+HELP_TARGETS += starters check-starters grade grade-solutions grade-starters \
+                $(foreach l,$(LESSON_NAMES),lesson-$(call lesson_num,$(l)))
+
+# Options every grading run passes down: the build folder and the lessons it may grade.
+GRADE_PY = $(PYTHON) tests/grade.py --build $(BUILD) $(foreach l,$(LESSONS_SKIPPED),--skip $(call lesson_num,$(l)))
+
+.PHONY: starters check-starters grade grade-solutions grade-starters
+# Rewrites lessons/ from solutions/ (maintainers: this overwrites a learner's edits in lessons/).
+starters:
+	$(PYTHON) scripts/make-starters
+
+check-starters:
+	@$(PYTHON) scripts/make-starters --check
+
+# The learner's command: grades lessons/ (or solutions/ with SOLUTIONS=1) and prints the score table.
+grade: $(KIT_LIB)
+	@$(GRADE_PY) $(if $(LESSON),--lesson $(LESSON)) $(if $(filter 1,$(SOLUTIONS)),--solutions)
+
+# CI (invariant 10): every autograder test passes on the solutions and fails on the starters.
+grade-solutions: $(KIT_LIB)
+	@$(GRADE_PY) --solutions --expect pass
+
+grade-starters: $(KIT_LIB)
+	@$(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons
