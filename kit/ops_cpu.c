@@ -1,0 +1,686 @@
+// kit/ops_cpu.c: the CPU implementations of kit/ops.h (float32, NCHW).
+//
+// Determinism: every loop is split statically, so with the same thread count a run is bit for bit
+// the same as the last one (lesson 04 resumes a run and expects identical weights). A dynamic schedule
+// would balance better on a busy machine, but would change which thread sums which images into dW.
+//
+// Threading policy (one rule, so the two thread pools never fight over the 2..N cores):
+//   all parallelism comes from OpenMP in this file; OpenBLAS is kept single-threaded and is called
+//   from inside the OpenMP regions, each thread on its own slice of the `work` buffer.
+//   (A multi-threaded OpenBLAS call inside an OpenMP region would start threads x threads workers.)
+//
+// Convolution is im2col + GEMM, the teaching path:
+//   im2col copies every receptive field of an image into one column of a (C*R*R, P*Q) matrix, so the
+//   convolution becomes ONE matrix product  y (K, P*Q) = w (K, C*R*R) @ col (C*R*R, P*Q).
+//   Late layers have tiny images (4x4 = 16 columns), which makes that product skinny and slow, so a
+//   thread puts a GROUP of images side by side: col (C*R*R, G*P*Q), and the GEMM writes (K, G*P*Q),
+//   which is then scattered back into NCHW. Threads take groups of images in parallel.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "ops_impl.h"
+
+// Below this many elements a parallel region costs more (thread wake-up) than it saves.
+#define PAR_MIN 32768
+
+// A GEMM with fewer columns than this runs far below OpenBLAS's peak: group images until it has them.
+#define CONV_TARGET_COLS 512
+// ...but never let one thread's im2col matrix exceed this many floats (64 MiB).
+#define CONV_MAX_COL_FLOATS ((size_t)16 << 20)
+
+static void blas_single_thread(void) {
+    // Cheap getter; only the first call (or one after someone raised the count) changes anything.
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+// ================================================================ conv2d
+
+// How a convolution is split into GEMMs. The work size and the ops compute the same plan, so the
+// slices they carve out of `work` always agree.
+typedef struct {
+    int p, q;             // output height, width
+    size_t pq, crr;       // output positions per image; rows of the im2col matrix (C*R*R)
+    int group;            // images per GEMM (G)
+    int threads;          // OpenMP threads = workspace slices
+    int chunks;           // ceil(N / G)
+    bool direct;          // 1x1, stride 1, no padding, G == 1: the image IS its im2col matrix
+    size_t col_floats;    // per thread: (C*R*R, G*P*Q)
+    size_t stage_floats;  // per thread: (K, G*P*Q), only when G > 1 (the GEMM output before scatter)
+} ConvPlan;
+
+static void conv_check_dims(const Conv2dDims *s) {
+    CHECK(s->n > 0 && s->c > 0 && s->h > 0 && s->w > 0 && s->k > 0 && s->r > 0,
+          "conv2d: every dimension (n, c, h, w, k, r) must be positive");
+    CHECK(s->stride > 0 && s->pad >= 0, "conv2d: stride must be >= 1 and pad >= 0");
+    CHECK(s->h + 2 * s->pad >= s->r && s->w + 2 * s->pad >= s->r,
+          "conv2d: the kernel is larger than the padded input (input too small for this layer)");
+}
+
+static ConvPlan conv_plan(const Conv2dDims *s) {
+    conv_check_dims(s);
+    ConvPlan pl;
+    pl.p = conv2d_out_h(s);
+    pl.q = conv2d_out_w(s);
+    pl.pq = (size_t)pl.p * (size_t)pl.q;
+    pl.crr = (size_t)s->c * (size_t)s->r * (size_t)s->r;
+    int threads = omp_get_max_threads();
+    if (threads > s->n) threads = s->n;
+    if (threads < 1) threads = 1;
+    // Enough images for CONV_TARGET_COLS columns, but keep at least one group per thread.
+    size_t g = (CONV_TARGET_COLS + pl.pq - 1) / pl.pq;
+    g = min_size(g, (size_t)((s->n + threads - 1) / threads));
+    while (g > 1 && pl.crr * g * pl.pq > CONV_MAX_COL_FLOATS) g--;
+    pl.group = (int)g;
+    pl.chunks = (s->n + pl.group - 1) / pl.group;
+    pl.threads = threads < pl.chunks ? threads : pl.chunks;
+    pl.direct = s->r == 1 && s->stride == 1 && s->pad == 0 && pl.group == 1;
+    pl.col_floats = pl.direct ? 0 : pl.crr * g * pl.pq;
+    pl.stage_floats = pl.group > 1 ? (size_t)s->k * g * pl.pq : 0;
+    return pl;
+}
+
+// Layout of `work`: per thread [col | stage], then (threads - 1) private dW partial sums (K, C*R*R):
+// thread 0 accumulates straight into dw, the others into their own partial, summed at the end.
+size_t conv2d_work_floats_cpu(const Conv2dDims *s) {
+    ConvPlan pl = conv_plan(s);
+    return (size_t)pl.threads * (pl.col_floats + pl.stage_floats) +
+           (size_t)(pl.threads - 1) * (size_t)s->k * pl.crr;
+}
+
+// One image x (C, H, W) -> rows (C*R*R) of col, written at column offset `at` of rows `ld` long.
+// Row (c, i, j) holds x[c][p*stride - pad + i][q*stride - pad + j] for every output (p, q); 0 in the padding.
+static void im2col_image(const Conv2dDims *s, const ConvPlan *pl, const float *x, float *col, size_t ld,
+                         size_t at) {
+    const int H = s->h, W = s->w, R = s->r, S = s->stride, PAD = s->pad, P = pl->p, Q = pl->q;
+    for (int c = 0; c < s->c; c++) {
+        const float *xc = x + (size_t)c * H * W;
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < R; j++) {
+                float *dst = col + ((size_t)(c * R + i) * R + j) * ld + at;
+                // Valid output columns q: 0 <= q*S - PAD + j < W.
+                int q_lo = 0, q_hi = Q;
+                while (q_lo < Q && q_lo * S - PAD + j < 0) q_lo++;
+                while (q_hi > q_lo && (q_hi - 1) * S - PAD + j >= W) q_hi--;
+                for (int p = 0; p < P; p++, dst += Q) {
+                    int hh = p * S - PAD + i;
+                    if (hh < 0 || hh >= H) {
+                        memset(dst, 0, (size_t)Q * sizeof *dst);
+                        continue;
+                    }
+                    const float *src = xc + (size_t)hh * W + (j - PAD);
+                    for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
+                    if (S == 1) {
+                        memcpy(dst + q_lo, src + q_lo, (size_t)(q_hi - q_lo) * sizeof *dst);
+                    } else {
+                        for (int q = q_lo; q < q_hi; q++) dst[q] = src[(size_t)q * S];
+                    }
+                    for (int q = q_hi; q < Q; q++) dst[q] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+// The adjoint of im2col_image: dx (C, H, W) += every column entry, back at the pixel it came from.
+// Overlapping receptive fields add up, which is exactly the chain rule for a shared input pixel.
+static void col2im_image(const Conv2dDims *s, const ConvPlan *pl, const float *col, size_t ld, size_t at,
+                         float *dx) {
+    const int H = s->h, W = s->w, R = s->r, S = s->stride, PAD = s->pad, P = pl->p, Q = pl->q;
+    for (int c = 0; c < s->c; c++) {
+        float *dxc = dx + (size_t)c * H * W;
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < R; j++) {
+                const float *src = col + ((size_t)(c * R + i) * R + j) * ld + at;
+                int q_lo = 0, q_hi = Q;
+                while (q_lo < Q && q_lo * S - PAD + j < 0) q_lo++;
+                while (q_hi > q_lo && (q_hi - 1) * S - PAD + j >= W) q_hi--;
+                for (int p = 0; p < P; p++, src += Q) {
+                    int hh = p * S - PAD + i;
+                    if (hh < 0 || hh >= H) continue;  // padding: no pixel to send the gradient to
+                    float *dst = dxc + (size_t)hh * W + (j - PAD);
+                    if (S == 1) {
+#pragma omp simd
+                        for (int q = q_lo; q < q_hi; q++) dst[q] += src[q];
+                    } else {
+                        for (int q = q_lo; q < q_hi; q++) dst[(size_t)q * S] += src[q];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// im2col of a group of g images, side by side: col (C*R*R, g*P*Q).
+static void im2col_group(const Conv2dDims *s, const ConvPlan *pl, const float *x, int g, float *col) {
+    const size_t img = (size_t)s->c * s->h * s->w, ld = (size_t)g * pl->pq;
+    for (int n = 0; n < g; n++) im2col_image(s, pl, x + n * img, col, ld, n * pl->pq);
+}
+
+static void col2im_group(const Conv2dDims *s, const ConvPlan *pl, const float *col, int g, float *dx) {
+    const size_t img = (size_t)s->c * s->h * s->w, ld = (size_t)g * pl->pq;
+    for (int n = 0; n < g; n++) col2im_image(s, pl, col, ld, n * pl->pq, dx + n * img);
+}
+
+void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y,
+                        float *work) {
+    const ConvPlan pl = conv_plan(s);
+    blas_single_thread();
+    const int K = s->k;
+    const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq;
+#pragma omp parallel num_threads(pl.threads)
+    {
+        const int t = omp_get_thread_num();
+        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *stage = col + pl.col_floats;
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < pl.chunks; ch++) {
+            const int n0 = ch * pl.group;
+            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int cols = (int)((size_t)g * pl.pq);
+            const float *xg = x + n0 * x_img;
+            if (!pl.direct) im2col_group(s, &pl, xg, g, col);
+            const float *a = pl.direct ? xg : col;
+            // One image: the GEMM writes y[n] (K, P*Q) in place, starting from the bias (beta = 1).
+            // A group: it writes stage (K, g*P*Q), scattered into the g images below.
+            float *out = pl.group == 1 ? y + n0 * y_img : stage;
+            float beta = 0.0f;
+            if (pl.group == 1 && b) {
+                for (int k = 0; k < K; k++)
+                    for (size_t i = 0; i < pl.pq; i++) out[k * pl.pq + i] = b[k];
+                beta = 1.0f;
+            }
+            // out (K, cols) = w (K, C*R*R) @ a (C*R*R, cols)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, cols, (int)pl.crr, 1.0f, w,
+                        (int)pl.crr, a, cols, beta, out, cols);
+            if (pl.group > 1) {
+                for (int n = 0; n < g; n++) {
+                    for (int k = 0; k < K; k++) {
+                        const float *src = stage + (size_t)k * cols + n * pl.pq;
+                        float *dst = y + (n0 + n) * y_img + k * pl.pq;
+                        const float bk = b ? b[k] : 0.0f;
+#pragma omp simd
+                        for (size_t i = 0; i < pl.pq; i++) dst[i] = src[i] + bk;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// db[k] += sum over images and positions of dy[n][k].
+static void conv_bias_grad(const Conv2dDims *s, size_t pq, const float *dy, float *db) {
+    const int K = s->k;
+#pragma omp parallel for schedule(static) if ((size_t)s->n * K * pq >= PAR_MIN)
+    for (int k = 0; k < K; k++) {
+        double acc = 0.0;
+        for (int n = 0; n < s->n; n++) {
+            const float *p = dy + ((size_t)n * K + k) * pq;
+            float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+            for (size_t i = 0; i < pq; i++) part += p[i];
+            acc += part;
+        }
+        db[k] += (float)acc;
+    }
+}
+
+void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx,
+                         float *dw, float *db, float *work) {
+    const ConvPlan pl = conv_plan(s);
+    if (db) conv_bias_grad(s, pl.pq, dy, db);
+    if (!dx && !dw) return;
+    blas_single_thread();
+    const int K = s->k;
+    const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq, wn = (size_t)K * pl.crr;
+    float *partials = work + (size_t)pl.threads * (pl.col_floats + pl.stage_floats);
+#pragma omp parallel num_threads(pl.threads)
+    {
+        const int t = omp_get_thread_num();
+        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *stage = col + pl.col_floats;
+        float *dwt = NULL;
+        if (dw) {
+            dwt = t == 0 ? dw : partials + (size_t)(t - 1) * wn;
+            if (t > 0) memset(dwt, 0, wn * sizeof *dwt);
+        }
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < pl.chunks; ch++) {
+            const int n0 = ch * pl.group;
+            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int cols = (int)((size_t)g * pl.pq);
+            const float *xg = x + n0 * x_img;
+            // dY of the group as one (K, g*P*Q) matrix: the image's own slice when g == 1, else gathered.
+            const float *dyg = dy + n0 * y_img;
+            if (pl.group > 1) {
+                for (int n = 0; n < g; n++)
+                    for (int k = 0; k < K; k++)
+                        memcpy(stage + (size_t)k * cols + n * pl.pq, dy + (n0 + n) * y_img + k * pl.pq,
+                               pl.pq * sizeof *stage);
+                dyg = stage;
+            }
+            if (dw) {
+                const float *a = xg;
+                if (!pl.direct) {
+                    im2col_group(s, &pl, xg, g, col);
+                    a = col;
+                }
+                // dW (K, C*R*R) += dY (K, cols) @ col^T (cols, C*R*R): each weight meets every position.
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, (int)pl.crr, cols, 1.0f, dyg, cols, a,
+                            cols, 1.0f, dwt, (int)pl.crr);
+            }
+            if (dx) {
+                if (pl.direct) {
+                    // 1x1: dx[n] (C, H*W) += w^T (C, K) @ dY (K, H*W), no col2im needed.
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->c, cols, K, 1.0f, w, (int)pl.crr, dyg,
+                                cols, 1.0f, dx + n0 * x_img, cols);
+                } else {
+                    // dcol (C*R*R, cols) = w^T (C*R*R, K) @ dY (K, cols), then scattered back: dx += col2im(dcol).
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)pl.crr, cols, K, 1.0f, w,
+                                (int)pl.crr, dyg, cols, 0.0f, col, cols);
+                    col2im_group(s, &pl, col, g, dx + n0 * x_img);
+                }
+            }
+        }
+        // Sum the other threads' partial dW into dw (the implicit barrier above made them complete).
+        if (dw && pl.threads > 1) {
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < wn; i++) {
+                float acc = 0.0f;
+                for (int u = 0; u < pl.threads - 1; u++) acc += partials[(size_t)u * wn + i];
+                dw[i] += acc;
+            }
+        }
+    }
+}
+
+// ================================================================ batch norm
+
+static void bn_check_dims(const BatchNormDims *s) {
+    CHECK(s->n > 0 && s->c > 0 && s->hw > 0, "batchnorm: n, c and hw must be positive");
+    CHECK(s->eps > 0.0f, "batchnorm: eps must be positive (PyTorch's default is 1e-5)");
+}
+
+// `work` holds the sync buffer: 2*C + 1 doubles, at the first 8-byte boundary (hence the + 1 float).
+size_t batchnorm_work_floats_cpu(const BatchNormDims *s) {
+    bn_check_dims(s);
+    return 2 * (2 * (size_t)s->c + 1) + 1;
+}
+
+static double *bn_sync_buffer(float *work) {
+    uintptr_t p = ((uintptr_t)work + 7u) & ~(uintptr_t)7u;
+    return (double *)p;
+}
+
+// Per channel c, over (N, HW), in double (a float sum over 100k+ values loses digits, and the
+// variance E[x^2] - E[x]^2 would cancel the rest):
+//   dy == NULL: sums[c] = sum x,  sums[C + c] = sum x^2
+//   dy != NULL: sums[c] = sum dy, sums[C + c] = sum dy * (x - mean[c])   (times invstd later)
+static void bn_channel_sums(const BatchNormDims *s, const float *x, const float *dy, const float *mean,
+                            double *sums) {
+    const int C = s->c;
+    const size_t hw = (size_t)s->hw;
+#pragma omp parallel for schedule(static) if ((size_t)s->n * C * hw >= PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        double s1 = 0.0, s2 = 0.0;
+        for (int n = 0; n < s->n; n++) {
+            const float *px = x + ((size_t)n * C + c) * hw;
+            if (dy) {
+                const float *pg = dy + ((size_t)n * C + c) * hw;
+                const double m = mean[c];
+#pragma omp simd reduction(+ : s1, s2)
+                for (size_t i = 0; i < hw; i++) {
+                    s1 += pg[i];
+                    s2 += (double)pg[i] * ((double)px[i] - m);
+                }
+            } else {
+#pragma omp simd reduction(+ : s1, s2)
+                for (size_t i = 0; i < hw; i++) {
+                    double v = px[i];
+                    s1 += v;
+                    s2 += v * v;
+                }
+            }
+        }
+        sums[c] = s1;
+        sums[C + c] = s2;
+    }
+}
+
+// y = gamma * (x - mean) * invstd + beta, written as y = x * a + b per channel (one FMA per element).
+static void bn_apply(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                     const float *mean, const float *invstd, float *y) {
+    const int C = s->c;
+    const size_t hw = (size_t)s->hw, planes = (size_t)s->n * C;
+#pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const int c = (int)(pl % (size_t)C);
+        const float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
+        const float *src = x + pl * hw;
+        float *dst = y + pl * hw;
+#pragma omp simd
+        for (size_t i = 0; i < hw; i++) dst[i] = src[i] * a + b;
+    }
+}
+
+void batchnorm_forward_train_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                                 float *y, float *mean, float *invstd, float *running_mean, float *running_var,
+                                 const BatchNormSync *sync, float *work) {
+    bn_check_dims(s);
+    const int C = s->c;
+    double *buf = bn_sync_buffer(work);  // [sum x (C), sum x^2 (C), count (1)]
+    bn_channel_sums(s, x, NULL, NULL, buf);
+    buf[2 * C] = (double)s->n * (double)s->hw;
+    if (sync && sync->allreduce_sum) sync->allreduce_sum(buf, 2 * C + 1, sync->ctx);
+    const double count = buf[2 * C];
+    CHECK(count > 1.0, "batchnorm in training mode needs more than one value per channel "
+                       "(a batch of 1 with 1x1 feature maps?)");
+    for (int c = 0; c < C; c++) {
+        const double m = buf[c] / count;
+        double var = buf[C + c] / count - m * m;  // biased: what normalises the batch (as PyTorch)
+        if (var < 0.0) var = 0.0;                 // rounding can push a constant channel just below 0
+        mean[c] = (float)m;
+        invstd[c] = (float)(1.0 / sqrt(var + (double)s->eps));
+        if (running_mean && running_var) {
+            const double unbiased = var * count / (count - 1.0);  // what PyTorch keeps in running_var
+            running_mean[c] = (float)((1.0 - s->momentum) * running_mean[c] + s->momentum * m);
+            running_var[c] = (float)((1.0 - s->momentum) * running_var[c] + s->momentum * unbiased);
+        }
+    }
+    bn_apply(s, x, gamma, beta, mean, invstd, y);
+}
+
+void batchnorm_forward_eval_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                                const float *running_mean, const float *running_var, float *y) {
+    bn_check_dims(s);
+    const int C = s->c;
+    const size_t hw = (size_t)s->hw, planes = (size_t)s->n * C;
+#pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const int c = (int)(pl % (size_t)C);
+        const float a = (float)(gamma[c] / sqrt((double)running_var[c] + (double)s->eps));
+        const float b = beta[c] - running_mean[c] * a;
+        const float *src = x + pl * hw;
+        float *dst = y + pl * hw;
+#pragma omp simd
+        for (size_t i = 0; i < hw; i++) dst[i] = src[i] * a + b;
+    }
+}
+
+// With xhat = (x - mean) * invstd and M values per channel (over all ranks under SyncBN):
+//   dbeta  += sum dy,  dgamma += sum dy * xhat        (local sums: DDP averages parameter gradients)
+//   dx     += gamma * invstd * (dy - sum dy / M - xhat * sum(dy * xhat) / M)   (global sums)
+// The sync buffer is [sum dy (C), sum dy*xhat (C), count (1)]: the count rides along because backward
+// has no other way to learn the global M (mean and invstd do not carry it).
+void batchnorm_backward_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
+                            const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta,
+                            const BatchNormSync *sync, float *work) {
+    bn_check_dims(s);
+    const int C = s->c;
+    double *buf = bn_sync_buffer(work);
+    bn_channel_sums(s, x, dy, mean, buf);
+    for (int c = 0; c < C; c++) {
+        buf[C + c] *= invstd[c];  // sum dy * (x - mean) -> sum dy * xhat
+        if (dbeta) dbeta[c] += (float)buf[c];
+        if (dgamma) dgamma[c] += (float)buf[C + c];
+    }
+    if (!dx) return;  // no input gradient wanted: nothing global to compute (the same on every rank)
+    buf[2 * C] = (double)s->n * (double)s->hw;
+    if (sync && sync->allreduce_sum) sync->allreduce_sum(buf, 2 * C + 1, sync->ctx);
+    const double count = buf[2 * C];
+    const size_t hw = (size_t)s->hw, planes = (size_t)s->n * C;
+#pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const int c = (int)(pl % (size_t)C);
+        // dx += A*dy + B*x + D: the formula above expanded per channel, so the loop is two FMAs.
+        const double A = (double)gamma[c] * invstd[c];
+        const double B = -A * invstd[c] * buf[C + c] / count;
+        const double D = -A * buf[c] / count - B * mean[c];
+        const float a = (float)A, b = (float)B, d = (float)D;
+        const float *g = dy + pl * hw, *xp = x + pl * hw;
+        float *out = dx + pl * hw;
+#pragma omp simd
+        for (size_t i = 0; i < hw; i++) out[i] += a * g[i] + b * xp[i] + d;
+    }
+}
+
+// ================================================================ elementwise
+
+void relu_forward_cpu(size_t n, const float *x, float *y) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward_cpu(size_t n, const float *y, const float *dy, float *dx) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        // Both loads unconditional: a load inside `?:` stops the compiler from vectorising (it may not
+        // read dy[i] when the condition is false), and this loop runs over every activation.
+        const float g = dy[i], v = y[i];
+        dx[i] += v > 0.0f ? g : 0.0f;
+    }
+}
+
+void add_forward_cpu(size_t n, const float *a, const float *b, float *y) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void add_inplace_cpu(size_t n, float *dst, const float *src) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void scale_inplace_cpu(size_t n, float *x, float alpha) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+// ================================================================ pooling
+
+static void pool_check_dims(int n, int c, int h, int w) {
+    CHECK(n > 0 && c > 0 && h >= 2 && w >= 2, "maxpool2: needs n, c > 0 and an input of at least 2x2");
+}
+
+// Max-pool in PyTorch's order: the window is scanned row-major (a b / c d) and a value replaces the
+// running maximum when it is larger, or when it is NaN (so a NaN propagates instead of hiding).
+// Ties keep the first. Written with selects, not branches, so the loops over a row vectorise.
+static inline float pool_max2(float m, float v) { return (v > m || v != v) ? v : m; }
+
+void maxpool2_forward_cpu(int n, int c, int h, int w, const float *x, float *y) {
+    pool_check_dims(n, c, h, w);
+    const int ho = h / 2, wo = w / 2;  // odd sizes: the last row / column belongs to no window
+    const size_t planes = (size_t)n * c;
+#pragma omp parallel for schedule(static) if (planes * h * w >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * h * w;
+        float *yp = y + pl * ho * wo;
+        for (int i = 0; i < ho; i++) {
+            const float *r0 = xp + (size_t)(2 * i) * w, *r1 = r0 + w;
+            float *out = yp + (size_t)i * wo;
+#pragma omp simd
+            for (int j = 0; j < wo; j++) {
+                float m = r0[2 * j];
+                m = pool_max2(m, r0[2 * j + 1]);
+                m = pool_max2(m, r1[2 * j]);
+                out[j] = pool_max2(m, r1[2 * j + 1]);
+            }
+        }
+    }
+}
+
+void maxpool2_backward_cpu(int n, int c, int h, int w, const float *x, const float *y, const float *dy,
+                           float *dx) {
+    (void)y;  // the argmax is recomputed from x: same answer, nothing to keep in sync
+    pool_check_dims(n, c, h, w);
+    const int ho = h / 2, wo = w / 2;
+    const size_t planes = (size_t)n * c;
+#pragma omp parallel for schedule(static) if (planes * h * w >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * h * w;
+        const float *gp = dy + pl * ho * wo;
+        float *dp = dx + pl * h * w;
+        for (int i = 0; i < ho; i++) {
+            const float *r0 = xp + (size_t)(2 * i) * w, *r1 = r0 + w;
+            float *d0 = dp + (size_t)(2 * i) * w, *d1 = d0 + w;
+            const float *g = gp + (size_t)i * wo;
+            // Windows do not overlap: every input gets either its window's gradient or 0.
+#pragma omp simd
+            for (int j = 0; j < wo; j++) {
+                const float a = r0[2 * j], b = r0[2 * j + 1], cc = r1[2 * j], d = r1[2 * j + 1];
+                float m = a;
+                int k = 0;
+                if (b > m || b != b) m = b, k = 1;
+                if (cc > m || cc != cc) m = cc, k = 2;
+                if (d > m || d != d) k = 3;
+                d0[2 * j] += k == 0 ? g[j] : 0.0f;
+                d0[2 * j + 1] += k == 1 ? g[j] : 0.0f;
+                d1[2 * j] += k == 2 ? g[j] : 0.0f;
+                d1[2 * j + 1] += k == 3 ? g[j] : 0.0f;
+            }
+        }
+    }
+}
+
+void avgpool_forward_cpu(int n, int c, int hw, const float *x, float *y) {
+    CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
+    const size_t planes = (size_t)n * c;
+#pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *p = x + pl * hw;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int i = 0; i < hw; i++) acc += p[i];
+        y[pl] = acc / (float)hw;
+    }
+}
+
+void avgpool_backward_cpu(int n, int c, int hw, const float *dy, float *dx) {
+    CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
+    const size_t planes = (size_t)n * c;
+#pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float g = dy[pl] / (float)hw;
+        float *p = dx + pl * hw;
+#pragma omp simd
+        for (int i = 0; i < hw; i++) p[i] += g;
+    }
+}
+
+// ================================================================ linear
+
+void linear_forward_cpu(int n, int in, int out, const float *x, const float *w, const float *b, float *y) {
+    CHECK(n > 0 && in > 0 && out > 0, "linear: n, in and out must be positive");
+    blas_single_thread();
+    float beta = 0.0f;
+    if (b) {  // start from the bias, and let the GEMM add onto it
+        for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
+        beta = 1.0f;
+    }
+    // y (N, OUT) = x (N, IN) @ w^T (IN, OUT)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+}
+
+void linear_backward_cpu(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                         float *dw, float *db) {
+    CHECK(n > 0 && in > 0 && out > 0, "linear: n, in and out must be positive");
+    blas_single_thread();
+    // dx (N, IN) += dy (N, OUT) @ w (OUT, IN)
+    if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 1.0f, dx, in);
+    // dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN)
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    if (db) {
+        for (int o = 0; o < out; o++) {
+            double acc = 0.0;
+            for (int i = 0; i < n; i++) acc += dy[(size_t)i * out + o];
+            db[o] += (float)acc;
+        }
+    }
+}
+
+// ================================================================ loss
+
+static void ce_check(int n, int k, const int *labels, float smoothing) {
+    CHECK(n > 0 && k > 0, "cross_entropy: n and k must be positive");
+    CHECK(smoothing >= 0.0f && smoothing <= 1.0f, "cross_entropy: label smoothing must be in [0, 1]");
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= k)
+            check_failf(__FILE__, __LINE__, "labels[i] in [0, k)",
+                        "the dataset has more classes than the model's output: check --classes / the model config",
+                        "sample %d has label %d, but there are %d classes", i, labels[i], k);
+}
+
+// log(sum_j exp(l_j)) computed as m + log(sum_j exp(l_j - m)) with m = max l_j: no overflow, no underflow
+// of the largest term.
+static double ce_logsumexp(int k, const float *l) {
+    float m = l[0];
+    for (int j = 1; j < k; j++) m = l[j] > m ? l[j] : m;
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) sum += exp((double)l[j] - m);
+    return m + log(sum);
+}
+
+// loss = -sum_j target_j * log softmax_j, target = (1 - s) * onehot(label) + s / K:
+//      = lse - (1 - s) * l_label - s * mean_j(l_j)
+void cross_entropy_forward_cpu(int n, int k, const float *logits, const int *labels, float smoothing,
+                               float *loss) {
+    ce_check(n, k, labels, smoothing);
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * k;
+        const double lse = ce_logsumexp(k, l);
+        double mean_l = 0.0;
+        for (int j = 0; j < k; j++) mean_l += l[j];
+        mean_l /= k;
+        loss[i] = (float)(lse - (1.0 - smoothing) * l[labels[i]] - smoothing * mean_l);
+    }
+}
+
+void cross_entropy_backward_cpu(int n, int k, const float *logits, const int *labels, float smoothing,
+                                float scale, float *dlogits) {
+    ce_check(n, k, labels, smoothing);
+    const double off = (double)smoothing / k;  // the smoothed target's share on every class
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * k;
+        float *g = dlogits + (size_t)i * k;
+        const double lse = ce_logsumexp(k, l);
+        for (int j = 0; j < k; j++) {
+            const double target = off + (j == labels[i] ? 1.0 - smoothing : 0.0);
+            g[j] += (float)(scale * (exp((double)l[j] - lse) - target));
+        }
+    }
+}
+
+void argmax_rows_cpu(int n, int k, const float *logits, int *pred) {
+    CHECK(n > 0 && k > 0, "argmax_rows: n and k must be positive");
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * k;
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (l[j] > l[best]) best = j;  // strict: the first maximum wins ties
+        pred[i] = best;
+    }
+}
+
+// ================================================================ optimizer
+
+void sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
+                    float weight_decay, int nesterov) {
+    CHECK(velocity || momentum == 0.0f, "sgd_update: momentum needs a velocity buffer");
+    if (!velocity) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const float g = grad[i] + weight_decay * param[i];
+        const float v = momentum * velocity[i] + g;
+        velocity[i] = v;
+        param[i] -= lr * (nesterov ? g + momentum * v : v);
+    }
+}

@@ -1,0 +1,826 @@
+// tests/test_ops.c: every CPU op against a float64 reference written here, independently of kit/ops_cpu.c.
+//
+// Gradient checks: for an op y = f(theta) and a fixed random upstream gradient R, the scalar
+// L(theta) = sum(R * f64(theta)) has dL/dtheta = the op's backward with dy = R. We compare the float32
+// backward against central finite differences of the float64 reference forward.
+//
+// Tolerances, and why they are right:
+//   - Finite differences in float64 with h = 1e-6 are accurate to ~1e-9 (truncation h^2 ~ 1e-12, rounding
+//     1e-16 * |L| / h ~ 1e-9), so the error we measure is the float32 op's own.
+//   - A float32 op summing m terms is off by ~sqrt(m) * 6e-8 relative: ~1e-6 for the shapes here.
+//   - A genuine bug (wrong index, missing term, biased instead of unbiased variance with M = 60, a
+//     missing 1/N) moves gradients by >= 1e-2 of their scale.
+//   GRAD_TOL = 1e-3, measured relative to max(|g_i|, 1e-2 * max|g|), sits 100x above float32 noise and
+//   10x below the smallest bug we care about. Forwards are compared at FWD_TOL = 1e-4 with the same floor:
+//   a float32 dot product of m terms is off by ~sqrt(m) * 6e-8 of its terms' size, not of its result,
+//   so outputs that nearly cancel are measured against 1e-2 of the largest output.
+//   Accumulation checks (backward twice = 2x once) allow 1e-5: the second call adds the same terms onto a
+//   non-zero start, so the roundings differ in the last bits, while a forward that overwrites instead of
+//   accumulating is off by 50%.
+#include "testutil.h"
+
+#include "ops.h"
+
+#define GRAD_TOL 1e-3
+#define FWD_TOL 1e-4
+#define FD_H 1e-6
+
+static const Device CPU = DEVICE_CPU;
+
+// ---------------------------------------------------------------- helpers
+
+static float *fvec(size_t n, float lo, float hi, uint64_t seed) {
+    float *x = xmalloc((n ? n : 1) * sizeof *x);
+    fill_uniform(x, n, lo, hi, seed);
+    return x;
+}
+
+static float *fzeros(size_t n) { return xcalloc(n ? n : 1, sizeof(float)); }
+
+static double *to_double(const float *x, size_t n) {
+    double *d = xmalloc((n ? n : 1) * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+static double max_abs_d(const double *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+// The scalar whose gradient we check: sum(R * reference forward(theta)).
+typedef double (*LossFn)(void *ctx);
+
+// Central differences of loss() with respect to theta[0..n) (theta is part of ctx and is restored).
+static void fd_grad(LossFn loss, void *ctx, double *theta, size_t n, double *grad) {
+    for (size_t i = 0; i < n; i++) {
+        const double save = theta[i];
+        const double h = FD_H * (fabs(save) > 1.0 ? fabs(save) : 1.0);
+        theta[i] = save + h;
+        const double lp = loss(ctx);
+        theta[i] = save - h;
+        const double lm = loss(ctx);
+        theta[i] = save;
+        grad[i] = (lp - lm) / (2.0 * h);
+    }
+}
+
+// Asserts a float32 array matches a float64 one: |a - b| <= tol * max(|b|, rel_floor * max|b|).
+static void check_close_d(const char *what, const float *a, const double *b, size_t n, double tol,
+                          double rel_floor) {
+    const double floor = rel_floor * max_abs_d(b, n) + 1e-30;
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double scale = fabs(b[i]) > floor ? fabs(b[i]) : floor;
+        const double e = fabs((double)a[i] - b[i]) / scale;
+        if (!(e <= worst)) {
+            worst = e;
+            at = i;
+        }
+    }
+    if (!(worst <= tol)) {
+        print_error("%s: max relative error %.3g > %.3g at [%zu]: %.9g vs %.9g\n", what, worst, tol, at,
+                    (double)a[at], b[at]);
+        fail();
+    }
+}
+
+#define check_grad(what, a, b, n) check_close_d((what), (a), (b), (n), GRAD_TOL, 1e-2)
+#define check_fwd(what, a, b, n) check_close_d((what), (a), (b), (n), FWD_TOL, 1e-2)
+
+static double dot_d(const double *r, const double *y, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += r[i] * y[i];
+    return s;
+}
+
+// ---------------------------------------------------------------- conv2d
+
+typedef struct {
+    Conv2dDims s;
+    double *x, *w, *b, *r, *y;  // inputs, upstream gradient, output scratch (all float64)
+} ConvRef;
+
+static void conv_ref_forward(const Conv2dDims *s, const double *x, const double *w, const double *b, double *y) {
+    const int P = conv2d_out_h(s), Q = conv2d_out_w(s);
+    for (int n = 0; n < s->n; n++)
+        for (int k = 0; k < s->k; k++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    double acc = b ? b[k] : 0.0;
+                    for (int c = 0; c < s->c; c++)
+                        for (int i = 0; i < s->r; i++)
+                            for (int j = 0; j < s->r; j++) {
+                                const int hh = p * s->stride - s->pad + i, ww = q * s->stride - s->pad + j;
+                                if (hh < 0 || hh >= s->h || ww < 0 || ww >= s->w) continue;
+                                acc += x[((size_t)(n * s->c + c) * s->h + hh) * s->w + ww] *
+                                       w[((size_t)(k * s->c + c) * s->r + i) * s->r + j];
+                            }
+                    y[((size_t)(n * s->k + k) * P + p) * Q + q] = acc;
+                }
+}
+
+static size_t conv_y_size(const Conv2dDims *s) {
+    return (size_t)s->n * s->k * conv2d_out_h(s) * conv2d_out_w(s);
+}
+
+static double conv_loss(void *ctx) {
+    ConvRef *c = ctx;
+    conv_ref_forward(&c->s, c->x, c->w, c->b, c->y);
+    return dot_d(c->r, c->y, conv_y_size(&c->s));
+}
+
+static void conv_case(Conv2dDims s, uint64_t seed) {
+    const size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r, nb = s.k;
+    const size_t ny = conv_y_size(&s);
+    float *x = fvec(nx, -1, 1, seed), *w = fvec(nw, -0.5f, 0.5f, seed + 1), *b = fvec(nb, -0.5f, 0.5f, seed + 2);
+    float *dy = fvec(ny, -1, 1, seed + 3), *y = fzeros(ny);
+    float *dx = fzeros(nx), *dw = fzeros(nw), *db = fzeros(nb);
+    float *work = fzeros(conv2d_work_floats(CPU, &s));
+    ConvRef ref = {s, to_double(x, nx), to_double(w, nw), to_double(b, nb), to_double(dy, ny),
+                   xmalloc(ny * sizeof(double))};
+
+    conv2d_forward(CPU, &s, x, w, b, y, work);
+    conv_ref_forward(&s, ref.x, ref.w, ref.b, ref.y);
+    check_fwd("conv2d y", y, ref.y, ny);
+
+    conv2d_backward(CPU, &s, x, w, dy, dx, dw, db, work);
+    double *g = xmalloc((nx > nw ? nx : nw) * sizeof *g);
+    fd_grad(conv_loss, &ref, ref.x, nx, g);
+    check_grad("conv2d dx", dx, g, nx);
+    fd_grad(conv_loss, &ref, ref.w, nw, g);
+    check_grad("conv2d dw", dw, g, nw);
+    fd_grad(conv_loss, &ref, ref.b, nb, g);
+    check_grad("conv2d db", db, g, nb);
+
+    free(g), free(ref.x), free(ref.w), free(ref.b), free(ref.r), free(ref.y);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(work);
+}
+
+static void test_conv_3x3_pad1(void **state) {
+    (void)state;
+    conv_case((Conv2dDims){.n = 2, .c = 3, .h = 5, .w = 6, .k = 4, .r = 3, .stride = 1, .pad = 1}, 10);
+}
+
+static void test_conv_stride2(void **state) {
+    (void)state;
+    conv_case((Conv2dDims){.n = 2, .c = 2, .h = 7, .w = 8, .k = 3, .r = 3, .stride = 2, .pad = 0}, 20);
+    conv_case((Conv2dDims){.n = 3, .c = 2, .h = 7, .w = 6, .k = 3, .r = 3, .stride = 2, .pad = 1}, 21);
+}
+
+static void test_conv_1x1(void **state) {
+    (void)state;
+    conv_case((Conv2dDims){.n = 2, .c = 5, .h = 4, .w = 3, .k = 3, .r = 1, .stride = 1, .pad = 0}, 30);
+    conv_case((Conv2dDims){.n = 2, .c = 3, .h = 5, .w = 5, .k = 2, .r = 1, .stride = 2, .pad = 0}, 31);
+}
+
+// Small images and several of them: the path that puts a group of images into one GEMM, with an
+// uneven last group, and per-thread dW partial sums.
+static void test_conv_grouped_images(void **state) {
+    (void)state;
+    conv_case((Conv2dDims){.n = 5, .c = 3, .h = 3, .w = 3, .k = 4, .r = 3, .stride = 1, .pad = 1}, 40);
+    conv_case((Conv2dDims){.n = 7, .c = 2, .h = 4, .w = 4, .k = 3, .r = 5, .stride = 1, .pad = 2}, 41);
+}
+
+// Backward twice doubles every gradient; a NULL gradient is skipped and leaves the others unchanged.
+static void test_conv_accumulate_and_null(void **state) {
+    (void)state;
+    Conv2dDims s = {.n = 3, .c = 3, .h = 6, .w = 5, .k = 4, .r = 3, .stride = 1, .pad = 1};
+    const size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * 9, ny = conv_y_size(&s);
+    float *x = fvec(nx, -1, 1, 50), *w = fvec(nw, -1, 1, 51), *dy = fvec(ny, -1, 1, 52);
+    float *work = fzeros(conv2d_work_floats(CPU, &s));
+    float *dx1 = fzeros(nx), *dw1 = fzeros(nw), *db1 = fzeros(s.k);
+    float *dx2 = fzeros(nx), *dw2 = fzeros(nw), *db2 = fzeros(s.k);
+    conv2d_backward(CPU, &s, x, w, dy, dx1, dw1, db1, work);
+    conv2d_backward(CPU, &s, x, w, dy, dx2, dw2, db2, work);
+    conv2d_backward(CPU, &s, x, w, dy, dx2, dw2, db2, work);
+    for (size_t i = 0; i < nx; i++) dx1[i] *= 2.0f;
+    for (size_t i = 0; i < nw; i++) dw1[i] *= 2.0f;
+    for (int i = 0; i < s.k; i++) db1[i] *= 2.0f;
+    assert_close(dx2, dx1, nx, 1e-5, 1e-2);
+    assert_close(dw2, dw1, nw, 1e-5, 1e-2);
+    assert_close(db2, db1, (size_t)s.k, 1e-5, 1e-2);
+
+    // Only dw wanted; then only dx; then only db: each equal to its part of the full call.
+    float *dx3 = fzeros(nx), *dw3 = fzeros(nw), *db3 = fzeros(s.k);
+    for (size_t i = 0; i < nx; i++) dx1[i] *= 0.5f;
+    for (size_t i = 0; i < nw; i++) dw1[i] *= 0.5f;
+    for (int i = 0; i < s.k; i++) db1[i] *= 0.5f;
+    conv2d_backward(CPU, &s, x, w, dy, NULL, dw3, NULL, work);
+    assert_close(dw3, dw1, nw, 1e-5, 1e-2);
+    conv2d_backward(CPU, &s, x, w, dy, dx3, NULL, NULL, work);
+    assert_close(dx3, dx1, nx, 1e-5, 1e-2);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, NULL, db3, work);
+    assert_close(db3, db1, (size_t)s.k, 1e-5, 1e-2);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, NULL, NULL, work);  // nothing wanted: must not crash
+
+    free(x), free(w), free(dy), free(work), free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
+    free(dx3), free(dw3), free(db3);
+}
+
+// Forward overwrites: garbage in y before the call does not leak into the result; no bias = bias 0.
+static void test_conv_overwrites_and_no_bias(void **state) {
+    (void)state;
+    Conv2dDims s = {.n = 2, .c = 2, .h = 4, .w = 4, .k = 3, .r = 3, .stride = 1, .pad = 1};
+    const size_t nx = (size_t)s.n * s.c * 16, nw = (size_t)s.k * s.c * 9, ny = conv_y_size(&s);
+    float *x = fvec(nx, -1, 1, 60), *w = fvec(nw, -1, 1, 61), *y = fvec(ny, 100, 200, 62);
+    float *work = fzeros(conv2d_work_floats(CPU, &s));
+    double *yr = xmalloc(ny * sizeof *yr), *xd = to_double(x, nx), *wd = to_double(w, nw);
+    conv2d_forward(CPU, &s, x, w, NULL, y, work);
+    conv_ref_forward(&s, xd, wd, NULL, yr);
+    check_fwd("conv2d y (no bias)", y, yr, ny);
+    free(x), free(w), free(y), free(work), free(yr), free(xd), free(wd);
+}
+
+// The model sizes `work` once for its largest batch; a smaller last batch must fit in it.
+static void test_conv_work_fits_smaller_batches(void **state) {
+    (void)state;
+    const Conv2dDims shapes[] = {
+        {.n = 64, .c = 3, .h = 32, .w = 32, .k = 16, .r = 3, .stride = 1, .pad = 1},
+        {.n = 64, .c = 32, .h = 4, .w = 4, .k = 64, .r = 3, .stride = 1, .pad = 1},
+        {.n = 64, .c = 16, .h = 2, .w = 2, .k = 8, .r = 1, .stride = 1, .pad = 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const size_t full = conv2d_work_floats(CPU, &shapes[i]);
+        for (int n = 1; n < shapes[i].n; n++) {
+            Conv2dDims d = shapes[i];
+            d.n = n;
+            assert_true(conv2d_work_floats(CPU, &d) <= full);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- batch norm
+
+typedef struct {
+    BatchNormDims s;
+    double *x, *gamma, *beta, *r, *y;
+} BnRef;
+
+// Training-mode forward over the batch statistics; optionally returns mean and biased variance.
+static void bn_ref_forward(const BatchNormDims *s, const double *x, const double *gamma, const double *beta,
+                           double *y, double *mean_out, double *var_out) {
+    const double m = (double)s->n * s->hw;
+    for (int c = 0; c < s->c; c++) {
+        double mean = 0.0, var = 0.0;
+        for (int n = 0; n < s->n; n++)
+            for (int i = 0; i < s->hw; i++) mean += x[((size_t)n * s->c + c) * s->hw + i];
+        mean /= m;
+        for (int n = 0; n < s->n; n++)
+            for (int i = 0; i < s->hw; i++) {
+                const double d = x[((size_t)n * s->c + c) * s->hw + i] - mean;
+                var += d * d;
+            }
+        var /= m;
+        for (int n = 0; n < s->n; n++)
+            for (int i = 0; i < s->hw; i++) {
+                const size_t at = ((size_t)n * s->c + c) * s->hw + i;
+                y[at] = gamma[c] * (x[at] - mean) / sqrt(var + s->eps) + beta[c];
+            }
+        if (mean_out) mean_out[c] = mean;
+        if (var_out) var_out[c] = var;
+    }
+}
+
+static double bn_loss(void *ctx) {
+    BnRef *b = ctx;
+    bn_ref_forward(&b->s, b->x, b->gamma, b->beta, b->y, NULL, NULL);
+    return dot_d(b->r, b->y, (size_t)b->s.n * b->s.c * b->s.hw);
+}
+
+typedef struct {
+    float *x, *gamma, *beta, *dy, *y, *mean, *invstd, *rm, *rv, *dx, *dgamma, *dbeta, *work;
+    size_t nx;
+} BnBufs;
+
+static BnBufs bn_bufs(const BatchNormDims *s, uint64_t seed) {
+    BnBufs b;
+    b.nx = (size_t)s->n * s->c * s->hw;
+    b.x = fvec(b.nx, -2, 3, seed);  // mean ~0.5, not 0: a missing mean subtraction shows
+    b.gamma = fvec(s->c, 0.5f, 1.5f, seed + 1);
+    b.beta = fvec(s->c, -0.5f, 0.5f, seed + 2);
+    b.dy = fvec(b.nx, -1, 1, seed + 3);
+    b.y = fzeros(b.nx), b.dx = fzeros(b.nx);
+    b.mean = fzeros(s->c), b.invstd = fzeros(s->c), b.dgamma = fzeros(s->c), b.dbeta = fzeros(s->c);
+    b.rm = fvec(s->c, -0.2f, 0.2f, seed + 4);
+    b.rv = fvec(s->c, 0.5f, 1.5f, seed + 5);
+    b.work = fzeros(batchnorm_work_floats(CPU, s));
+    return b;
+}
+
+static void bn_bufs_free(BnBufs *b) {
+    free(b->x), free(b->gamma), free(b->beta), free(b->dy), free(b->y), free(b->mean), free(b->invstd);
+    free(b->rm), free(b->rv), free(b->dx), free(b->dgamma), free(b->dbeta), free(b->work);
+}
+
+static void test_bn_train_gradients(void **state) {
+    (void)state;
+    const BatchNormDims s = {.n = 3, .c = 4, .hw = 10, .eps = 1e-5f, .momentum = 0.1f};
+    BnBufs b = bn_bufs(&s, 100);
+    BnRef ref = {s, to_double(b.x, b.nx), to_double(b.gamma, s.c), to_double(b.beta, s.c), to_double(b.dy, b.nx),
+                 xmalloc(b.nx * sizeof(double))};
+    double mean[4], var[4];
+    batchnorm_forward_train(CPU, &s, b.x, b.gamma, b.beta, b.y, b.mean, b.invstd, b.rm, b.rv, NULL, b.work);
+    bn_ref_forward(&s, ref.x, ref.gamma, ref.beta, ref.y, mean, var);
+    check_fwd("bn y", b.y, ref.y, b.nx);
+    double invstd[4];
+    for (int c = 0; c < 4; c++) invstd[c] = 1.0 / sqrt(var[c] + s.eps);
+    check_fwd("bn mean", b.mean, mean, 4);
+    check_fwd("bn invstd", b.invstd, invstd, 4);
+
+    batchnorm_backward(CPU, &s, b.x, b.gamma, b.mean, b.invstd, b.dy, b.dx, b.dgamma, b.dbeta, NULL, b.work);
+    double *g = xmalloc(b.nx * sizeof *g);
+    fd_grad(bn_loss, &ref, ref.x, b.nx, g);
+    check_grad("bn dx", b.dx, g, b.nx);
+    fd_grad(bn_loss, &ref, ref.gamma, s.c, g);
+    check_grad("bn dgamma", b.dgamma, g, s.c);
+    fd_grad(bn_loss, &ref, ref.beta, s.c, g);
+    check_grad("bn dbeta", b.dbeta, g, s.c);
+
+    // Accumulation: a second backward doubles all three; NULL dx still gives dgamma, dbeta.
+    float dx1[120], dg1[4], db1[4];
+    memcpy(dx1, b.dx, sizeof dx1), memcpy(dg1, b.dgamma, sizeof dg1), memcpy(db1, b.dbeta, sizeof db1);
+    batchnorm_backward(CPU, &s, b.x, b.gamma, b.mean, b.invstd, b.dy, b.dx, b.dgamma, b.dbeta, NULL, b.work);
+    for (size_t i = 0; i < b.nx; i++) dx1[i] *= 2.0f;
+    for (int c = 0; c < 4; c++) dg1[c] *= 2.0f, db1[c] *= 2.0f;
+    assert_close(b.dx, dx1, b.nx, 1e-5, 1e-2);
+    assert_close(b.dgamma, dg1, 4, 1e-5, 1e-2);
+    assert_close(b.dbeta, db1, 4, 1e-5, 1e-2);
+    float dg2[4] = {0}, db2[4] = {0};
+    batchnorm_backward(CPU, &s, b.x, b.gamma, b.mean, b.invstd, b.dy, NULL, dg2, db2, NULL, b.work);
+    for (int c = 0; c < 4; c++) dg2[c] *= 2.0f, db2[c] *= 2.0f;
+    assert_close(dg2, b.dgamma, 4, 1e-5, 1e-2);
+    assert_close(db2, b.dbeta, 4, 1e-5, 1e-2);
+
+    free(g), free(ref.x), free(ref.gamma), free(ref.beta), free(ref.r), free(ref.y);
+    bn_bufs_free(&b);
+}
+
+// running = 0.9 * running + 0.1 * batch, with the UNBIASED batch variance (as PyTorch).
+static void test_bn_running_stats(void **state) {
+    (void)state;
+    const BatchNormDims s = {.n = 2, .c = 3, .hw = 5, .eps = 1e-5f, .momentum = 0.1f};
+    BnBufs b = bn_bufs(&s, 200);
+    double rm0[3], rv0[3], mean[3], var[3];
+    double *xd = to_double(b.x, b.nx), *gd = to_double(b.gamma, 3), *bd = to_double(b.beta, 3);
+    double *yd = xmalloc(b.nx * sizeof *yd);
+    for (int c = 0; c < 3; c++) rm0[c] = b.rm[c], rv0[c] = b.rv[c];
+    bn_ref_forward(&s, xd, gd, bd, yd, mean, var);
+    batchnorm_forward_train(CPU, &s, b.x, b.gamma, b.beta, b.y, b.mean, b.invstd, b.rm, b.rv, NULL, b.work);
+    const double m = 10.0;
+    double rm[3], rv[3];
+    for (int c = 0; c < 3; c++) {
+        rm[c] = 0.9 * rm0[c] + 0.1 * mean[c];
+        rv[c] = 0.9 * rv0[c] + 0.1 * var[c] * m / (m - 1.0);
+    }
+    check_fwd("running_mean", b.rm, rm, 3);
+    check_fwd("running_var", b.rv, rv, 3);
+    free(xd), free(gd), free(bd), free(yd);
+    bn_bufs_free(&b);
+}
+
+// Eval mode normalises with the running statistics, not the batch's.
+static void test_bn_eval_uses_running_stats(void **state) {
+    (void)state;
+    const BatchNormDims s = {.n = 2, .c = 3, .hw = 4, .eps = 1e-5f, .momentum = 0.1f};
+    BnBufs b = bn_bufs(&s, 300);
+    double *yr = xmalloc(b.nx * sizeof *yr);
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < 4; i++) {
+                const size_t at = ((size_t)n * 3 + c) * 4 + i;
+                yr[at] = b.gamma[c] * ((double)b.x[at] - b.rm[c]) / sqrt((double)b.rv[c] + s.eps) + b.beta[c];
+            }
+    float rm[3], rv[3];
+    memcpy(rm, b.rm, sizeof rm), memcpy(rv, b.rv, sizeof rv);
+    batchnorm_forward_eval(CPU, &s, b.x, b.gamma, b.beta, b.rm, b.rv, b.y);
+    check_fwd("bn eval y", b.y, yr, b.nx);
+    assert_memory_equal(rm, b.rm, sizeof rm);  // eval leaves the running statistics alone
+    assert_memory_equal(rv, b.rv, sizeof rv);
+    free(yr);
+    bn_bufs_free(&b);
+}
+
+// A fake SyncBN hook: records what it was given, then doubles every entry, which is what an all-reduce
+// over two ranks holding identical batches returns.
+typedef struct {
+    int calls;
+    int counts[4];
+    double seen[4][64];
+} FakeSync;
+
+static void fake_allreduce(double *buf, int count, void *ctx) {
+    FakeSync *f = ctx;
+    assert_true(f->calls < 4 && count <= 64);
+    f->counts[f->calls] = count;
+    memcpy(f->seen[f->calls], buf, (size_t)count * sizeof *buf);
+    f->calls++;
+    for (int i = 0; i < count; i++) buf[i] *= 2.0;
+}
+
+static void test_bn_sync_hook(void **state) {
+    (void)state;
+    const BatchNormDims s = {.n = 2, .c = 3, .hw = 5, .eps = 1e-5f, .momentum = 0.1f};
+    BnBufs one = bn_bufs(&s, 400), two = bn_bufs(&s, 400);
+    FakeSync fake = {0};
+    const BatchNormSync sync = {fake_allreduce, &fake};
+    double rv_init[3];
+    for (int c = 0; c < 3; c++) rv_init[c] = one.rv[c];
+
+    batchnorm_forward_train(CPU, &s, one.x, one.gamma, one.beta, one.y, one.mean, one.invstd, one.rm, one.rv,
+                            NULL, one.work);
+    batchnorm_forward_train(CPU, &s, two.x, two.gamma, two.beta, two.y, two.mean, two.invstd, two.rm, two.rv,
+                            &sync, two.work);
+    // Forward: one call with [sum x (C), sum x^2 (C), count].
+    assert_int_equal(fake.calls, 1);
+    assert_int_equal(fake.counts[0], 2 * 3 + 1);
+    for (int c = 0; c < 3; c++) {
+        double s1 = 0, s2 = 0;
+        for (int n = 0; n < 2; n++)
+            for (int i = 0; i < 5; i++) {
+                const double v = one.x[((size_t)n * 3 + c) * 5 + i];
+                s1 += v, s2 += v * v;
+            }
+        assert_true(fabs(fake.seen[0][c] - s1) <= 1e-9 * (1 + fabs(s1)));
+        assert_true(fabs(fake.seen[0][3 + c] - s2) <= 1e-9 * (1 + fabs(s2)));
+    }
+    assert_true(fake.seen[0][6] == 10.0);
+    // Two identical ranks normalise exactly like one...
+    assert_close(two.y, one.y, one.nx, 1e-5, 1e-2);
+    assert_close(two.rm, one.rm, 3, 1e-5, 1e-2);
+    // ...but the running variance's unbiasing uses the global count (20, not 10).
+    for (int c = 0; c < 3; c++) {
+        const double var_b = 1.0 / ((double)one.invstd[c] * one.invstd[c]) - s.eps;  // biased batch variance
+        const double global = 0.9 * rv_init[c] + 0.1 * var_b * 20.0 / 19.0;
+        const double local = 0.9 * rv_init[c] + 0.1 * var_b * 10.0 / 9.0;
+        assert_true(fabs(two.rv[c] - global) <= 1e-5 * global);
+        assert_true(fabs(one.rv[c] - local) <= 1e-5 * local);
+    }
+
+    batchnorm_backward(CPU, &s, one.x, one.gamma, one.mean, one.invstd, one.dy, one.dx, one.dgamma, one.dbeta,
+                       NULL, one.work);
+    batchnorm_backward(CPU, &s, two.x, two.gamma, two.mean, two.invstd, two.dy, two.dx, two.dgamma, two.dbeta,
+                       &sync, two.work);
+    // Backward: one call with [sum dy (C), sum dy * xhat (C), count].
+    assert_int_equal(fake.calls, 2);
+    assert_int_equal(fake.counts[1], 2 * 3 + 1);
+    for (int c = 0; c < 3; c++) {
+        double s1 = 0, s2 = 0;
+        for (int n = 0; n < 2; n++)
+            for (int i = 0; i < 5; i++) {
+                const size_t at = ((size_t)n * 3 + c) * 5 + i;
+                s1 += one.dy[at];
+                s2 += one.dy[at] * ((double)one.x[at] - one.mean[c]) * one.invstd[c];
+            }
+        assert_true(fabs(fake.seen[1][c] - s1) <= 1e-6 * (1 + fabs(s1)));
+        assert_true(fabs(fake.seen[1][3 + c] - s2) <= 1e-6 * (1 + fabs(s2)));
+    }
+    assert_true(fake.seen[1][6] == 10.0);
+    assert_close(two.dx, one.dx, one.nx, 1e-5, 1e-3);
+    // Parameter gradients stay local (DDP averages them afterwards).
+    assert_close(two.dgamma, one.dgamma, 3, 1e-5, 1e-2);
+    assert_close(two.dbeta, one.dbeta, 3, 1e-5, 1e-2);
+    bn_bufs_free(&one);
+    bn_bufs_free(&two);
+}
+
+// ---------------------------------------------------------------- relu, add, scale
+
+typedef struct {
+    size_t n;
+    double *x, *r;
+} VecRef;
+
+static double relu_loss(void *ctx) {
+    VecRef *v = ctx;
+    double s = 0.0;
+    for (size_t i = 0; i < v->n; i++) s += v->r[i] * (v->x[i] > 0 ? v->x[i] : 0.0);
+    return s;
+}
+
+static void test_relu(void **state) {
+    (void)state;
+    enum { N = 200 };
+    float *x = fvec(N, -1, 1, 500), *dy = fvec(N, -1, 1, 501), *y = fvec(N, 5, 6, 502), *dx = fzeros(N);
+    for (int i = 0; i < N; i++)
+        if (fabsf(x[i]) < 1e-3f) x[i] = 0.5f;  // keep finite differences off the kink
+    relu_forward(CPU, N, x, y);
+    for (int i = 0; i < N; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+    relu_backward(CPU, N, y, dy, dx);
+    VecRef ref = {N, to_double(x, N), to_double(dy, N)};
+    double g[N];
+    fd_grad(relu_loss, &ref, ref.x, N, g);
+    check_grad("relu dx", dx, g, N);
+    relu_backward(CPU, N, y, dy, dx);
+    for (int i = 0; i < N; i++) assert_true(dx[i] == 2.0f * (float)g[i] || fabs(dx[i] - 2 * g[i]) < 1e-6);
+    free(x), free(dy), free(y), free(dx), free(ref.x), free(ref.r);
+}
+
+static void test_add_and_scale(void **state) {
+    (void)state;
+    enum { N = 100000 };  // large enough for the parallel path
+    float *a = fvec(N, -1, 1, 600), *b = fvec(N, -1, 1, 601), *y = fvec(N, 7, 8, 602);
+    add_forward(CPU, N, a, b, y);
+    for (int i = 0; i < N; i++) assert_true(y[i] == a[i] + b[i]);
+    add_inplace(CPU, N, y, a);
+    for (int i = 0; i < N; i++) assert_true(y[i] == (a[i] + b[i]) + a[i]);
+    scale_inplace(CPU, N, y, -0.5f);
+    for (int i = 0; i < N; i++) assert_true(y[i] == ((a[i] + b[i]) + a[i]) * -0.5f);
+    free(a), free(b), free(y);
+}
+
+// ---------------------------------------------------------------- pooling
+
+typedef struct {
+    int n, c, h, w;
+    double *x, *r;
+} PoolRef;
+
+static double maxpool_loss(void *ctx) {
+    PoolRef *p = ctx;
+    const int ho = p->h / 2, wo = p->w / 2;
+    double s = 0.0;
+    for (int pl = 0; pl < p->n * p->c; pl++)
+        for (int i = 0; i < ho; i++)
+            for (int j = 0; j < wo; j++) {
+                const double *x = p->x + (size_t)pl * p->h * p->w;
+                double m = x[(2 * i) * p->w + 2 * j];
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++) m = fmax(m, x[(2 * i + a) * p->w + 2 * j + b]);
+                s += p->r[((size_t)pl * ho + i) * wo + j] * m;
+            }
+    return s;
+}
+
+static void maxpool_case(int n, int c, int h, int w, uint64_t seed) {
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * (h / 2) * (w / 2);
+    float *x = fvec(nx, -1, 1, seed), *dy = fvec(ny, -1, 1, seed + 1), *y = fzeros(ny), *dx = fzeros(nx);
+    PoolRef ref = {n, c, h, w, to_double(x, nx), to_double(dy, ny)};
+    maxpool2_forward(CPU, n, c, h, w, x, y);
+    maxpool2_backward(CPU, n, c, h, w, x, y, dy, dx);
+    double *g = xmalloc(nx * sizeof *g);
+    fd_grad(maxpool_loss, &ref, ref.x, nx, g);
+    check_grad("maxpool dx", dx, g, nx);
+    // The forward value is the window maximum (exact: no arithmetic).
+    for (size_t pl = 0; pl < (size_t)n * c; pl++)
+        for (int i = 0; i < h / 2; i++)
+            for (int j = 0; j < w / 2; j++) {
+                const float *xp = x + pl * h * w;
+                float m = xp[(2 * i) * w + 2 * j];
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++) m = fmaxf(m, xp[(2 * i + a) * w + 2 * j + b]);
+                assert_true(y[(pl * (h / 2) + i) * (w / 2) + j] == m);
+            }
+    // Odd sizes: the dropped last row / column gets no gradient.
+    for (size_t pl = 0; pl < (size_t)n * c; pl++) {
+        if (h % 2)
+            for (int j = 0; j < w; j++) assert_true(dx[pl * h * w + (size_t)(h - 1) * w + j] == 0.0f);
+        if (w % 2)
+            for (int i = 0; i < h; i++) assert_true(dx[pl * h * w + (size_t)i * w + w - 1] == 0.0f);
+    }
+    free(x), free(dy), free(y), free(dx), free(g), free(ref.x), free(ref.r);
+}
+
+static void test_maxpool(void **state) {
+    (void)state;
+    maxpool_case(2, 3, 4, 6, 700);
+    maxpool_case(2, 2, 5, 7, 710);  // odd height and width
+}
+
+// Ties: the first maximum in row-major window order takes the whole gradient.
+static void test_maxpool_ties(void **state) {
+    (void)state;
+    const float x[8] = {1, 3, 3, 0,   // window 0: 1 3 / 2 3 -> first 3 at (0,1)
+                        2, 3, 3, 3};  // window 1: 3 0 / 3 3 -> first 3 at (0,0)
+    float y[2], dx[8] = {0};
+    const float dy[2] = {1.5f, -2.0f};
+    maxpool2_forward(CPU, 1, 1, 2, 4, x, y);
+    assert_true(y[0] == 3.0f && y[1] == 3.0f);
+    maxpool2_backward(CPU, 1, 1, 2, 4, x, y, dy, dx);
+    const float expect[8] = {0, 1.5f, -2.0f, 0, 0, 0, 0, 0};
+    assert_memory_equal(dx, expect, sizeof dx);
+}
+
+static double avgpool_loss(void *ctx) {
+    PoolRef *p = ctx;  // h = hw, w unused
+    double s = 0.0;
+    for (int pl = 0; pl < p->n * p->c; pl++) {
+        double m = 0.0;
+        for (int i = 0; i < p->h; i++) m += p->x[(size_t)pl * p->h + i];
+        s += p->r[pl] * m / p->h;
+    }
+    return s;
+}
+
+static void test_avgpool(void **state) {
+    (void)state;
+    const int n = 3, c = 4, hw = 9;
+    const size_t nx = (size_t)n * c * hw;
+    float *x = fvec(nx, -1, 1, 800), *dy = fvec(n * c, -1, 1, 801), *y = fzeros(n * c), *dx = fzeros(nx);
+    PoolRef ref = {n, c, hw, 1, to_double(x, nx), to_double(dy, n * c)};
+    avgpool_forward(CPU, n, c, hw, x, y);
+    double yr[12];
+    for (int pl = 0; pl < n * c; pl++) {
+        yr[pl] = 0;
+        for (int i = 0; i < hw; i++) yr[pl] += ref.x[pl * hw + i] / hw;
+    }
+    check_fwd("avgpool y", y, yr, 12);
+    avgpool_backward(CPU, n, c, hw, dy, dx);
+    double *g = xmalloc(nx * sizeof *g);
+    fd_grad(avgpool_loss, &ref, ref.x, nx, g);
+    check_grad("avgpool dx", dx, g, nx);
+    free(x), free(dy), free(y), free(dx), free(g), free(ref.x), free(ref.r);
+}
+
+// ---------------------------------------------------------------- linear
+
+typedef struct {
+    int n, in, out;
+    double *x, *w, *b, *r;
+} LinRef;
+
+static double linear_loss(void *ctx) {
+    LinRef *l = ctx;
+    double s = 0.0;
+    for (int i = 0; i < l->n; i++)
+        for (int o = 0; o < l->out; o++) {
+            double y = l->b[o];
+            for (int j = 0; j < l->in; j++) y += l->x[i * l->in + j] * l->w[o * l->in + j];
+            s += l->r[i * l->out + o] * y;
+        }
+    return s;
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    const int n = 4, in = 7, out = 5;
+    float *x = fvec(n * in, -1, 1, 900), *w = fvec(out * in, -1, 1, 901), *b = fvec(out, -1, 1, 902);
+    float *dy = fvec(n * out, -1, 1, 903), *y = fvec(n * out, 50, 60, 904);
+    float *dx = fzeros(n * in), *dw = fzeros(out * in), *db = fzeros(out);
+    LinRef ref = {n, in, out, to_double(x, n * in), to_double(w, out * in), to_double(b, out),
+                  to_double(dy, n * out)};
+    linear_forward(CPU, n, in, out, x, w, b, y);
+    double yr[20];
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) {
+            yr[i * out + o] = ref.b[o];
+            for (int j = 0; j < in; j++) yr[i * out + o] += ref.x[i * in + j] * ref.w[o * in + j];
+        }
+    check_fwd("linear y", y, yr, 20);
+    linear_backward(CPU, n, in, out, x, w, dy, dx, dw, db);
+    double g[35];
+    fd_grad(linear_loss, &ref, ref.x, n * in, g);
+    check_grad("linear dx", dx, g, n * in);
+    fd_grad(linear_loss, &ref, ref.w, out * in, g);
+    check_grad("linear dw", dw, g, out * in);
+    fd_grad(linear_loss, &ref, ref.b, out, g);
+    check_grad("linear db", db, g, out);
+    // Accumulates, and NULL gradients are skipped.
+    float dw2[35];
+    memcpy(dw2, dw, sizeof dw2);
+    linear_backward(CPU, n, in, out, x, w, dy, NULL, dw, NULL);
+    for (int i = 0; i < 35; i++) dw2[i] *= 2.0f;
+    assert_close(dw, dw2, 35, 1e-5, 1e-2);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+    free(ref.x), free(ref.w), free(ref.b), free(ref.r);
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+typedef struct {
+    int n, k;
+    double *l;
+    const int *labels;
+    double s, scale;
+} CeRef;
+
+// Per-sample loss with the smoothed target, straight from the definition -sum_j t_j log softmax_j.
+static double ce_ref_sample(const double *l, int k, int label, double s) {
+    double m = l[0], z = 0.0, loss = 0.0;
+    for (int j = 1; j < k; j++) m = fmax(m, l[j]);
+    for (int j = 0; j < k; j++) z += exp(l[j] - m);
+    for (int j = 0; j < k; j++) {
+        const double t = s / k + (j == label ? 1.0 - s : 0.0);
+        loss -= t * (l[j] - m - log(z));
+    }
+    return loss;
+}
+
+static double ce_loss(void *ctx) {
+    CeRef *c = ctx;
+    double s = 0.0;
+    for (int i = 0; i < c->n; i++) s += c->scale * ce_ref_sample(c->l + i * c->k, c->k, c->labels[i], c->s);
+    return s;
+}
+
+static void ce_case(float smoothing, float shift) {
+    const int n = 5, k = 7;
+    const int labels[5] = {0, 6, 3, 3, 1};
+    float *l = fvec(n * k, -3, 3, 1000), loss[5], *dl = fzeros(n * k);
+    for (int i = 0; i < n * k; i++) l[i] += shift;  // large logits: exp would overflow without the max
+    CeRef ref = {n, k, to_double(l, n * k), labels, smoothing, 1.0 / n};
+    cross_entropy_forward(CPU, n, k, l, labels, smoothing, loss);
+    double lr[5];
+    for (int i = 0; i < n; i++) lr[i] = ce_ref_sample(ref.l + i * k, k, labels[i], smoothing);
+    check_fwd("cross-entropy loss", loss, lr, 5);
+    cross_entropy_backward(CPU, n, k, l, labels, smoothing, 1.0f / n, dl);
+    double g[35];
+    fd_grad(ce_loss, &ref, ref.l, n * k, g);
+    check_grad("cross-entropy dlogits", dl, g, n * k);
+    free(l), free(dl), free(ref.l);
+}
+
+static void test_cross_entropy(void **state) {
+    (void)state;
+    ce_case(0.0f, 0.0f);
+    ce_case(0.1f, 0.0f);
+    ce_case(0.25f, 200.0f);
+}
+
+// Label smoothing by hand: two classes, equal logits: loss = log 2 whatever s is; with logits (0, log 3)
+// softmax = (1/4, 3/4) and label 1, s = 0.2: target = (0.1, 0.9), loss = -(0.1 log 1/4 + 0.9 log 3/4).
+static void test_label_smoothing_by_hand(void **state) {
+    (void)state;
+    const float eq[2] = {0.7f, 0.7f}, l[2] = {0.0f, (float)log(3.0)};
+    const int label = 1;
+    float loss, g[2] = {0, 0};
+    cross_entropy_forward(CPU, 1, 2, eq, &label, 0.2f, &loss);
+    assert_true(fabs(loss - log(2.0)) < 1e-6);
+    cross_entropy_forward(CPU, 1, 2, l, &label, 0.2f, &loss);
+    const double expect = -(0.1 * log(0.25) + 0.9 * log(0.75));
+    assert_true(fabs(loss - expect) < 1e-6);
+    cross_entropy_backward(CPU, 1, 2, l, &label, 0.2f, 1.0f, g);  // softmax - target
+    assert_true(fabs(g[0] - (0.25 - 0.1)) < 1e-6 && fabs(g[1] - (0.75 - 0.9)) < 1e-6);
+}
+
+static void test_argmax_rows(void **state) {
+    (void)state;
+    const float l[12] = {1, 5, 5, 2, /**/ -1, -3, -1, -2, /**/ 0, 0, 0, 9};
+    int pred[3];
+    argmax_rows(CPU, 3, 4, l, pred);
+    assert_int_equal(pred[0], 1);  // tie between 1 and 2: the first
+    assert_int_equal(pred[1], 0);
+    assert_int_equal(pred[2], 3);
+}
+
+// ---------------------------------------------------------------- SGD
+
+// Three steps of the PyTorch formula in double, against the op, for every flag combination.
+static void test_sgd_update(void **state) {
+    (void)state;
+    enum { N = 50 };
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        for (int wd_on = 0; wd_on < 2; wd_on++) {
+            const float lr = 0.05f, mom = 0.9f, wd = wd_on ? 5e-3f : 0.0f;
+            float *p = fvec(N, -1, 1, 1100), *v = fzeros(N);
+            double pd[N], vd[N] = {0};
+            for (int i = 0; i < N; i++) pd[i] = p[i];
+            for (int step = 0; step < 3; step++) {
+                float *g = fvec(N, -1, 1, 1200 + step);
+                sgd_update(CPU, N, p, g, v, lr, mom, wd, nesterov);
+                for (int i = 0; i < N; i++) {
+                    const double gg = g[i] + (double)wd * pd[i];
+                    vd[i] = mom * vd[i] + gg;
+                    pd[i] -= lr * (nesterov ? gg + mom * vd[i] : vd[i]);
+                }
+                free(g);
+            }
+            check_close_d("sgd params", p, pd, N, 1e-5, 1e-2);
+            check_close_d("sgd velocity", v, vd, N, 1e-5, 1e-2);
+            free(p), free(v);
+        }
+    }
+    // No momentum: a plain step, no velocity buffer needed.
+    float p[3] = {1, 2, 3}, g[3] = {1, -1, 0.5f};
+    sgd_update(CPU, 3, p, g, NULL, 0.1f, 0.0f, 0.0f, 0);
+    assert_true(p[0] == 1.0f - 0.1f * 1.0f && p[1] == 2.0f + 0.1f && p[2] == 3.0f - 0.1f * 0.5f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_3x3_pad1),
+        cmocka_unit_test(test_conv_stride2),
+        cmocka_unit_test(test_conv_1x1),
+        cmocka_unit_test(test_conv_grouped_images),
+        cmocka_unit_test(test_conv_accumulate_and_null),
+        cmocka_unit_test(test_conv_overwrites_and_no_bias),
+        cmocka_unit_test(test_conv_work_fits_smaller_batches),
+        cmocka_unit_test(test_bn_train_gradients),
+        cmocka_unit_test(test_bn_running_stats),
+        cmocka_unit_test(test_bn_eval_uses_running_stats),
+        cmocka_unit_test(test_bn_sync_hook),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_add_and_scale),
+        cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_maxpool_ties),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_label_smoothing_by_hand),
+        cmocka_unit_test(test_argmax_rows),
+        cmocka_unit_test(test_sgd_update),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
