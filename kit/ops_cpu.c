@@ -62,14 +62,19 @@ static void conv_check_dims(const Conv2dDims *s) {
           "conv2d: the kernel is larger than the padded input (input too small for this layer)");
 }
 
-static ConvPlan conv_plan(const Conv2dDims *s) {
+// Threads a convolution may use from the calling thread: its OpenMP budget, at most the cores.
+static int conv_call_threads(void) {
+    int t = omp_get_max_threads(), procs = omp_get_num_procs();
+    return t < procs ? t : procs;
+}
+
+static ConvPlan conv_plan_for(const Conv2dDims *s, int threads) {
     conv_check_dims(s);
     ConvPlan pl;
     pl.p = conv2d_out_h(s);
     pl.q = conv2d_out_w(s);
     pl.pq = (size_t)pl.p * (size_t)pl.q;
     pl.crr = (size_t)s->c * (size_t)s->r * (size_t)s->r;
-    int threads = omp_get_max_threads();
     if (threads > s->n) threads = s->n;
     if (threads < 1) threads = 1;
     // Enough images for CONV_TARGET_COLS columns, but keep at least one group per thread.
@@ -85,12 +90,26 @@ static ConvPlan conv_plan(const Conv2dDims *s) {
     return pl;
 }
 
+static ConvPlan conv_plan(const Conv2dDims *s) { return conv_plan_for(s, conv_call_threads()); }
+
+static size_t conv_plan_work_floats(const ConvPlan *pl, const Conv2dDims *s) {
+    return (size_t)pl->threads * (pl->col_floats + pl->stage_floats) + (size_t)(pl->threads - 1) * (size_t)s->k * pl->crr;
+}
+
 // Layout of `work`: per thread [col | stage], then (threads - 1) private dW partial sums (K, C*R*R):
 // thread 0 accumulates straight into dw, the others into their own partial, summed at the end.
+// The plan depends on the calling thread's OpenMP budget, and a model may be sized on one thread and
+// run on another (lesson 02 runs each replica on its own thread, with its own budget): so the size is
+// the largest over every budget from 1 thread to all cores. It never grows when n shrinks either, so a
+// buffer sized for the largest batch fits every smaller one.
 size_t conv2d_work_floats_cpu(const Conv2dDims *s) {
-    ConvPlan pl = conv_plan(s);
-    return (size_t)pl.threads * (pl.col_floats + pl.stage_floats) +
-           (size_t)(pl.threads - 1) * (size_t)s->k * pl.crr;
+    size_t most = 0;
+    for (int t = 1; t <= omp_get_num_procs(); t++) {
+        ConvPlan pl = conv_plan_for(s, t);
+        size_t need = conv_plan_work_floats(&pl, s);
+        if (need > most) most = need;
+    }
+    return most;
 }
 
 // One image x (C, H, W) -> rows (C*R*R) of col, written at column offset `at` of rows `ld` long.
@@ -489,8 +508,8 @@ static void pool_check_dims(int n, int c, int h, int w) {
 
 // Max-pool in PyTorch's order: the window is scanned row-major (a b / c d) and a value replaces the
 // running maximum when it is larger, or when it is NaN (so a NaN propagates instead of hiding).
-// Ties keep the first. Written with selects, not branches, so the loops over a row vectorise.
-static inline float pool_max2(float m, float v) { return (v > m || v != v) ? v : m; }
+// Ties keep the first. Written as a select, not a branch, so the loops over a row vectorise.
+static inline float pool_max2(float m, float v) { return ((v > m) | (v != v)) ? v : m; }
 
 void maxpool2_forward_cpu(int n, int c, int h, int w, const float *x, float *y) {
     pool_check_dims(n, c, h, w);
@@ -514,6 +533,30 @@ void maxpool2_forward_cpu(int n, int c, int h, int w, const float *x, float *y) 
     }
 }
 
+// One row of windows: input rows r0, r1 (2*wo values used), their gradient rows d0, d1, and dy's row g.
+// The window's maximum is recomputed as in the forward; the gradient goes to the FIRST element equal to
+// it (the first NaN when it is NaN), which is the element the forward's scan picked. Written as float
+// selects on plain comparisons: GCC leaves a loop with an integer winner index scalar, this it vectorises.
+static void maxpool2_backward_row(int wo, const float *r0, const float *r1, const float *g, float *d0, float *d1) {
+#pragma omp simd
+    for (int j = 0; j < wo; j++) {
+        const float a = r0[2 * j], b = r0[2 * j + 1], cc = r1[2 * j], d = r1[2 * j + 1];
+        const float m = pool_max2(pool_max2(pool_max2(a, b), cc), d);
+        float rest = g[j];  // what is still to be routed; windows never overlap, so each input gets one share
+        const int ea = (a == m) | (a != a), eb = (b == m) | (b != b), ec = (cc == m) | (cc != cc);
+        const float ga = ea ? rest : 0.0f;
+        rest = ea ? 0.0f : rest;
+        const float gb = eb ? rest : 0.0f;
+        rest = eb ? 0.0f : rest;
+        const float gc = ec ? rest : 0.0f;
+        rest = ec ? 0.0f : rest;
+        d0[2 * j] += ga;
+        d0[2 * j + 1] += gb;
+        d1[2 * j] += gc;
+        d1[2 * j + 1] += rest;
+    }
+}
+
 void maxpool2_backward_cpu(int n, int c, int h, int w, const float *x, const float *y, const float *dy,
                            float *dx) {
     (void)y;  // the argmax is recomputed from x: same answer, nothing to keep in sync
@@ -522,27 +565,9 @@ void maxpool2_backward_cpu(int n, int c, int h, int w, const float *x, const flo
     const size_t planes = (size_t)n * c;
 #pragma omp parallel for schedule(static) if (planes * h * w >= PAR_MIN)
     for (size_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * h * w;
-        const float *gp = dy + pl * ho * wo;
-        float *dp = dx + pl * h * w;
         for (int i = 0; i < ho; i++) {
-            const float *r0 = xp + (size_t)(2 * i) * w, *r1 = r0 + w;
-            float *d0 = dp + (size_t)(2 * i) * w, *d1 = d0 + w;
-            const float *g = gp + (size_t)i * wo;
-            // Windows do not overlap: every input gets either its window's gradient or 0.
-#pragma omp simd
-            for (int j = 0; j < wo; j++) {
-                const float a = r0[2 * j], b = r0[2 * j + 1], cc = r1[2 * j], d = r1[2 * j + 1];
-                float m = a;
-                int k = 0;
-                if (b > m || b != b) m = b, k = 1;
-                if (cc > m || cc != cc) m = cc, k = 2;
-                if (d > m || d != d) k = 3;
-                d0[2 * j] += k == 0 ? g[j] : 0.0f;
-                d0[2 * j + 1] += k == 1 ? g[j] : 0.0f;
-                d1[2 * j] += k == 2 ? g[j] : 0.0f;
-                d1[2 * j + 1] += k == 3 ? g[j] : 0.0f;
-            }
+            const size_t r = pl * h * w + (size_t)(2 * i) * w;
+            maxpool2_backward_row(wo, x + r, x + r + w, dy + pl * ho * wo + (size_t)i * wo, dx + r, dx + r + w);
         }
     }
 }

@@ -1,0 +1,296 @@
+// tests/lesson02/test_lesson02.c: the autograder for lesson 02 (the learner's dp.c: scatter, replicate, reduce,
+// the DataParallel step).
+//
+// The pieces are checked one by one against what they must do (chunk sizes and pointers, exact copies, sums),
+// then the whole step against independent references built from kit calls in this file:
+//   - BN-free model ("tiny"): DataParallel over N = 1, 2, 3 replicas equals ONE model on the same global batch;
+//   - with batch norm ("tiny-bn"): it equals N separate models, each normalising its OWN chunk (PyTorch's
+//     nn.DataParallel semantics), and differs from one model on the whole batch.
+// Hints for failures are in hints.tsv.
+#include "testutil.h"
+
+#include "data.h"
+#include "lesson.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "train.h"
+
+#include "grading.h"
+
+enum { IMAGE = 3 * 32 * 32 };
+
+// Parameters after a few SGD steps: DataParallel vs its reference. They run the same float32 operations on the
+// same numbers except for the ORDER of some sums: a weight gradient is a sum over the batch's images, which the
+// reference adds up in one pass and DataParallel as N partial sums (one per chunk, each with its own OpenMP
+// split) added on the master. Reordering a float32 sum changes it by a few units in the last place
+// (~1e-7 relative); over 4 steps with momentum this stays below 1e-6 (measured: at most 2e-7 without BN,
+// 5e-7 with BN). Errors
+// that matter are far larger: a gradient scaled by 1/chunk instead of 1/(global batch), a missing replica or a
+// replica with stale weights moves parameters by ~1e-3 or more. Relative to max(|value|, 1e-2).
+#define PARAM_TOL 1e-5
+#define PARAM_FLOOR 1e-2
+
+static ModelConfig config(const char *name) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, 0, 3, 32, 32, 10));
+    return cfg;
+}
+
+// `steps` global batches of `batch` images each, from a synthetic training set (host memory).
+typedef struct {
+    Dataset ds;
+    float *x;  // (steps * batch, 3, 32, 32)
+    int *y;    // (steps * batch)
+    int batch, steps;
+} Batches;
+
+static void batches_make(Batches *bt, int batch, int steps) {
+    dataset_synthetic(&bt->ds, batch * steps, 10, 3, 32, 32, 7, SPLIT_TRAIN);
+    bt->x = xmalloc((size_t)batch * steps * IMAGE * sizeof(float));
+    bt->y = xmalloc((size_t)batch * steps * sizeof(int));
+    int *idx = xmalloc((size_t)batch * steps * sizeof(int));
+    for (int i = 0; i < batch * steps; i++) idx[i] = i;
+    dataset_fill_batch(&bt->ds, idx, batch * steps, NULL, 7, 0, bt->x, bt->y);
+    free(idx);
+    bt->batch = batch;
+    bt->steps = steps;
+}
+
+static Batch batches_get(const Batches *bt, int step) {
+    size_t first = (size_t)step * bt->batch;
+    return (Batch){.n = bt->batch, .x = bt->x + first * IMAGE, .y = bt->y + first, .index = step};
+}
+
+static void batches_free(Batches *bt) {
+    free(bt->x);
+    free(bt->y);
+    dataset_free(&bt->ds);
+}
+
+static const SgdConfig OPT = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = false};
+
+// ---------------------------------------------------------------- TODO 1: scatter
+
+// Every global batch size from n to 17 on n = 1..4 replicas: chunk i has n_global / n images, plus one for
+// the first n_global % n chunks; the chunks are contiguous, in order, and point into the global batch.
+static void test_scatter_chunks(void **state) {
+    ModelConfig cfg = config("tiny");
+    float *x = xcalloc((size_t)17 * IMAGE, sizeof(float));
+    int *y = xcalloc(17, sizeof(int));
+    for (int n = 1; n <= 4; n++) {
+        DataParallel *dp = dp_create(&cfg, DEVICE_CPU, n, 17, 1);
+        for (int total = n; total <= 17; total++) {
+            Batch global = {.n = total, .x = x, .y = y, .index = 5};
+            dp_scatter(dp, &global);
+            int start = 0;
+            for (int i = 0; i < n; i++) {
+                const Batch *c = &dp->chunks[i];
+                int expect = total / n + (i < total % n ? 1 : 0);
+                if (c->n != expect)
+                    print_error("%d images on %d replicas: chunk %d has %d images, expected %d\n", total, n, i, c->n,
+                                expect);
+                assert_int_equal(c->n, expect);
+                assert_ptr_equal(c->x, x + (size_t)start * IMAGE);
+                assert_ptr_equal(c->y, y + start);
+                assert_int_equal(c->index, 5);
+                start += c->n;
+            }
+            assert_int_equal(start, total);  // every image in exactly one chunk
+        }
+        dp_free(dp);
+    }
+    free(x);
+    free(y);
+}
+
+// ---------------------------------------------------------------- TODO 2: replicate
+
+// Gives every replica different numbers in `which` (params or buffers), replicates, and checks that every
+// replica now holds exactly the master's numbers (and that the master kept them).
+static void check_replicate(bool buffers) {
+    ModelConfig cfg = config("tiny-bn");  // has BN running statistics: n_buffers > 0
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, 3, 12, 1);
+    Model *master = dp->replicas[0];
+    size_t n = buffers ? master->n_buffers : master->n_params;
+    assert_true(n > 0);
+    for (int i = 0; i < dp->n; i++) {
+        Model *r = dp->replicas[i];
+        fill_uniform(r->params, r->n_params, -1.0f, 1.0f, 100 + (uint64_t)i);
+        fill_uniform(r->buffers, r->n_buffers, 0.5f, 2.0f, 200 + (uint64_t)i);
+    }
+    float *expect = xmalloc(n * sizeof(float));
+    memcpy(expect, buffers ? master->buffers : master->params, n * sizeof(float));
+    dp_replicate(dp);
+    for (int i = 0; i < dp->n; i++) {
+        const float *got = buffers ? dp->replicas[i]->buffers : dp->replicas[i]->params;
+        if (memcmp(got, expect, n * sizeof(float)) != 0)
+            print_error("replica %d: its %s differ from the master's after dp_replicate\n", i,
+                        buffers ? "BN buffers (running mean/var)" : "parameters");
+        assert_close(got, expect, n, 0.0, 1.0);  // an exact copy
+    }
+    free(expect);
+    dp_free(dp);
+}
+
+static void test_replicate_copies_params(void **state) { check_replicate(false); }
+static void test_replicate_copies_buffers(void **state) { check_replicate(true); }
+
+// ---------------------------------------------------------------- TODO 3: reduce
+
+// Known gradients on 3 replicas: the master must end with their sum (not the mean, not twice its own).
+static void test_reduce_sums_onto_master(void **state) {
+    ModelConfig cfg = config("tiny");
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, 3, 12, 1);
+    size_t n = dp->replicas[0]->n_params;
+    float *expect = xcalloc(n, sizeof(float));
+    for (int i = 0; i < dp->n; i++) {
+        fill_uniform(dp->replicas[i]->grads, n, -1.0f, 1.0f, 300 + (uint64_t)i);
+        for (size_t j = 0; j < n; j++) expect[j] += dp->replicas[i]->grads[j];
+    }
+    dp_reduce_to_master(dp);
+    // Three O(1) numbers summed in float32 in any order: within a few 1e-7 of each other.
+    assert_close(dp->replicas[0]->grads, expect, n, 1e-6, 1.0);
+    free(expect);
+    dp_free(dp);
+}
+
+// ---------------------------------------------------------------- TODO 4: the whole step
+
+// DataParallel over n replicas vs ONE model on the same global batches (BN-free model): same metrics at every
+// step (measured before the update), same parameters and velocity after `steps` steps.
+static void check_dp_equals_one_model(int n) {
+    enum { BATCH = 16, STEPS = 4 };  // 16 images on 3 replicas: chunks of 6, 5, 5 (the 1/B scale matters)
+    Batches bt;
+    batches_make(&bt, BATCH, STEPS);
+    ModelConfig cfg = config("tiny");
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, n, BATCH, 42);
+    Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);
+    for (int s = 0; s < STEPS; s++) {
+        Batch b = batches_get(&bt, s);
+        Metrics got = dp_step(dp, &b, &OPT, 0.05f, 0.0f);
+        Metrics ref = {0, 0, 0};
+        train_forward_backward(one, &b, 0.0f, 1.0f / BATCH, &ref);
+        optim_step(one, &OPT, 0.05f);
+        assert_int_equal(got.count, BATCH);
+        assert_int_equal(got.correct, ref.correct);
+        assert_true(fabs(got.loss_sum - ref.loss_sum) <= 1e-5 * fabs(ref.loss_sum));
+    }
+    Model *master = dp->replicas[0];
+    print_message("%d replica(s) vs one model: max relative parameter difference %.3g (tolerance %.0e)\n", n,
+                  max_rel_error(master->params, one->params, one->n_params, PARAM_FLOOR), PARAM_TOL);
+    assert_close(master->params, one->params, one->n_params, PARAM_TOL, PARAM_FLOOR);
+    assert_close(master->velocity, one->velocity, one->n_params, PARAM_TOL, PARAM_FLOOR);
+    model_free(one);
+    dp_free(dp);
+    batches_free(&bt);
+}
+
+static void test_dp_equals_one_model_n1(void **state) { check_dp_equals_one_model(1); }
+static void test_dp_equals_one_model_n2(void **state) { check_dp_equals_one_model(2); }
+static void test_dp_equals_one_model_n3(void **state) { check_dp_equals_one_model(3); }
+
+// With batch norm, each replica normalises its chunk with the chunk's OWN mean and variance (PyTorch's
+// nn.DataParallel does the same), so DataParallel does NOT equal one model on the global batch. Its reference
+// is n separate kit models, one per chunk, each starting from the master's weights and running statistics,
+// their gradients summed onto model 0, which alone takes the SGD step and keeps its running statistics.
+static void check_dp_batchnorm(int n) {
+    enum { BATCH = 16, STEPS = 4 };
+    Batches bt;
+    batches_make(&bt, BATCH, STEPS);
+    ModelConfig cfg = config("tiny-bn");
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, n, BATCH, 42);
+    Model *ref[DP_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) ref[i] = model_create(&cfg, DEVICE_CPU, BATCH, 42);
+    Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);  // one model, BN over the whole global batch
+    for (int s = 0; s < STEPS; s++) {
+        Batch b = batches_get(&bt, s);
+        dp_step(dp, &b, &OPT, 0.05f, 0.0f);
+
+        int start = 0;
+        for (int i = 0; i < n; i++) {
+            int size = BATCH / n + (i < BATCH % n ? 1 : 0);
+            Batch chunk = {.n = size, .x = b.x + (size_t)start * IMAGE, .y = b.y + start, .index = s};
+            start += size;
+            if (i > 0) {  // start from model 0's weights and running statistics
+                memcpy(ref[i]->params, ref[0]->params, ref[0]->n_params * sizeof(float));
+                memcpy(ref[i]->buffers, ref[0]->buffers, ref[0]->n_buffers * sizeof(float));
+            }
+            train_forward_backward(ref[i], &chunk, 0.0f, 1.0f / BATCH, NULL);
+        }
+        for (int i = 1; i < n; i++)
+            for (size_t j = 0; j < ref[0]->n_params; j++) ref[0]->grads[j] += ref[i]->grads[j];
+        optim_step(ref[0], &OPT, 0.05f);
+
+        train_forward_backward(one, &b, 0.0f, 1.0f / BATCH, NULL);
+        optim_step(one, &OPT, 0.05f);
+    }
+    Model *master = dp->replicas[0];
+    double e_chunks = max_rel_error(master->params, ref[0]->params, master->n_params, PARAM_FLOOR);
+    double e_one = max_rel_error(master->params, one->params, master->n_params, PARAM_FLOOR);
+    print_message("BN, %d replicas: max relative parameter difference %.3g vs per-chunk BN (tolerance %.0e), "
+                  "%.3g vs one model on the whole batch\n", n, e_chunks, PARAM_TOL, e_one);
+    // Equal to per-replica BN: the parameters, and the master's running statistics (those of chunk 0).
+    assert_close(master->params, ref[0]->params, master->n_params, PARAM_TOL, PARAM_FLOOR);
+    assert_close(master->buffers, ref[0]->buffers, master->n_buffers, PARAM_TOL, PARAM_FLOOR);
+    // ...and NOT equal to one model on the global batch: that is what SyncBN (lesson 05) fixes.
+    assert_true(e_one > 100 * PARAM_TOL);
+    assert_true(max_rel_error(master->buffers, one->buffers, master->n_buffers, PARAM_FLOOR) > 100 * PARAM_TOL);
+    for (int i = 0; i < n; i++) model_free(ref[i]);
+    model_free(one);
+    dp_free(dp);
+    batches_free(&bt);
+}
+
+static void test_dp_batchnorm_is_per_replica(void **state) {
+    check_dp_batchnorm(2);
+    check_dp_batchnorm(3);
+}
+
+// ---------------------------------------------------------------- all together: it learns
+
+static void test_dp_short_run_learns(void **state) {
+    enum { BATCH = 32, EPOCHS = 4 };
+    Dataset train;
+    dataset_synthetic(&train, 600, 10, 3, 32, 32, 7, SPLIT_TRAIN);
+    Sampler sampler;
+    sampler_init(&sampler, train.n, 0, 1, 7, SAMPLER_TRAIN_DROP);
+    Loader *L = loader_create(&train, &sampler, BATCH, true, NULL, 7);
+    ModelConfig cfg = config("tiny-bn");
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, 2, BATCH, 42);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    long correct = 0, seen = 0;
+    for (int e = 0; e < EPOCHS; e++) {
+        loader_start_epoch(L, e, 0);
+        correct = seen = 0;
+        const Batch *b;
+        while ((b = loader_next(L, NULL)) != NULL) {
+            Metrics r = dp_step(dp, b, &opt, 0.05f, 0.0f);
+            correct += r.correct;
+            seen += r.count;
+        }
+    }
+    if (seen == 0) print_error("dp_step returned count 0 for every batch\n");
+    assert_true(seen > 0);
+    double acc = (double)correct / seen;
+    print_message("training accuracy in the last epoch, 2 replicas: %.1f%%\n", 100 * acc);
+    assert_true(acc >= 0.9);
+    dp_free(dp);
+    loader_free(L);
+    dataset_free(&train);
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scatter_chunks),
+        cmocka_unit_test(test_replicate_copies_params),
+        cmocka_unit_test(test_replicate_copies_buffers),
+        cmocka_unit_test(test_reduce_sums_onto_master),
+        cmocka_unit_test(test_dp_equals_one_model_n1),
+        cmocka_unit_test(test_dp_equals_one_model_n2),
+        cmocka_unit_test(test_dp_equals_one_model_n3),
+        cmocka_unit_test(test_dp_batchnorm_is_per_replica),
+        cmocka_unit_test(test_dp_short_run_learns),
+    };
+    return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
