@@ -30,8 +30,16 @@ run:
 	  exit 1; \
 	fi; \
 	metrics=$(RUN_METRICS_DIR)/run-$$name.csv; rm -f "$$metrics"; \
-	echo "make run: $(RUN_BIN) --dataset $$name --data-dir $$dir --metrics $$metrics $(ARGS)"; \
-	$(RUN_BIN) --dataset "$$name" --data-dir "$$dir" --metrics "$$metrics" $(ARGS) && \
+	quick=""; \
+	if ! nvidia-smi -L >/dev/null 2>&1; then \
+	  case "$$name" in \
+	    fashion-mnist) quick="--epochs 3";; \
+	    cifar10|cifar100) quick="--width 16 --epochs 4";; \
+	  esac; \
+	  [ -n "$$quick" ] && echo "make run: no GPU, so a short CPU schedule ($$quick); the README lists the full ones"; \
+	fi; \
+	echo "make run: $(RUN_BIN) --dataset $$name --data-dir $$dir --metrics $$metrics $$quick $(ARGS)"; \
+	$(RUN_BIN) --dataset "$$name" --data-dir "$$dir" --metrics "$$metrics" $$quick $(ARGS) && \
 	echo "make run: per-epoch metrics in $$metrics; \`make plot\` draws them"
 
 # ---------------------------------------------------------------- slides
