@@ -15,7 +15,8 @@ include mk/kit.mk         # builds kit/ into $(BUILD)/libkit.a and the kit's uni
 -include mk/cuda.mk       # CUDA-only tests and benchmarks
 -include mk/dist.mk       # the process group (MPI / NCCL) and its tests
 -include mk/lessons.mk    # lessons, solutions, starters, the autograder, grading
--include mk/extras.mk     # data, slides, plots, benchmarks, run
+-include mk/extras.mk     # run, slides, plots
+-include mk/bench.mk      # CPU benchmark against PyTorch
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

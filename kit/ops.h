@@ -54,7 +54,9 @@ typedef struct {
 // The hook lesson 05 (SyncBN) fills in: all-reduce (sum) of `count` doubles, in place, on the HOST.
 // Forward reduces [sum(x) per channel (C), sum(x*x) per channel (C), element count (1)];
 // backward reduces [sum(dy) per channel (C), sum(dy * xhat) per channel (C), element count (1)]
-// (the input gradient needs the global count).
+// (the input gradient needs the global count), and only when dx is wanted (not NULL).
+// dgamma and dbeta stay LOCAL sums: DDP's gradient all-reduce averages them like every other parameter.
+// The CPU ops run OpenBLAS single-threaded and split work over images with OpenMP instead.
 // NULL hook: statistics of the local batch only (plain BN).
 typedef struct {
     void (*allreduce_sum)(double *host_buf, int count, void *ctx);

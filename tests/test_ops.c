@@ -589,17 +589,18 @@ static void test_maxpool(void **state) {
     maxpool_case(2, 2, 5, 7, 710);  // odd height and width
 }
 
-// Ties: the first maximum in row-major window order takes the whole gradient.
-static void test_maxpool_ties(void **state) {
+// Ties: the first maximum in row-major window order takes the whole gradient. A NaN wins its window
+// (it propagates, as in PyTorch) and takes the gradient.
+static void test_maxpool_ties_and_nan(void **state) {
     (void)state;
-    const float x[8] = {1, 3, 3, 0,   // window 0: 1 3 / 2 3 -> first 3 at (0,1)
-                        2, 3, 3, 3};  // window 1: 3 0 / 3 3 -> first 3 at (0,0)
-    float y[2], dx[8] = {0};
-    const float dy[2] = {1.5f, -2.0f};
-    maxpool2_forward(CPU, 1, 1, 2, 4, x, y);
-    assert_true(y[0] == 3.0f && y[1] == 3.0f);
-    maxpool2_backward(CPU, 1, 1, 2, 4, x, y, dy, dx);
-    const float expect[8] = {0, 1.5f, -2.0f, 0, 0, 0, 0, 0};
+    const float x[12] = {1, 3, 3, 0, 5, NAN,   // window 0: 1 3 / 2 3 -> first 3 at (0,1)
+                         2, 3, 3, 3, 7, 9};    // window 1: 3 0 / 3 3 -> first 3 at (0,0); window 2: NaN
+    float y[3], dx[12] = {0};
+    const float dy[3] = {1.5f, -2.0f, 4.0f};
+    maxpool2_forward(CPU, 1, 1, 2, 6, x, y);
+    assert_true(y[0] == 3.0f && y[1] == 3.0f && isnan(y[2]));
+    maxpool2_backward(CPU, 1, 1, 2, 6, x, y, dy, dx);
+    const float expect[12] = {0, 1.5f, -2.0f, 0, 0, 4.0f, 0, 0, 0, 0, 0, 0};
     assert_memory_equal(dx, expect, sizeof dx);
 }
 
@@ -814,7 +815,7 @@ int main(void) {
         cmocka_unit_test(test_relu),
         cmocka_unit_test(test_add_and_scale),
         cmocka_unit_test(test_maxpool),
-        cmocka_unit_test(test_maxpool_ties),
+        cmocka_unit_test(test_maxpool_ties_and_nan),
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_cross_entropy),

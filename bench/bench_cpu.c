@@ -1,0 +1,207 @@
+// bench/bench_cpu.c: training throughput of the kit on the CPU, and how close its convolutions get to
+// the machine's GEMM ceiling. Prints one JSON object per measurement on stdout (bench/torch_cpu.py reads
+// them and writes bench/results-cpu.md); a human-readable line per measurement goes to stderr.
+//
+//   bench_cpu [--steps N] [--warmup N] [--batch B] [--models resnet9,fmnist] [--what ceiling,train,conv]
+//   bench_cpu --serve MODEL [--batch B]     (driven by bench/torch_cpu.py: one step per "step" line)
+//
+// Measured:
+//   train      images/s of one full training step (forward, loss, backward, SGD update) per model
+//   conv       the model's conv layers alone (forward + backward) with their GEMM FLOP/s
+//   ceiling    OpenBLAS sgemm on a large square matrix, all cores: what the conv GEMMs could reach
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "log.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "rng.h"
+
+typedef struct {
+    int steps, warmup, batch;
+    char models[128];
+    char what[64];  // which measurements: any of ceiling,train,conv
+    bool serve;     // --serve MODEL: steps on request (see serve())
+} Options;
+
+static void parse(int argc, char **argv, Options *o) {
+    *o = (Options){.steps = 5, .warmup = 1, .batch = 128};
+    snprintf(o->models, sizeof o->models, "resnet9,fmnist");
+    snprintf(o->what, sizeof o->what, "ceiling,train,conv");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--steps") == 0 && v) o->steps = atoi(v), i++;
+        else if (strcmp(a, "--warmup") == 0 && v) o->warmup = atoi(v), i++;
+        else if (strcmp(a, "--batch") == 0 && v) o->batch = atoi(v), i++;
+        else if (strcmp(a, "--models") == 0 && v) snprintf(o->models, sizeof o->models, "%s", v), i++;
+        else if (strcmp(a, "--what") == 0 && v) snprintf(o->what, sizeof o->what, "%s", v), i++;
+        else if (strcmp(a, "--serve") == 0 && v) o->serve = true, snprintf(o->models, sizeof o->models, "%s", v), i++;
+        else die("usage: %s [--steps N] [--warmup N] [--batch B] [--models resnet9,fmnist] [--what ceiling,train,conv] "
+                "[--serve MODEL]", argv[0]);
+    }
+    if (o->steps < 1 || o->warmup < 0 || o->batch < 2) die("--steps >= 1, --warmup >= 0, --batch >= 2");
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    Rng r = rng_make(seed, 7);
+    for (size_t i = 0; i < n; i++) x[i] = 2.0f * rng_uniform(&r) - 1.0f;
+}
+
+static bool model_input(const char *name, int *c, int *h, int *w) {
+    if (strcmp(name, "resnet9") == 0) return *c = 3, *h = 32, *w = 32, true;
+    if (strcmp(name, "fmnist") == 0) return *c = 1, *h = 28, *w = 28, true;
+    return false;
+}
+
+// One training step exactly as lesson 01 does it: forward, mean cross-entropy, backward, SGD.
+static void train_step(Model *m, const float *x, int n, const SgdConfig *sgd) {
+    const float *logits = model_forward(m, x, n, true);
+    cross_entropy_forward(m->device, n, m->cfg.classes, logits, m->labels, 0.0f, m->loss);
+    model_zero_grad(m);
+    memset(m->dlogits, 0, (size_t)n * m->cfg.classes * sizeof(float));
+    cross_entropy_backward(m->device, n, m->cfg.classes, logits, m->labels, 0.0f, 1.0f / n, m->dlogits);
+    model_backward(m, x, m->dlogits, n);
+    optim_step(m, sgd, 0.01f);
+}
+
+// The model at batch B with random inputs and labels, after `warmup` training steps.
+static Model *train_setup(const char *name, const Options *o, const SgdConfig *sgd) {
+    int c, h, w;
+    if (!model_input(name, &c, &h, &w)) die("bench_cpu: unknown model '%s' (resnet9 or fmnist)", name);
+    ModelConfig cfg;
+    CHECK(model_config(&cfg, name, 0, c, h, w, 10), "model_config failed");
+    Model *m = model_create(&cfg, DEVICE_CPU, o->batch, 1);
+    fill(m->input, (size_t)o->batch * c * h * w, 1);
+    for (int i = 0; i < o->batch; i++) m->labels[i] = i % 10;
+    for (int i = 0; i < o->warmup; i++) train_step(m, m->input, o->batch, sgd);
+    return m;
+}
+
+static const SgdConfig BENCH_SGD = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+
+static void bench_train(const char *name, const Options *o) {
+    Model *m = train_setup(name, o, &BENCH_SGD);
+    double t0 = time_now();
+    for (int i = 0; i < o->steps; i++) train_step(m, m->input, o->batch, &BENCH_SGD);
+    double dt = (time_now() - t0) / o->steps;
+    // Training FLOPs ~ 3x the forward's: forward, input gradient, weight gradient (2 FLOPs per MAC).
+    double gflops = 3.0 * 2.0 * model_forward_macs(m) * o->batch / dt * 1e-9;
+    fprintf(stderr, "kit   %-8s batch %d: %8.1f images/s  %7.1f ms/step  %6.1f GFLOP/s\n", name, o->batch,
+            o->batch / dt, dt * 1e3, gflops);
+    printf("{\"kind\": \"train\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
+           "\"images_per_s\": %.3f, \"ms_per_step\": %.3f, \"gflops\": %.3f}\n",
+           name, o->batch, omp_get_max_threads(), o->batch / dt, dt * 1e3, gflops);
+    fflush(stdout);
+    model_free(m);
+}
+
+// --serve: one training step per line "step" read from stdin, answering with its seconds; "quit" ends.
+// bench/torch_cpu.py alternates these single steps with PyTorch's, so each pair sees the same load.
+static void serve(const char *name, const Options *o) {
+    Model *m = train_setup(name, o, &BENCH_SGD);
+    printf("ready %d\n", omp_get_max_threads());
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "quit", 4) == 0) break;
+        if (strncmp(line, "step", 4) != 0) die("bench_cpu --serve: expected 'step' or 'quit', got '%s'", line);
+        double t0 = time_now();
+        train_step(m, m->input, o->batch, &BENCH_SGD);
+        printf("%.6f\n", time_now() - t0);
+        fflush(stdout);
+    }
+    model_free(m);
+}
+
+// The model's conv layers alone, forward + backward at batch B, each timed over `steps` rounds.
+static void bench_convs(const char *name, const Options *o) {
+    int c, h, w;
+    if (!model_input(name, &c, &h, &w)) die("bench_cpu: unknown model '%s'", name);
+    ModelConfig cfg;
+    CHECK(model_config(&cfg, name, 0, c, h, w, 10), "model_config failed");
+    Model *m = model_create(&cfg, DEVICE_CPU, 1, 1);  // only for its layer table
+    double flops = 0, seconds = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        int ic = c, ih = h, iw = w;
+        if (l->in >= 0) ic = m->layers[l->in].c, ih = m->layers[l->in].h, iw = m->layers[l->in].w;
+        Conv2dDims d = {.n = o->batch, .c = ic, .h = ih, .w = iw, .k = l->out_c, .r = l->ksize,
+                        .stride = l->stride, .pad = l->pad};
+        const size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * d.r * d.r;
+        const size_t ny = (size_t)d.n * d.k * conv2d_out_h(&d) * conv2d_out_w(&d);
+        float *x = xmalloc(nx * 4), *wt = xmalloc(nw * 4), *y = xmalloc(ny * 4), *dy = xmalloc(ny * 4);
+        float *dx = xcalloc(nx, 4), *dw = xcalloc(nw, 4);
+        float *work = xmalloc(conv2d_work_floats(DEVICE_CPU, &d) * 4 + 4);
+        fill(x, nx, 2), fill(wt, nw, 3), fill(dy, ny, 4);
+        const bool first = l->in < 0;  // the model never asks for the image's gradient
+        conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);  // warm-up
+        double t0 = time_now();
+        for (int s = 0; s < o->steps; s++) {
+            conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);
+            conv2d_backward(DEVICE_CPU, &d, x, wt, dy, first ? NULL : dx, dw, NULL, work);
+        }
+        double dt = (time_now() - t0) / o->steps;
+        double macs = (double)ny * d.c * d.r * d.r;
+        double f = 2.0 * macs * (first ? 2.0 : 3.0);
+        fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd  %6.1f GFLOP/s\n", name, i, d.c,
+                d.h, d.w, d.k, dt * 1e3, f / dt * 1e-9);
+        flops += f, seconds += dt;
+        free(x), free(wt), free(y), free(dy), free(dx), free(dw), free(work);
+    }
+    printf("{\"kind\": \"conv\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"ms\": %.3f, "
+           "\"gflops\": %.3f}\n",
+           name, o->batch, seconds * 1e3, flops / seconds * 1e-9);
+    fflush(stdout);
+    model_free(m);
+}
+
+// OpenBLAS on an n x n x n sgemm with all its threads: the best a GEMM-based conv could do here.
+static void bench_ceiling(void) {
+    const int n = 2048, threads = omp_get_max_threads();
+    float *a = xmalloc((size_t)n * n * 4), *b = xmalloc((size_t)n * n * 4), *cm = xmalloc((size_t)n * n * 4);
+    fill(a, (size_t)n * n, 5), fill(b, (size_t)n * n, 6);
+    double best1 = 0, bestn = 0;
+    for (int t = 1; t <= threads; t += threads > 1 ? threads - 1 : 1) {
+        openblas_set_num_threads(t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cm, n);
+        double best = 0;
+        for (int r = 0; r < 3; r++) {
+            double t0 = time_now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cm, n);
+            double g = 2.0 * n * n * (double)n / (time_now() - t0) * 1e-9;
+            best = g > best ? g : best;
+        }
+        if (t == 1) best1 = best;
+        if (t == threads) bestn = best;
+    }
+    openblas_set_num_threads(1);  // the kit's ops run OpenBLAS single-threaded inside OpenMP
+    fprintf(stderr, "sgemm %dx%dx%d: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads\n", n, n, n, best1,
+            bestn, threads);
+    printf("{\"kind\": \"ceiling\", \"n\": %d, \"threads\": %d, \"gflops_1\": %.3f, \"gflops\": %.3f}\n", n, threads,
+           best1, bestn);
+    fflush(stdout);
+    free(a), free(b), free(cm);
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    parse(argc, argv, &o);
+    if (o.serve) {
+        serve(o.models, &o);
+        return 0;
+    }
+    if (strstr(o.what, "ceiling")) bench_ceiling();
+    char list[128];
+    snprintf(list, sizeof list, "%s", o.models);
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        if (strstr(o.what, "train")) bench_train(name, &o);
+        if (strstr(o.what, "conv")) bench_convs(name, &o);
+    }
+    return 0;
+}

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""bench/torch_cpu.py: PyTorch on the CPU running the kit's own architectures, for bench/results-cpu.md.
+
+The networks below replicate kit/model.c's layer tables exactly (build_table): same layers, widths,
+kernel sizes, padding, bias only where no BN follows, no bias in BN-preceded convs; same batch, same
+thread count, same step (forward, mean cross-entropy, backward, SGD momentum 0.9 + Nesterov +
+weight decay 5e-4). PyTorch is used for measurement only; the kit never depends on it.
+
+    python3 bench/torch_cpu.py --kit-bin build/bench/bench_cpu --out bench/results-cpu.md
+                               [--pairs resnet9=6,fmnist=20] [--batch B] [--threads T]
+
+It runs the kit's benchmark binary (bench_cpu --serve MODEL, one training step per request) and PyTorch
+in ONE run, alternating single steps (kit, PyTorch, kit, ...), so a burst of other work on the machine
+lands on both sides; the ratio reported is the median of the per-pair ratios. Then it adds the kit's
+conv-layer GFLOP/s against OpenBLAS's sgemm ceiling and writes the table with the machine's description.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def conv_block(cin, cout, bn=True):
+    # kit: add_conv(..., bias = !bn) then BN then ReLU
+    layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=not bn)]
+    if bn:
+        layers.append(nn.BatchNorm2d(cout))
+    layers.append(nn.ReLU())
+    return layers
+
+
+class Residual(nn.Module):
+    """x + block(block(x)), as kit/model.c residual()."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.f = nn.Sequential(*conv_block(c, c), *conv_block(c, c))
+
+    def forward(self, x):
+        return x + self.f(x)
+
+
+def resnet9(w=64, classes=10):
+    return nn.Sequential(
+        *conv_block(3, w),                                    # prep
+        *conv_block(w, 2 * w), nn.MaxPool2d(2),               # stage 1
+        Residual(2 * w),
+        *conv_block(2 * w, 4 * w), nn.MaxPool2d(2),           # stage 2
+        *conv_block(4 * w, 8 * w), nn.MaxPool2d(2),           # stage 3
+        Residual(8 * w),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8 * w, classes))
+
+
+def fmnist(w=32, classes=10):
+    return nn.Sequential(
+        *conv_block(1, w), nn.MaxPool2d(2),
+        *conv_block(w, 2 * w), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(2 * w * 7 * 7, classes))
+
+
+MODELS = {"resnet9": (resnet9, (3, 32, 32)), "fmnist": (fmnist, (1, 28, 28))}
+
+
+def torch_step_fn(name, batch):
+    """The PyTorch training step for `name` at `batch`, ready to call (one step = what the kit does)."""
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = make()
+    # weight decay on conv/linear weights only, as the kit (model.h: TensorView.decay)
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    rest = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": rest, "weight_decay": 0.0}],
+                          lr=0.01, momentum=0.9, nesterov=True)
+    x = torch.rand(batch, *shape) * 2 - 1
+    y = torch.arange(batch) % 10
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def bench_train(name, batch, steps, warmup):
+    """PyTorch alone: images/s over `steps` steps after `warmup`."""
+    step = torch_step_fn(name, batch)
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dt = (time.perf_counter() - t0) / steps
+    return {"kind": "train", "impl": "torch", "model": name, "batch": batch, "threads": torch.get_num_threads(),
+            "images_per_s": batch / dt, "ms_per_step": dt * 1e3}
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def bench_paired(kit_bin, name, batch, pairs):
+    """Alternates single training steps: one of the kit (bench_cpu --serve), one of PyTorch, `pairs` times,
+    after one warm-up step each. Each pair runs back to back, so both see (nearly) the same load."""
+    kit = subprocess.Popen([kit_bin, "--serve", name, "--batch", str(batch), "--warmup", "1"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        ready = kit.stdout.readline().split()
+        if not ready or ready[0] != "ready":
+            raise RuntimeError(f"{kit_bin} --serve {name} did not start")
+        step = torch_step_fn(name, batch)
+        step()  # warm-up
+        k_times, t_times = [], []
+        for _ in range(pairs):
+            kit.stdin.write("step\n")
+            kit.stdin.flush()
+            k_times.append(float(kit.stdout.readline()))
+            t0 = time.perf_counter()
+            step()
+            t_times.append(time.perf_counter() - t0)
+        kit.stdin.write("quit\n")
+        kit.stdin.flush()
+    finally:
+        kit.stdin.close()
+        if kit.wait(timeout=60) != 0:
+            raise RuntimeError(f"{kit_bin} --serve {name} failed")
+    ratios = [t / k for k, t in zip(k_times, t_times)]  # kit speed / PyTorch speed, per pair
+    return {"model": name, "batch": batch, "threads": int(ready[1]), "pairs": pairs,
+            "kit_ips": batch / median(k_times), "torch_ips": batch / median(t_times),
+            "kit_best": batch / min(k_times), "torch_best": batch / min(t_times),
+            "ratio": median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def machine():
+    model = platform.processor() or "unknown"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return model, os.cpu_count()
+
+
+def run_kit(binary, args):
+    """Runs bench_cpu and returns its JSON lines (its human-readable lines go to our stderr)."""
+    out = subprocess.run([binary] + args, stdout=subprocess.PIPE, check=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def write_report(path, rows, convs, ceiling, threads, loads):
+    cpu, cores = machine()
+    L = [
+        "# CPU training throughput: the kit against PyTorch",
+        "",
+        f"Written by `make bench-cpu` ({datetime.date.today().isoformat()}). Machine: **{cpu}**, {cores} cores "
+        f"(`lscpu`); {threads} threads on both sides (the kit: OpenMP, OpenBLAS single-threaded inside; "
+        f"PyTorch {torch.__version__}: `torch.set_num_threads({threads})`, oneDNN convolutions).",
+        f"Load average before / after the run: {loads[0]:.1f} / {loads[1]:.1f}. Other work on the machine slows "
+        "both sides; the steps alternate (kit, PyTorch, kit, ...) so that it lands on both, and the ratio is "
+        "the median of the per-pair ratios.",
+        "",
+        "One step = forward, mean cross-entropy, backward, SGD (momentum 0.9, Nesterov, weight decay 5e-4 on "
+        f"weights), batch {rows[0]['batch'] if rows else '?'}, the same architecture on both sides "
+        "(bench/torch_cpu.py rebuilds kit/model.c's table).",
+        "",
+        "| model | step pairs | kit images/s (median, best) | PyTorch images/s (median, best) | kit / PyTorch: median (range) |",
+        "|-------|-----------:|----------------------------:|--------------------------------:|------------------------------:|",
+    ]
+    for r in rows:
+        L.append(f"| {r['model']} | {r['pairs']} | {r['kit_ips']:.1f}, {r['kit_best']:.1f} | "
+                 f"{r['torch_ips']:.1f}, {r['torch_best']:.1f} | **{r['ratio']:.2f}x** "
+                 f"({r['ratio_min']:.2f} - {r['ratio_max']:.2f}) |")
+    L += ["", "## The convolutions against the GEMM ceiling", ""]
+    if ceiling:
+        # On a busy machine the all-threads run can come out below the 1-thread one: take the better.
+        top = max(ceiling["gflops"], ceiling["gflops_1"])
+        L.append(f"OpenBLAS sgemm, {ceiling['n']}x{ceiling['n']}x{ceiling['n']}: {ceiling['gflops_1']:.1f} GFLOP/s on "
+                 f"1 thread, {ceiling['gflops']:.1f} GFLOP/s on {ceiling['threads']} threads; the ceiling below is "
+                 f"the better of the two, **{top:.1f} GFLOP/s**. The conv layers' FLOPs are their GEMMs' "
+                 "(2 per multiply-add; forward, weight gradient, input gradient except for the first layer), "
+                 "measured by running each of the model's conv layers alone at the same batch.")
+        L += ["", "| model | conv layers fwd+bwd (ms per step) | their GFLOP/s | of the ceiling |",
+              "|-------|---------------------------------:|--------------:|---------------:|"]
+        for c in convs:
+            L.append(f"| {c['model']} | {c['ms']:.0f} | {c['gflops']:.1f} | {100 * c['gflops'] / top:.0f}% |")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kit-bin", required=True, help="the kit's bench_cpu binary")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="resnet9,fmnist")
+    ap.add_argument("--pairs", default="resnet9=6,fmnist=20", help="step pairs per model")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the kit's thread count, the same as PyTorch's
+    pairs = dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in a.pairs.split(","))
+    loads = [os.getloadavg()[0]]
+    rows = []
+    for model in a.models.split(","):
+        r = bench_paired(a.kit_bin, model, a.batch, pairs.get(model, 6))
+        print(f"{model:8s} batch {a.batch}: kit {r['kit_ips']:.1f} images/s, PyTorch {r['torch_ips']:.1f} images/s "
+              f"(medians of {r['pairs']} alternating steps); kit / PyTorch = {r['ratio']:.2f}x "
+              f"(range {r['ratio_min']:.2f} - {r['ratio_max']:.2f})", file=sys.stderr)
+        rows.append(r)
+    out = run_kit(a.kit_bin, ["--batch", str(a.batch), "--steps", "1", "--models", a.models, "--what", "ceiling,conv"])
+    ceiling = next((r for r in out if r["kind"] == "ceiling"), None)
+    convs = [r for r in out if r["kind"] == "conv"]
+    loads.append(os.getloadavg()[0])
+    write_report(a.out, rows, convs, ceiling, a.threads, loads)
+    print(f"wrote {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
