@@ -1,6 +1,7 @@
 // kit/train.c: forward+backward of one batch, evaluation, and opening a dataset for a rank (see train.h).
 #include "train.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,4 +81,85 @@ void train_data_close(TrainData *td) {
     loader_free(td->test_loader);
     dataset_free(&td->train);
     dataset_free(&td->test);
+}
+
+SgdConfig train_sgd_config(const TrainOptions *o) {
+    SgdConfig c = {.lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
+    return c;
+}
+
+LrSchedule train_schedule(const TrainOptions *o, int steps_per_epoch) {
+    LrSchedule s = {.peak_lr = o->lr, .warmup_steps = o->warmup_epochs * steps_per_epoch,
+                    .total_steps = o->epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};
+    return s;
+}
+
+void train_print_setup(const TrainData *td, const Model *m) {
+    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", td->train.name, td->train.n, td->test.n,
+           td->train.c, td->train.h, td->train.w, td->train.classes);
+    model_print(m, stdout);
+}
+
+// ---------------------------------------------------------------- TrainLog
+
+void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, bool enabled) {
+    memset(log, 0, sizeof *log);
+    log->o = o;
+    log->dataset = dataset;
+    log->device = dev;
+    log->enabled = enabled;
+    log->run_start = time_now();
+}
+
+void trainlog_epoch_begin(TrainLog *log, int epoch, int steps) {
+    snprintf(log->label, sizeof log->label, "epoch %d/%d", epoch + 1, log->o->epochs);
+    log->epoch = epoch;
+    log->steps = steps;
+    log->local = (Metrics){0, 0, 0};
+    progress_begin(&log->bar, log->label, steps, log->enabled);
+    log->epoch_start = time_now();
+}
+
+void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double wait_seconds) {
+    log->data_wait += wait_seconds;
+    log->local.loss_sum += batch->loss_sum;
+    log->local.correct += batch->correct;
+    log->local.count += batch->count;
+    const Metrics *m = &log->local;
+    if (m->count)
+        progress_update(&log->bar, batch_index + 1, m->loss_sum / m->count, (double)m->correct / m->count,
+                        m->count / (time_now() - log->epoch_start));
+}
+
+static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test, float lr) {
+    progress_end(&log->bar);
+    double seconds = time_now() - log->epoch_start;
+    log->train_seconds += seconds;
+    log->images += log->local.count;
+    log->last_loss = safe_div(train->loss_sum, (double)train->count);
+    log->test_acc = safe_div((double)test->correct, (double)test->count);
+    double train_acc = safe_div((double)train->correct, (double)train->count);
+    double test_loss = safe_div(test->loss_sum, (double)test->count);
+    double images_per_s = safe_div((double)train->count, seconds);
+    if (!log->enabled) return;
+    printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
+           log->epoch + 1, log->last_loss, 100.0 * train_acc, test_loss, 100.0 * log->test_acc, seconds, images_per_s);
+    if (log->o->metrics) {
+        double row[] = {log->epoch + 1, log->last_loss, train_acc, test_loss, log->test_acc, images_per_s, lr};
+        metrics_append(log->o->metrics, "epoch,train_loss,train_acc,test_loss,test_acc,images_per_s,lr", row, 7);
+    }
+}
+
+void trainlog_final(TrainLog *log, const char *extra, int scale) {
+    if (!log->enabled) return;
+    double total = time_now() - log->run_start, t = log->train_seconds;
+    // Where did the training time go? Waiting for the loader thread, or computing?
+    printf("time: %.1f s training, of which %.1f s (%.0f%%) waiting for data and %.1f s computing\n", t,
+           log->data_wait, 100.0 * safe_div(log->data_wait, t), t - log->data_wait);
+    printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f%s%s\n",
+           log->dataset, device_name(log->device), log->o->epochs, log->last_loss, log->test_acc,
+           safe_div((double)log->images * (scale > 1 ? scale : 1), t), total, extra ? " " : "", extra ? extra : "");
+    fflush(stdout);
 }

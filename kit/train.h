@@ -11,7 +11,9 @@
 
 #include "cli.h"
 #include "data.h"
+#include "log.h"
 #include "model.h"
+#include "optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +48,50 @@ typedef struct {
 // (crop + flip) for CIFAR only.
 void train_data_open(TrainData *td, const TrainOptions *o, int rank, int world, int local_batch);
 void train_data_close(TrainData *td);
+
+// The options' optimizer and schedule: SGD with --lr/--momentum/--nesterov/--weight-decay; --warmup-epochs
+// of linear warmup, then linear decay to 0 at the end of --epochs.
+SgdConfig train_sgd_config(const TrainOptions *o);
+LrSchedule train_schedule(const TrainOptions *o, int steps_per_epoch);
+// Prints the dataset and the model's layer table.
+void train_print_setup(const TrainData *td, const Model *m);
+
+// ---------------------------------------------------------------- what a training run prints
+// The same report in every lesson: a progress bar per epoch, one line per epoch (also appended to
+// --metrics as CSV), where the time went, and the `final:` line the README and the tests read.
+//
+//   TrainLog log;  trainlog_begin(&log, &o, dataset_name, dev, rank == 0);
+//   for each epoch:  trainlog_epoch_begin(&log, epoch, steps);
+//                    for each batch: trainlog_step(&log, b->index, &batch_metrics, wait);
+//                    trainlog_epoch_end(&log, &train_metrics, &test_metrics, lr);
+//   trainlog_final(&log, "devices=2");
+typedef struct {
+    const TrainOptions *o;
+    const char *dataset;
+    Device device;
+    bool enabled;              // only rank 0 prints
+    double run_start, data_wait, train_seconds;
+    long images;               // images trained on, over all epochs (this process's count)
+    double last_loss, test_acc;
+    // The epoch in progress.
+    int epoch, steps;
+    double epoch_start;
+    Metrics local;             // this process's running sums, for the progress bar
+    Progress bar;
+    char label[32];            // "epoch 3/10", shown by the progress bar
+} TrainLog;
+
+void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, bool enabled);
+void trainlog_epoch_begin(TrainLog *log, int epoch, int steps);
+// After each step: the batch's metrics (as seen by this process) and the seconds it waited for data.
+void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double wait_seconds);
+// train: the epoch's training metrics (summed over ranks, when there are several); test: the evaluation.
+// Prints the epoch line and appends the CSV row (epoch, losses, accuracies, images/s, lr).
+void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test, float lr);
+// Prints the time split and `final: dataset=... device=... epochs=... train_loss=... test_acc=...
+// images_per_s=... seconds=...`, followed by `extra` ("devices=2"; NULL for nothing).
+// images_per_s counts the images of every process when scale > 1 (the world size).
+void trainlog_final(TrainLog *log, const char *extra, int scale);
 
 #ifdef __cplusplus
 }

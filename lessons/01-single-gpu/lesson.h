@@ -7,6 +7,7 @@
 #include "data.h"
 #include "model.h"
 #include "optim.h"
+#include "train.h"  // Metrics: the sums evaluate returns
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,12 +19,6 @@ typedef struct {
     int correct;  // samples whose arg-max logit is the label
 } StepResult;
 
-// What evaluation reports: sums over the whole evaluated set, so the caller can average (or all-reduce).
-typedef struct {
-    double loss_sum;  // sum of per-sample losses
-    long correct;
-    long count;
-} EvalResult;
 
 // TODO 1 (sgd.c) and TODO 2 (sgd_kernel.cu): the SGD-with-momentum update over n floats.
 void lesson_sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
@@ -37,7 +32,7 @@ void lesson_sgd_update_cuda(size_t n, float *param, const float *grad, float *ve
 StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lr, float label_smoothing);
 
 // TODO 4 (train.c): the evaluation loop over every batch the loader yields (eval mode, no update).
-EvalResult evaluate(Model *m, Loader *loader);
+Metrics evaluate(Model *m, Loader *loader);
 
 #ifdef __cplusplus
 }

@@ -79,8 +79,8 @@ StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float 
 //     per-sample losses and arg-max predictions, copy them back and add them up
 //   - count every sample exactly once: the last batch may be shorter than the others
 // PyTorch: model.eval(); with torch.no_grad(): for x, y in loader: ...
-EvalResult evaluate(Model *m, Loader *loader) {
-    EvalResult r = {0.0, 0, 0};
+Metrics evaluate(Model *m, Loader *loader) {
+    Metrics r = {0.0, 0, 0};
     // BEGIN SOLUTION
     Device d = m->device;
     int k = m->cfg.classes;
@@ -128,61 +128,28 @@ int main(int argc, char **argv) {
     ModelConfig cfg;
     model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
     Model *m = model_create(&cfg, dev, o.batch_size, o.seed);
-    SgdConfig opt = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov};
+    SgdConfig opt = train_sgd_config(&o);
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = {.peak_lr = o.lr, .warmup_steps = o.warmup_epochs * steps_per_epoch,
-                        .total_steps = o.epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};
-    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", data.train.name, data.train.n, data.test.n,
-           data.train.c, data.train.h, data.train.w, data.train.classes);
-    model_print(m, stdout);
+    LrSchedule sched = train_schedule(&o, steps_per_epoch);  // warmup, then linear decay to 0
+    train_print_setup(&data, m);
 
-    double run_start = time_now(), data_wait = 0.0, train_seconds = 0.0;
-    long images_seen = 0;
-    double last_loss = 0.0, test_acc = 0.0;
+    TrainLog log;  // the progress bar, the per-epoch lines and the final line: kit/train.c
+    trainlog_begin(&log, &o, data.train.name, dev, true);
     for (int epoch = 0; epoch < o.epochs; epoch++) {
-        char label[32];
-        snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
-        Progress bar;
-        progress_begin(&bar, label, steps_per_epoch, true);
+        trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
-        double epoch_start = time_now(), loss_sum = 0.0;
-        long correct = 0, seen = 0;
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
             int step = epoch * steps_per_epoch + b->index;
             StepResult r = train_step(m, b, &opt, lr_at(&sched, step), o.label_smoothing);
-            data_wait += wait;
-            loss_sum += r.loss * b->n;
-            correct += r.correct;
-            seen += b->n;
-            progress_update(&bar, b->index + 1, loss_sum / seen, (double)correct / seen,
-                            seen / (time_now() - epoch_start));
+            Metrics batch = {r.loss * b->n, r.correct, b->n};
+            trainlog_step(&log, b->index, &batch, wait);
         }
-        progress_end(&bar);
-        double epoch_seconds = time_now() - epoch_start;
-        train_seconds += epoch_seconds;
-        images_seen += seen;
-        last_loss = loss_sum / seen;
-
-        EvalResult ev = evaluate(m, data.test_loader);
-        test_acc = ev.count ? (double)ev.correct / ev.count : 0.0;
-        double test_loss = ev.count ? ev.loss_sum / ev.count : 0.0;
-        printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
-               epoch + 1, last_loss, 100.0 * correct / seen, test_loss, 100.0 * test_acc, epoch_seconds,
-               seen / epoch_seconds);
-        if (o.metrics) {
-            double row[] = {epoch + 1, last_loss, (double)correct / seen, test_loss, test_acc, seen / epoch_seconds,
-                            lr_at(&sched, (epoch + 1) * steps_per_epoch - 1)};
-            metrics_append(o.metrics, "epoch,train_loss,train_acc,test_loss,test_acc,images_per_s,lr", row, 7);
-        }
+        Metrics test = evaluate(m, data.test_loader);
+        trainlog_epoch_end(&log, &log.local, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
     }
-    double total = time_now() - run_start;
-    // Where did the training time go? Waiting for the loader thread, or computing?
-    printf("time: %.1f s training, of which %.1f s (%.0f%%) waiting for data and %.1f s computing\n", train_seconds,
-           data_wait, 100.0 * data_wait / train_seconds, train_seconds - data_wait);
-    printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f\n",
-           data.train.name, device_name(dev), o.epochs, last_loss, test_acc, images_seen / train_seconds, total);
+    trainlog_final(&log, NULL, 1);
 
     model_free(m);
     train_data_close(&data);

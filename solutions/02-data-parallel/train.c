@@ -66,13 +66,10 @@ int main(int argc, char **argv) {
     model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
     DataParallel *dp = dp_create(&cfg, dev, o.devices, o.batch_size, o.seed);
     Model *master = dp->replicas[0];
-    SgdConfig opt = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov};
+    SgdConfig opt = train_sgd_config(&o);
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = {.peak_lr = o.lr, .warmup_steps = o.warmup_epochs * steps_per_epoch,
-                        .total_steps = o.epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};
-    printf("dataset: %s (%d train, %d test, %dx%dx%d, %d classes)\n", data.train.name, data.train.n, data.test.n,
-           data.train.c, data.train.h, data.train.w, data.train.classes);
-    model_print(master, stdout);
+    LrSchedule sched = train_schedule(&o, steps_per_epoch);
+    train_print_setup(&data, master);
     int chunk = o.batch_size / dp->n, bigger = o.batch_size % dp->n;
     printf("data parallel: %d replica(s), global batch %d -> chunks of %d", dp->n, o.batch_size, chunk);
     if (bigger) printf(" (%d of them %d)", bigger, chunk + 1);
@@ -83,17 +80,11 @@ int main(int argc, char **argv) {
                     dp->threads_per_replica);
     }
 
-    double run_start = time_now(), data_wait = 0.0, train_seconds = 0.0;
-    long images_seen = 0;
-    double last_loss = 0.0, test_acc = 0.0;
+    TrainLog log;
+    trainlog_begin(&log, &o, data.train.name, dev, true);
     for (int epoch = 0; epoch < o.epochs; epoch++) {
-        char label[32];
-        snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
-        Progress bar;
-        progress_begin(&bar, label, steps_per_epoch, true);
+        trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
-        double epoch_start = time_now(), loss_sum = 0.0;
-        long correct = 0, seen = 0;
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
@@ -101,42 +92,17 @@ int main(int argc, char **argv) {
             Metrics r = dp_step(dp, b, &opt, lr_at(&sched, step), o.label_smoothing);
             if (r.count != b->n)
                 die("dp_step processed %ld of the %d images of the batch: finish TODO 1-4 in dp.c", r.count, b->n);
-            data_wait += wait;
-            loss_sum += r.loss_sum;
-            correct += r.correct;
-            seen += r.count;
-            progress_update(&bar, b->index + 1, loss_sum / seen, (double)correct / seen,
-                            seen / (time_now() - epoch_start));
+            trainlog_step(&log, b->index, &r, wait);
         }
-        progress_end(&bar);
-        double epoch_seconds = time_now() - epoch_start;
-        train_seconds += epoch_seconds;
-        images_seen += seen;
-        last_loss = loss_sum / seen;
-
         // The master alone evaluates: its weights are the model, and its BN running statistics are the
         // only ones kept (each replica's were overwritten by the next replicate).
-        Metrics ev = train_evaluate(master, data.test_loader);
-        test_acc = ev.count ? (double)ev.correct / ev.count : 0.0;
-        double test_loss = ev.count ? ev.loss_sum / ev.count : 0.0;
-        printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
-               epoch + 1, last_loss, 100.0 * correct / seen, test_loss, 100.0 * test_acc, epoch_seconds,
-               seen / epoch_seconds);
-        if (o.metrics) {
-            double row[] = {epoch + 1, last_loss, (double)correct / seen, test_loss, test_acc, seen / epoch_seconds,
-                            lr_at(&sched, (epoch + 1) * steps_per_epoch - 1), dp->n};
-            metrics_append(o.metrics, "epoch,train_loss,train_acc,test_loss,test_acc,images_per_s,lr,devices", row,
-                           8);
-        }
+        Metrics test = train_evaluate(master, data.test_loader);
+        trainlog_epoch_end(&log, &log.local, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
     }
-    double total = time_now() - run_start;
-    printf("time: %.1f s training, of which %.1f s (%.0f%%) waiting for data and %.1f s computing\n", train_seconds,
-           data_wait, 100.0 * data_wait / train_seconds, train_seconds - data_wait);
     print_time_split(dp);
-    printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f "
-           "devices=%d\n",
-           data.train.name, device_name(dev), o.epochs, last_loss, test_acc, images_seen / train_seconds, total,
-           dp->n);
+    char extra[32];
+    snprintf(extra, sizeof extra, "devices=%d", dp->n);
+    trainlog_final(&log, extra, 1);
 
     dp_free(dp);
     train_data_close(&data);

@@ -169,7 +169,7 @@ static void test_evaluate_counts_every_sample_once(void **state) {
     Loader *L = loader_create(&test, &s, BATCH, false, NULL, 7);
     Model *m = tiny_model("tiny-bn", BATCH);
 
-    EvalResult r = evaluate(m, L);
+    Metrics r = evaluate(m, L);
     assert_int_equal(r.count, test.n);
 
     // Direct count, one image at a time, in eval mode.
