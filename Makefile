@@ -15,6 +15,7 @@ include mk/kit.mk         # builds kit/ into $(BUILD)/libkit.a and the kit's uni
 -include mk/cuda.mk       # CUDA-only tests and benchmarks
 -include mk/dist.mk       # the process group (MPI / NCCL) and its tests
 -include mk/lessons.mk    # lessons, solutions, starters, the autograder, grading
+-include mk/lesson03.mk   # lesson 03's multi-rank checks (world sizes 1-4, a killed rank)
 -include mk/extras.mk     # run, slides, plots
 -include mk/bench.mk      # CPU benchmark against PyTorch
 

@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -18,7 +19,10 @@ double time_now(void) {
 void progress_begin(Progress *p, const char *label, int total, bool enabled) {
     p->label = label;
     p->total = total > 0 ? total : 1;
-    p->tty = isatty(STDOUT_FILENO);
+    // Under mpirun a rank's stdout is a pseudo-terminal even when mpirun's own output goes to a file:
+    // scripts/launch.sh then sets KIT_PROGRESS=plain so the bar does not fill the file with redraws.
+    const char *mode = getenv("KIT_PROGRESS");
+    p->tty = isatty(STDOUT_FILENO) && !(mode && strcmp(mode, "plain") == 0);
     p->enabled = enabled;
     p->start = time_now();
     p->last_printed = 0;

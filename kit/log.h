@@ -20,7 +20,8 @@ typedef struct {
     int last_printed;
 } Progress;
 
-// enabled=false prints nothing (for non-zero ranks). The bar redraws in place when stdout is a TTY.
+// enabled=false prints nothing (for non-zero ranks). The bar redraws in place when stdout is a TTY
+// (and KIT_PROGRESS is not "plain").
 void progress_begin(Progress *p, const char *label, int total, bool enabled);
 // step is 1-based; loss and acc are running means; images_per_s is the throughput so far.
 void progress_update(Progress *p, int step, double loss, double acc, double images_per_s);

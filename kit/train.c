@@ -102,8 +102,9 @@ void train_print_setup(const TrainData *td, const Model *m) {
 
 // ---------------------------------------------------------------- TrainLog
 
-void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, bool enabled) {
+void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, int world, bool enabled) {
     memset(log, 0, sizeof *log);
+    log->world = world > 1 ? world : 1;
     log->o = o;
     log->dataset = dataset;
     log->device = dev;
@@ -128,7 +129,7 @@ void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double 
     const Metrics *m = &log->local;
     if (m->count)
         progress_update(&log->bar, batch_index + 1, m->loss_sum / m->count, (double)m->correct / m->count,
-                        m->count / (time_now() - log->epoch_start));
+                        (double)m->count * log->world / (time_now() - log->epoch_start));
 }
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -152,7 +153,7 @@ void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test
     }
 }
 
-void trainlog_final(TrainLog *log, const char *extra, int scale) {
+void trainlog_final(TrainLog *log, const char *extra) {
     if (!log->enabled) return;
     double total = time_now() - log->run_start, t = log->train_seconds;
     // Where did the training time go? Waiting for the loader thread, or computing?
@@ -160,6 +161,6 @@ void trainlog_final(TrainLog *log, const char *extra, int scale) {
            log->data_wait, 100.0 * safe_div(log->data_wait, t), t - log->data_wait);
     printf("final: dataset=%s device=%s epochs=%d train_loss=%.4f test_acc=%.4f images_per_s=%.0f seconds=%.1f%s%s\n",
            log->dataset, device_name(log->device), log->o->epochs, log->last_loss, log->test_acc,
-           safe_div((double)log->images * (scale > 1 ? scale : 1), t), total, extra ? " " : "", extra ? extra : "");
+           safe_div((double)log->images * log->world, t), total, extra ? " " : "", extra ? extra : "");
     fflush(stdout);
 }

@@ -60,15 +60,17 @@ void train_print_setup(const TrainData *td, const Model *m);
 // The same report in every lesson: a progress bar per epoch, one line per epoch (also appended to
 // --metrics as CSV), where the time went, and the `final:` line the README and the tests read.
 //
-//   TrainLog log;  trainlog_begin(&log, &o, dataset_name, dev, rank == 0);
+//   TrainLog log;  trainlog_begin(&log, &o, dataset_name, dev, world, rank == 0);
 //   for each epoch:  trainlog_epoch_begin(&log, epoch, steps);
 //                    for each batch: trainlog_step(&log, b->index, &batch_metrics, wait);
 //                    trainlog_epoch_end(&log, &train_metrics, &test_metrics, lr);
 //   trainlog_final(&log, "devices=2");
+// world > 1 (DDP): images/s count every rank's images (each rank trains on its shard at the same pace).
 typedef struct {
     const TrainOptions *o;
     const char *dataset;
     Device device;
+    int world;                 // processes training together (1 but for DDP)
     bool enabled;              // only rank 0 prints
     double run_start, data_wait, train_seconds;
     long images;               // images trained on, over all epochs (this process's count)
@@ -81,7 +83,7 @@ typedef struct {
     char label[32];            // "epoch 3/10", shown by the progress bar
 } TrainLog;
 
-void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, bool enabled);
+void trainlog_begin(TrainLog *log, const TrainOptions *o, const char *dataset, Device dev, int world, bool enabled);
 void trainlog_epoch_begin(TrainLog *log, int epoch, int steps);
 // After each step: the batch's metrics (as seen by this process) and the seconds it waited for data.
 void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double wait_seconds);
@@ -90,8 +92,7 @@ void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double 
 void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test, float lr);
 // Prints the time split and `final: dataset=... device=... epochs=... train_loss=... test_acc=...
 // images_per_s=... seconds=...`, followed by `extra` ("devices=2"; NULL for nothing).
-// images_per_s counts the images of every process when scale > 1 (the world size).
-void trainlog_final(TrainLog *log, const char *extra, int scale);
+void trainlog_final(TrainLog *log, const char *extra);
 
 #ifdef __cplusplus
 }

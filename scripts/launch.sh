@@ -35,6 +35,10 @@ else
   cmd+=("${extra[@]}" "$@")
 fi
 
+# Each rank's stdout is a pseudo-terminal under mpirun: when ours is not a terminal (a log file, CI),
+# ask the kit for plain progress lines instead of a bar redrawn with carriage returns.
+[ -t 1 ] || export KIT_PROGRESS=plain
+
 if [ "${LAUNCH_DRY_RUN:-0}" = 1 ]; then
   echo "${cmd[*]}"
   exit 0

@@ -335,7 +335,9 @@ def run_test(root, binary, lesson, test, limits, source_dir):
     if status == FAIL and one_line(message).startswith("("):
         # cmocka 1.1 keeps print_error() text (e.g. assert_close's "max relative error ...") out of the XML;
         # show the test's last printed line with the location. Display only: the status came from the XML.
-        said = [l.strip() for l in output.splitlines() if l.strip() and not l.lstrip().startswith(("<", "["))]
+        # Under mpirun the launcher's report of a failed rank (a box of dashes) follows the ranks' output.
+        own = re.split(r"^-{20,}$", output, maxsplit=1, flags=re.M)[0] if lesson.np > 1 else output
+        said = [l.strip() for l in own.splitlines() if l.strip() and not l.lstrip().startswith(("<", "["))]
         if said:
             message = said[-1][:300] + "\n" + message
     if status == SKIP:  # the reason the test printed (display only; the status came from the XML)

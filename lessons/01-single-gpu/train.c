@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     train_print_setup(&data, m);
 
     TrainLog log;  // the progress bar, the per-epoch lines and the final line: kit/train.c
-    trainlog_begin(&log, &o, data.train.name, dev, true);
+    trainlog_begin(&log, &o, data.train.name, dev, 1, true);
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
         Metrics test = evaluate(m, data.test_loader);
         trainlog_epoch_end(&log, &log.local, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
     }
-    trainlog_final(&log, NULL, 1);
+    trainlog_final(&log, NULL);
 
     model_free(m);
     train_data_close(&data);

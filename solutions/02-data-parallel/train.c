@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     }
 
     TrainLog log;
-    trainlog_begin(&log, &o, data.train.name, dev, true);
+    trainlog_begin(&log, &o, data.train.name, dev, 1, true);
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     print_time_split(dp);
     char extra[32];
     snprintf(extra, sizeof extra, "devices=%d", dp->n);
-    trainlog_final(&log, extra, 1);
+    trainlog_final(&log, extra);
 
     dp_free(dp);
     train_data_close(&data);

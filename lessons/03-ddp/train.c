@@ -1,0 +1,232 @@
+// train.c: lesson 03, the training program of lesson 01 run as N processes that train ONE model (DDP).
+//
+//   scripts/launch.sh 2 ./train --dataset fashion-mnist --epochs 5      (mpirun -np 2 ./train ...)
+//
+// Every rank runs this whole file. Each holds a full replica of the model and takes its own shard of every
+// global batch; after backward the ranks average their gradients, so every replica applies the same update
+// and the replicas stay bit-identical. What you write is marked TODO:
+//
+//   setup:   rank -> GPU (TODO 1), the process group (TODO 2), this rank's shard of the data (TODO 3a),
+//            identical replicas from rank 0 (TODO 4)
+//   for each epoch:
+//       a new shuffle, the same on every rank (TODO 3b)
+//       for each local batch:
+//           ddp_train_step: local forward+backward -> all-reduce average of the gradients -> SGD   (TODO 5)
+//       evaluate this rank's shard of the test split, then add up over the ranks                  (TODO 6)
+//
+// The kit supplies the process group (../../kit/dist.h), forward+backward and the evaluation loop (kit/train.h:
+// what you wrote in lesson 01), the sampler and the loader (kit/data.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cli.h"
+#include "data.h"
+#include "device.h"
+#include "dist.h"
+#include "lesson.h"
+#include "log.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "train.h"
+
+// ---------------------------------------------------------------- setup (TODO 1, 2)
+
+// TODO 1: which GPU does this rank drive? mpirun starts the ranks of a node one after the other, so
+//   the LOCAL rank (0..ranks on this node - 1) numbers them on their node, like the node's GPUs.
+//   Return local_rank modulo gpus (several ranks share a GPU when there are fewer GPUs than ranks:
+//   fine with --backend mpi, refused by NCCL), and -1 when gpus <= 0 (a CPU-only node).
+//   Why not the global rank: on the second node of 8-GPU machines, rank 9 would ask for GPU 9.
+// PyTorch: local_rank = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local_rank)
+int ddp_gpu_for_rank(int rank, int local_rank, int gpus) {
+    return 0;
+}
+
+// TODO 2: start the process group with pg_init (kit/dist.h), passing the options --backend (o->backend)
+//   and --timeout (o->timeout_s). It runs MPI_Init (mpirun told every process its rank and the world
+//   size), finds the local rank, binds the GPU by the rule of TODO 1, and for NCCL: rank 0 makes an
+//   ncclUniqueId and broadcasts it over MPI so that every rank joins the same NCCL communicator.
+// PyTorch: dist.init_process_group(backend="nccl")   (torchrun plays mpirun's part)
+ProcessGroup *ddp_setup(int *argc, char ***argv, const TrainOptions *o, Device dev) {
+    return NULL;
+}
+
+// ---------------------------------------------------------------- data (TODO 3)
+
+// TODO 3a: open this rank's shard of the data: train_data_open (kit/train.h) with this rank and the world
+//   size, in local batches of (global batch / world), so that one step over all ranks still sees
+//   --batch-size images. A global batch that does not divide evenly is an error (die with a clear
+//   message). Return the local batch.
+//   The kit's samplers then give rank r the positions r, r + world, r + 2 world, ... of each epoch's
+//   shuffle (training: the tail is dropped so every rank takes the same number of steps) and of the
+//   test split (evaluation: no shuffle, no padding, every image exactly once over all ranks).
+// PyTorch: DistributedSampler(train_set, num_replicas=world, rank=rank, drop_last=True);
+//          DataLoader(train_set, batch_size=global_batch // world, sampler=sampler)
+int ddp_data_open(TrainData *td, const TrainOptions *o, const ProcessGroup *pg) {
+    train_data_open(td, o, 0, 1, o->batch_size);  // lesson 01's call: every rank reads everything
+    return o->batch_size;
+}
+
+// TODO 3b: start training epoch `epoch` on the loader (loader_start_epoch). The shuffle depends on
+//   (seed, epoch) only: every rank computes the same permutation, so the shards stay disjoint, and the
+//   order changes every epoch -- but only if the loader is told which epoch it is.
+// PyTorch: sampler.set_epoch(epoch)   (forgetting it repeats epoch 0's order every epoch)
+void ddp_start_epoch(TrainData *td, int epoch) {
+    loader_start_epoch(td->train_loader, 0, 0);
+}
+
+// ---------------------------------------------------------------- identical replicas (TODO 4)
+
+// TODO 4: make every replica equal to rank 0's: broadcast the parameters (m->params, m->n_params floats)
+//   and the buffers (m->buffers, m->n_buffers: BN running statistics; skip when there are none) from
+//   rank 0 (pg_broadcast). Every rank built its model from the same --seed, so why broadcast? Because
+//   "the same seed" is a promise that breaks silently: a rank restored from another checkpoint, an
+//   initialisation on the GPU that is not deterministic, a rank that drew one extra random number.
+//   After the broadcast the replicas are bit-identical by construction, whatever happened before.
+// PyTorch: DistributedDataParallel(model) broadcasts the module's state from rank 0 when it is created.
+void ddp_broadcast_model(ProcessGroup *pg, Model *m) {
+}
+
+// ---------------------------------------------------------------- the training step (TODO 5)
+
+// TODO 5: one data-parallel step on this rank's local batch b (b->n images).
+//   a. local gradients: train_forward_backward (kit/train.h) with grad_scale 1/b->n: the mean over THIS
+//      rank's batch
+//   b. average the gradients over the ranks: ONE all-reduce over the one flat buffer
+//      (pg_allreduce_avg(pg, m->grads, m->n_params)). The mean of the ranks' means over equal local
+//      batches IS the mean over the global batch: the same gradient one process gets from all of it.
+//      Scale once: 1/b->n then an average, or 1/(global batch) then a sum -- never both (the
+//      gradient would be world times too small), never neither (world times too large).
+//   Stretch (TODO 7): when ddp->buckets is not NULL, the all-reduce runs in buckets that start during
+//      backward: call buckets_begin before a, and buckets_finish (waits for them all) instead of b.
+// PyTorch: loss.backward() inside DistributedDataParallel (it all-reduces and averages as backward runs)
+void ddp_train_step(Ddp *ddp, Model *m, const Batch *b, const SgdConfig *opt, float lr, float label_smoothing,
+                    Metrics *acc) {
+    double start = time_now();
+    train_forward_backward(m, b, label_smoothing, 1.0f / (float)b->n, acc);  // this rank's own gradients
+    double backward_done = time_now();
+    double reduced = time_now();
+    optim_step(m, opt, lr);
+    // BN running statistics: each rank updated its own from its local batch. Rank 0's win, as with PyTorch
+    // DDP's broadcast_buffers, so the replicas stay identical and evaluation sees one model on every rank.
+    if (m->n_buffers > 0) pg_broadcast(ddp->pg, m->buffers, m->n_buffers, 0);
+    ddp->comm_seconds += reduced - backward_done;
+    ddp->compute_seconds += (backward_done - start) + (time_now() - reduced);
+}
+
+// ---------------------------------------------------------------- global metrics (TODO 6)
+
+// TODO 6: every rank counted only its own shard. Add up loss_sum, correct and count over the ranks:
+//   put them in one array of 3 doubles and all-reduce it once (pg_allreduce_sum_double_host), so every
+//   rank gets the global sums. Sum first, divide last: the mean of the ranks' accuracies is wrong when
+//   their counts differ (the test split need not divide evenly by the world size).
+// PyTorch: t = torch.tensor([loss_sum, correct, count]); dist.all_reduce(t, op=dist.ReduceOp.SUM)
+Metrics ddp_global_metrics(ProcessGroup *pg, Metrics local) {
+    return local;
+}
+
+Metrics ddp_evaluate(ProcessGroup *pg, Model *m, Loader *test_loader) {
+    return ddp_global_metrics(pg, train_evaluate(m, test_loader));
+}
+
+// ---------------------------------------------------------------- stretch: buckets (TODO 7)
+
+// TODO 7 (stretch): overlap the all-reduce with backward. Backward finishes the LAST layers' gradients
+//   first; the kit's buckets (kit/dist.h) group the flat gradient buffer into pieces of about bucket_mb MB
+//   and start each piece's all-reduce as soon as all of its layers are done, while backward computes
+//   the layers before them. Return NULL when bucket_mb <= 0 (flat all-reduce). Otherwise create them
+//   (buckets_create over m->grads with the model's views m->views, m->n_views, m->n_params and
+//   bucket_mb * 2^20 bytes -- at least one float), and hook them into the model: backward calls
+//   m->on_grads_ready(m->on_grads_ready_ctx, offset, count) for each layer; buckets_on_grads_ready is
+//   the function to put there, with the buckets as its context.
+// PyTorch: DistributedDataParallel(model, bucket_cap_mb=25)
+GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb) {
+    return NULL;
+}
+
+#ifndef AUTOGRADER
+// ---------------------------------------------------------------- main
+
+int main(int argc, char **argv) {
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend, --bucket-mb, --timeout
+    cli_apply_dataset_defaults(&o);
+    Device dev;
+    device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
+
+    ProcessGroup *pg = ddp_setup(&argc, &argv, &o, dev);
+    CHECK(pg != NULL, "TODO 2: ddp_setup must return the process group made by pg_init (kit/dist.h)");
+    int rank = pg_rank(pg), world = pg_world(pg);
+    // TODO 6 (also): every rank computes, but only rank 0 prints, or N ranks print N copies of every line.
+    bool is_main = true;
+    if (dev == DEVICE_CUDA)  // pg_init already bound the GPU by this rule: it must, before NCCL starts
+        printf("rank %d: local rank %d of %d on this node -> GPU %d\n", rank, pg_local_rank(pg),
+               pg_local_world(pg), ddp_gpu_for_rank(rank, pg_local_rank(pg), device_gpu_count()));
+
+    // Data: this rank's shard of every epoch, in local batches.
+    TrainData data;
+    int local_batch = ddp_data_open(&data, &o, pg);
+
+    // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
+    ModelConfig cfg;
+    model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
+    Model *m = model_create(&cfg, dev, local_batch, o.seed);
+    ddp_broadcast_model(pg, m);
+    Ddp ddp = {.pg = pg, .buckets = ddp_attach_buckets(pg, m, o.bucket_mb)};
+    SgdConfig opt = train_sgd_config(&o);
+    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
+    LrSchedule sched = train_schedule(&o, steps_per_epoch);
+    if (is_main) {
+        train_print_setup(&data, m);
+        printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
+               world == 1 ? "" : "s", local_batch, local_batch * world, steps_per_epoch);
+        if (ddp.buckets)
+            printf("gradients: all-reduced in %d bucket%s of up to %g MB, started during backward\n",
+                   buckets_count(ddp.buckets), buckets_count(ddp.buckets) == 1 ? "" : "s", o.bucket_mb);
+        else
+            printf("gradients: one all-reduce of the flat buffer (%zu floats) after backward\n", m->n_params);
+    }
+
+    TrainLog log;  // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
+    trainlog_begin(&log, &o, data.train.name, dev, world, is_main);
+    for (int epoch = 0; epoch < o.epochs; epoch++) {
+        trainlog_epoch_begin(&log, epoch, steps_per_epoch);
+        ddp_start_epoch(&data, epoch);  // a new shuffle every epoch, the same on every rank
+        const Batch *b;
+        double wait;
+        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
+            int step = epoch * steps_per_epoch + b->index;
+            Metrics batch = {0, 0, 0};
+            ddp_train_step(&ddp, m, b, &opt, lr_at(&sched, step), o.label_smoothing, &batch);
+            trainlog_step(&log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
+        }
+
+        // The replicas must still be equal. Comparing hashes costs one tiny all-gather and catches a missed
+        // or mis-scaled all-reduce at once, with the hashes of every rank, instead of a slow drift.
+        char what[64];
+        snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
+        pg_check_identical(pg, m->params, m->n_params, what);
+
+        Metrics train = ddp_global_metrics(pg, log.local);
+        Metrics test = ddp_evaluate(pg, m, data.test_loader);
+        trainlog_epoch_end(&log, &train, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
+        if (is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, world);
+    }
+    if (is_main)  // exposed communication: waiting for the gradient all-reduce after backward
+        printf("ddp: rank 0 computed for %.1f s and waited %.1f s (%.0f%%) for the gradient all-reduce; with buckets,\n"
+               "     the part that overlapped backward is hidden inside the computing time\n",
+               ddp.compute_seconds, ddp.comm_seconds, 100.0 * ddp.comm_seconds / (ddp.compute_seconds + ddp.comm_seconds));
+    char extra[64];
+    snprintf(extra, sizeof extra, "ranks=%d backend=%s", world, pg_backend_name(pg_backend(pg)));
+    trainlog_final(&log, extra);
+
+    m->on_grads_ready = NULL;
+    buckets_free(ddp.buckets);
+    model_free(m);
+    train_data_close(&data);
+    pg_finalize(pg);
+    return 0;
+}
+#endif  // AUTOGRADER
