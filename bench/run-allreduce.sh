@@ -8,18 +8,8 @@ bin=$1
 out=$2
 np=${NP:-2}
 
-launch() {
-  local n=$1; shift
-  if [ -x scripts/launch.sh ]; then
-    scripts/launch.sh "$n" "$@"
-  else
-    local flags=()
-    read -r -a flags <<< "${LAUNCH_ARGS:-}"
-    [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
-    [ "$n" -gt "$(nproc)" ] && flags+=(--oversubscribe)
-    mpirun -np "$n" "${flags[@]}" "$@"
-  fi
-}
+# scripts/launch.sh adds --allow-run-as-root / --oversubscribe when needed (LAUNCH_ARGS: extra options).
+launch() { scripts/launch.sh "$@"; }
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

@@ -8,7 +8,8 @@ BENCH_CPU_ARGS ?=
 # Explicit rule: it needs neither MPI nor CUDA of its own (libkit.a brings what the kit was built with).
 $(BENCH_CPU): bench/bench_cpu.c $(KIT_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
 
 .PHONY: bench-cpu
 ALL_TARGETS += $(BENCH_CPU)

@@ -79,6 +79,15 @@ ifeq ($(MAKELEVEL),0)
   endif
 endif
 
+# ---- quiet build: one short line per file; V=1 shows the whole commands
+ifeq ($(V),1)
+  Q :=
+  say := @:
+else
+  Q := @
+  say := @printf '  %-5s %s\n'
+endif
+
 # ---- flags
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2)

@@ -13,7 +13,8 @@ COMPUTE_SANITIZER := $(or $(shell command -v compute-sanitizer 2>/dev/null),$(fi
 # Explicit rule (mk/dist.mk has a pattern rule for bench/bench_%; this one needs no MPI).
 $(BENCH_GPU): bench/bench_gpu.c $(KIT_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
 
 ALL_TARGETS += $(if $(HAVE_CUDA),$(BENCH_GPU))
 TEST_TARGETS += test-cuda

@@ -20,11 +20,13 @@ BENCH_ALLREDUCE := $(BUILD)/bench/bench_allreduce
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(KIT_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
 
 $(BENCH_ALLREDUCE): bench/bench_allreduce.c $(KIT_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
 
 .PHONY: test-dist bench-allreduce
 HELP_TARGETS += test-dist bench-allreduce

@@ -12,15 +12,18 @@ KIT_HEADERS := $(wildcard kit/*.h kit/cuda/*.h)
 
 $(BUILD)/kit/%.o: kit/%.c $(KIT_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/kit/cuda/%.o: kit/cuda/%.cu $(KIT_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DKIT_CUDA -c $< -o $@
+	$(say) NVCC $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -DKIT_CUDA -c $< -o $@
 
 $(KIT_LIB): $(KIT_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(say) AR $@
+	$(Q)ar rcs $@ $^
 
 # Unit tests of the kit: one cmocka binary per tests/test_*.c.
 KIT_TEST_SRC := $(filter-out tests/test_cuda.c,$(wildcard tests/test_*.c))  # test_cuda: mk/cuda.mk
@@ -28,7 +31,8 @@ KIT_TESTS := $(KIT_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 $(BUILD)/tests/%: tests/%.c tests/testutil.h $(KIT_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests $(CMOCKA_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(CMOCKA_LIBS) $(LDLIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CMOCKA_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(CMOCKA_LIBS) $(LDLIBS)
 
 ALL_TARGETS += $(KIT_LIB) $(KIT_TESTS)
 TEST_TARGETS += test-kit

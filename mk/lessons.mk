@@ -57,18 +57,21 @@ LEARNER_NVCCFLAGS = $(filter-out -Werror all-warnings,$(NVCCFLAGS)) -Xcompiler -
 define lesson_program
 $(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
 	@mkdir -p $$(@D)
-	$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) -c $$< -o $$@
+	$$(say) CC $$<
+	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) -c $$< -o $$@
 
 $(3)/%.cu.o: $(2)/$(1)/%.cu $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
 	@mkdir -p $$(@D)
-	$$(NVCC) $(if $(filter -Wno-error,$(5)),$$(LEARNER_NVCCFLAGS),$$(NVCCFLAGS)) -DKIT_CUDA -I$(2)/$(1) $$(filter -D%,$(5)) -c $$< -o $$@
+	$$(say) NVCC $$<
+	$$(Q)$$(NVCC) $(if $(filter -Wno-error,$(5)),$$(LEARNER_NVCCFLAGS),$$(NVCCFLAGS)) -DKIT_CUDA -I$(2)/$(1) $$(filter -D%,$(5)) -c $$< -o $$@
 
 $(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
       $$(if $$(HAVE_CUDA),$$(patsubst $(2)/$(1)/%.cu,$(3)/%.cu.o,$$(wildcard $(2)/$(1)/*.cu))) \
       $(6) $$(KIT_LIB) $$(KIT_DIST_LIB)
 	@test -d $(2)/$(1) || { echo "$(2)/$(1) does not exist (maintainers: make starters)" >&2; exit 1; }
 	@mkdir -p $$(@D)
-	$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $(if $(6),-Itests $$(CMOCKA_CFLAGS)) \
+	$$(say) LINK $$@
+	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $(if $(6),-Itests $$(CMOCKA_CFLAGS)) \
 	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) \
 	  $$(filter %.c %.o,$$^) -o $$@ $$(LDFLAGS) $$(KIT_LIB) \
 	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_LIBS_$$(n))) $(if $(6),$$(CMOCKA_LIBS)) $$(LDLIBS)

@@ -17,20 +17,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-# scripts/launch.sh NP PROGRAM ARGS... when it exists; else mpirun with the flags it would add.
-# Extra launcher options go in LAUNCH_ARGS, as for launch.sh.
-launch() {
-  local n=$1; shift
-  if [ -x scripts/launch.sh ]; then
-    scripts/launch.sh "$n" "$@"
-  else
-    local flags=()
-    read -r -a flags <<< "${LAUNCH_ARGS:-}"
-    [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
-    [ "$n" -gt "$(nproc)" ] && flags+=(--oversubscribe)
-    mpirun -np "$n" "${flags[@]}" "$@"
-  fi
-}
+# scripts/launch.sh adds --allow-run-as-root / --oversubscribe when needed (LAUNCH_ARGS: extra options).
+launch() { scripts/launch.sh "$@"; }
 
 # Open MPI 4's mpirun stops the job itself when a rank dies; this switch turns that off, to test that
 # the survivors' own timeout stops them too (as it must under launchers that do not kill).
