@@ -6,23 +6,12 @@ ifeq ($(origin CC),default)
   CC := gcc
 endif
 
-# Where objects go: one folder per configuration, so a sanitizer build never mixes with a normal one.
-BUILD := build
+# Where objects go: one folder per configuration, so a sanitizer build never mixes with a normal one:
+# build[-cpu|-san][-debug][-clang]. SANITIZE=1 builds CPU-only (ASan and the CUDA runtime do not mix).
 ifeq ($(SANITIZE),1)
-  BUILD := build-san
   NO_CUDA := 1
 endif
-ifeq ($(DEBUG),1)
-  BUILD := $(BUILD)-debug
-endif
-ifneq ($(findstring clang,$(CC)),)
-  BUILD := $(BUILD)-clang
-endif
-ifeq ($(NO_CUDA),1)
-  ifneq ($(SANITIZE),1)
-    BUILD := build-cpu
-  endif
-endif
+BUILD := build$(if $(filter 1,$(SANITIZE)),-san,$(if $(filter 1,$(NO_CUDA)),-cpu))$(if $(filter 1,$(DEBUG)),-debug)$(if $(findstring clang,$(CC)),-clang)
 
 # Links a tiny program with the given flags; prints "yes" when it builds.
 try_link = $(shell printf '$(1)\nint main(void){$(2);return 0;}\n' | \
