@@ -506,7 +506,9 @@ static void test_async_copy_order(void **state) {
     float *ones = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
     float *buf = gpu_of(ones, n);
-    for (int k = 0; k < 50; k++) scale_inplace(GPU, n, buf, 1.5f);  // ~100 ms of queued work
+    // 50 passes over 16 MiB: about a millisecond of queued work on an H100 (memory-bound), as long as the
+    // 16 MiB upload itself, so an upload that did not wait would land while passes are still to run.
+    for (int k = 0; k < 50; k++) scale_inplace(GPU, n, buf, 1.5f);
     device_copy_to_async(GPU, buf, src, n * sizeof(float));
     device_wait_copies(GPU);
     device_copy_from(GPU, back, buf, n * sizeof(float));

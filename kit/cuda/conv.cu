@@ -30,18 +30,23 @@ ConvPlan conv_plan(const Conv2dDims *s) {
           "conv2d: every dimension must be positive");
     CHECK(s->stride >= 1 && s->pad >= 0, "conv2d: stride must be >= 1 and pad >= 0");
     ConvPlan pl;
+    // Not `out_h >= 1`: C's division truncates toward zero, so with stride > 1 a kernel up to stride - 1
+    // rows larger than the padded input still gives out_h = 1. The CPU refuses that shape; so do we.
+    CHECK(s->h + 2 * s->pad >= s->r && s->w + 2 * s->pad >= s->r,
+          "conv2d: the kernel is larger than the padded input (input too small for this layer)");
     pl.p = conv2d_out_h(s);
     pl.q = conv2d_out_w(s);
-    CHECK(pl.p >= 1 && pl.q >= 1, "conv2d: the kernel is larger than the padded input");
     pl.pq = pl.p * pl.q;
     pl.crr = s->c * s->r * s->r;
     size_t per_image = (size_t)pl.pq * ((size_t)pl.crr + (size_t)s->k);
     size_t chunk = cuda_conv_work_budget() / per_image;
     if (chunk < 1) chunk = 1;
     if (chunk > (size_t)s->n) chunk = (size_t)s->n;
-    // cuBLAS takes int dimensions: L = chunk * PQ and C*R*R * L (an element index) must fit.
-    CHECK((size_t)pl.pq * chunk <= INT_MAX && (size_t)pl.crr * pl.pq <= INT_MAX,
+    // cuBLAS takes int dimensions and leading dimensions: L = chunk * PQ must fit (a large budget just
+    // gets fewer images per GEMM), and one image's (C*R*R, PQ) matrix must fit too.
+    CHECK((size_t)pl.crr * pl.pq <= INT_MAX,
           "conv2d: one image's im2col matrix exceeds 2^31 elements; lower the image size or channels");
+    if (chunk > (size_t)INT_MAX / (size_t)pl.pq) chunk = (size_t)INT_MAX / (size_t)pl.pq;
     pl.chunk = (int)chunk;
     return pl;
 }

@@ -15,6 +15,7 @@ struct GpuState {
     cudaEvent_t queued = nullptr;    // marks "compute queued so far" for the copy stream to wait on
     cublasHandle_t blas = nullptr;
     bool tf32 = false;               // the math mode last applied to `blas`
+    int *flags = nullptr;            // (2) cuda_device_flags(), allocated on first use
 };
 
 // Enough for any single node; cudaGetDevice beyond it is reported, not indexed out of bounds.
@@ -32,6 +33,7 @@ struct ThreadState {
         for (int d = 0; d < kMaxGpus; d++) {
             GpuState &g = gpu[d];
             if (!g.ready) continue;
+            if (g.flags) cudaFree(g.flags);
             cublasDestroy(g.blas);
             cudaEventDestroy(g.queued);
             cudaStreamDestroy(g.copy);
@@ -128,6 +130,12 @@ double *cuda_host_scratch(size_t count) {
         tls.scratch_count = count;
     }
     return tls.scratch;
+}
+
+int *cuda_device_flags(void) {
+    GpuState &g = gpu_state();
+    if (!g.flags) CUDA_CHECK(cudaMalloc(&g.flags, 2 * sizeof(int)));
+    return g.flags;
 }
 
 void cuda_conv_set_work_budget(size_t floats) { g_conv_budget.store(floats); }

@@ -48,6 +48,11 @@ void cuda_wait_copies(void);
 // asked for more and is kept until the thread exits, so a training loop allocates it once.
 double *cuda_host_scratch(size_t count);
 
+// Two ints of GPU memory owned by this thread on its current GPU (cross-entropy's bad-label report).
+// Per thread, not a __device__ global: lesson 02 may run two replicas' threads on one GPU at once, and
+// a global flag would let one thread's reset hide the other's error (or report it as its own).
+int *cuda_device_flags(void);
+
 // conv2d on CUDA lowers a chunk of images at a time; the chunk is the largest that keeps the scratch
 // (conv2d_work_floats) under this many floats (default 2^26 = 256 MiB; at least one image always).
 // Tests lower it to exercise the multi-chunk path on small shapes. 0 restores the default. Set it

@@ -6,9 +6,6 @@
 
 namespace {
 
-// The first bad label seen by the last launch on this GPU: [row + 1 (0 = none), label].
-__device__ int g_bad_label[2];
-
 // log(sum_j exp(l_j)) as m + log(sum_j exp(l_j - m)), m = max l_j: no overflow, no underflow of the
 // largest term.
 __device__ double row_logsumexp(int k, const float *l) {
@@ -19,20 +16,21 @@ __device__ double row_logsumexp(int k, const float *l) {
     return m + log(sum);
 }
 
-// A label outside [0, k) would index outside the row: record it and leave the row alone.
-__device__ bool label_ok(int i, int label, int k) {
+// A label outside [0, k) would index outside the row: record the first one seen in `bad`
+// ([row + 1 (0 = none), label], this thread's cuda_device_flags()) and leave the row alone.
+__device__ bool label_ok(int i, int label, int k, int *bad) {
     if (label >= 0 && label < k) return true;
-    if (atomicCAS(&g_bad_label[0], 0, i + 1) == 0) g_bad_label[1] = label;
+    if (atomicCAS(&bad[0], 0, i + 1) == 0) bad[1] = label;
     return false;
 }
 
 // loss = -sum_j target_j * log softmax_j with target = (1 - s) * onehot(label) + s / K
 //      = lse - (1 - s) * l_label - s * mean_j(l_j)
 __global__ void ce_forward_kernel(int n, int k, const float *logits, const int *labels, float smoothing,
-                                  float *loss) {
+                                  float *loss, int *bad) {
     KIT_GRID_LOOP(i, (size_t)n) {
         const float *l = logits + i * k;
-        if (!label_ok((int)i, labels[i], k)) {
+        if (!label_ok((int)i, labels[i], k, bad)) {
             loss[i] = NAN;
             continue;
         }
@@ -46,9 +44,9 @@ __global__ void ce_forward_kernel(int n, int k, const float *logits, const int *
 
 // dlogits += scale * (softmax - target)
 __global__ void ce_backward_kernel(int n, int k, const float *logits, const int *labels, float smoothing,
-                                   float scale, float *dlogits) {
+                                   float scale, float *dlogits, int *bad) {
     KIT_GRID_LOOP(i, (size_t)n) {
-        if (!label_ok((int)i, labels[i], k)) continue;
+        if (!label_ok((int)i, labels[i], k, bad)) continue;
         const float *l = logits + i * k;
         float *g = dlogits + i * k;
         double lse = row_logsumexp(k, l);
@@ -75,18 +73,18 @@ void ce_check(int n, int k, float smoothing) {
     CHECK(smoothing >= 0.0f && smoothing <= 1.0f, "cross_entropy: label smoothing must be in [0, 1]");
 }
 
-void bad_label_reset(void) {
-    void *flag = NULL;
-    CUDA_CHECK(cudaGetSymbolAddress(&flag, g_bad_label));
-    CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int[2]), cuda_stream()));
+int *bad_label_reset(void) {
+    int *flags = cuda_device_flags();
+    CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * sizeof(int), cuda_stream()));
+    return flags;
 }
 
 // The labels live on the GPU, so they are checked there; reading the flag waits for the kernel. That is
 // one short stall per call, the price of the same clear error the CPU gives instead of a silent NaN.
-void bad_label_report(int k) {
+void bad_label_report(const int *flags, int k) {
     int bad[2] = {0, 0};
     cudaStream_t st = cuda_stream();
-    CUDA_CHECK(cudaMemcpyFromSymbolAsync(bad, g_bad_label, sizeof bad, 0, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(bad, flags, sizeof bad, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     if (bad[0] != 0)
         check_failf(__FILE__, __LINE__, "labels[i] in [0, k)",
@@ -102,9 +100,9 @@ extern "C" void cross_entropy_forward_cuda(int n, int k, const float *logits, co
     KIT_CHECK_PTR(logits);
     KIT_CHECK_PTR(labels);
     KIT_CHECK_PTR(loss);
-    bad_label_reset();
-    KIT_LAUNCH(ce_forward_kernel, (size_t)n, n, k, logits, labels, smoothing, loss);
-    bad_label_report(k);
+    int *flags = bad_label_reset();
+    KIT_LAUNCH(ce_forward_kernel, (size_t)n, n, k, logits, labels, smoothing, loss, flags);
+    bad_label_report(flags, k);
 }
 
 extern "C" void cross_entropy_backward_cuda(int n, int k, const float *logits, const int *labels,
@@ -113,9 +111,9 @@ extern "C" void cross_entropy_backward_cuda(int n, int k, const float *logits, c
     KIT_CHECK_PTR(logits);
     KIT_CHECK_PTR(labels);
     KIT_CHECK_PTR(dlogits);
-    bad_label_reset();
-    KIT_LAUNCH(ce_backward_kernel, (size_t)n, n, k, logits, labels, smoothing, scale, dlogits);
-    bad_label_report(k);
+    int *flags = bad_label_reset();
+    KIT_LAUNCH(ce_backward_kernel, (size_t)n, n, k, logits, labels, smoothing, scale, dlogits, flags);
+    bad_label_report(flags, k);
 }
 
 extern "C" void argmax_rows_cuda(int n, int k, const float *logits, int *pred) {
