@@ -7,10 +7,11 @@
 # those containing "acc" in the right one; other columns (throughput, lr) are not plotted.
 set -euo pipefail
 
-if [ $# -eq 0 ]; then
-  echo "usage: $0 METRICS.csv [...]   (train with --metrics FILE to get one; make run writes results/run-*.csv)" >&2
-  exit 2
-fi
+usage="usage: $0 METRICS.csv [...]   (train with --metrics FILE to get one; make run writes results/run-*.csv)"
+case "${1:-}" in
+  -h|--help) echo "$usage"; exit 0;;
+  "") echo "$usage" >&2; exit 2;;
+esac
 if ! command -v gnuplot >/dev/null 2>&1; then
   echo "plot-metrics: gnuplot not found. HINT: apt-get install gnuplot-nox (or run make deps)" >&2
   exit 1

@@ -297,6 +297,8 @@ def run_test(root, binary, lesson, test, limits, source_dir):
     cmd = [os.path.abspath(binary), "--only", name]
     if lesson.np > 1:
         cmd = [os.path.join(root, "scripts", "launch.sh"), str(lesson.np)] + cmd
+        if not env.get("SLURM_JOB_ID"):  # mpirun: tag each line with its rank, so failure_text can tell them apart
+            env["LAUNCH_ARGS"] = (env.get("LAUNCH_ARGS", "") + " --tag-output").strip()
     asan, cuda = binary_traits(binary)
     start = time.monotonic()
     status = message = None
@@ -337,14 +339,47 @@ def run_test(root, binary, lesson, test, limits, source_dir):
         # show the test's last printed line with the location. Display only: the status came from the XML.
         # Under mpirun the launcher's report of a failed rank (a box of dashes) follows the ranks' output.
         own = re.split(r"^-{20,}$", output, maxsplit=1, flags=re.M)[0] if lesson.np > 1 else output
-        said = [l.strip() for l in own.splitlines() if l.strip() and not l.lstrip().startswith(("<", "["))]
+        said = failure_text(own)
         if said:
-            message = said[-1][:300] + "\n" + message
+            message = said[:300] + "\n" + message
     if status == SKIP:  # the reason the test printed (display only; the status came from the XML)
         said = [l.split("]", 1)[1].strip() for l in output.splitlines() if "[  SKIP" in l and "]" in l]
         message = f"skipped: {said[-1]}" if said and said[-1] else message
     shutil.rmtree(work, ignore_errors=True)
     return result(lesson, test, status, message, output, seconds)
+
+
+def failure_text(output):
+    """The line a failed test printed to explain itself: the text cmocka shows right after its first
+    "[  ERROR   ] ---" marker, else the last plain line printed before that marker, else the last plain line.
+    Under mpirun the ranks' lines interleave in any order; with --tag-output ("[job,rank]<stdout>:text")
+    each rank's streams are looked at on their own, and the first one with an error marker is the one shown."""
+    tagged = [re.match(r"^\[\d+,(\d+)\]<(std(?:out|err))>:(.*)$", l) for l in output.splitlines()]
+    if any(tagged):
+        # One stream of one rank at a time: mpirun forwards stdout and stderr separately, so only lines of
+        # the same stream keep their order (cmocka's error text and marker both go to stderr).
+        streams = {}
+        for m in tagged:
+            if m:
+                streams.setdefault((int(m.group(1)), m.group(2)), []).append(m.group(3))
+        keys = sorted(streams)
+        marked = [failure_text_of(streams[k]) for k in keys if any("[  ERROR   ] ---" in l for l in streams[k])]
+        plain = [failure_text_of(streams[k]) for k in keys]
+        return next((t for t in marked + plain if t), "")
+    return failure_text_of(output.splitlines())
+
+
+def failure_text_of(lines):
+    plain = lambda l: l.strip() and not l.lstrip().startswith(("<", "["))
+    for i, line in enumerate(lines):
+        if "[  ERROR   ] ---" in line:
+            after = line.split("[  ERROR   ] ---", 1)[1].strip()
+            if after and not after.startswith("["):
+                return after
+            before = [l.strip() for l in lines[:i] if plain(l)]
+            return before[-1] if before else ""
+    rest = [l.strip() for l in lines if plain(l)]
+    return rest[-1] if rest else ""
 
 
 def result(lesson, test, status, message, output="", seconds=0.0):

@@ -61,6 +61,9 @@ static inline int grading_usage(const char *argv0) {
 }
 
 static inline int grading_run(int argc, char **argv, const struct CMUnitTest *tests, size_t n) {
+    // Line-buffered stdout: what a test prints lands in the log in the order it happened, next to
+    // cmocka's (unbuffered) error text, so the grader can show the line that explains a failure.
+    setvbuf(stdout, NULL, _IOLBF, 0);
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--list") == 0) {
