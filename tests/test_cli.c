@@ -1,0 +1,118 @@
+// tests/test_cli.c: the shared options (kit/cli.c): defaults, values, and that every mistake is one clear
+// line on stderr and exit status 2 (a wrong --device cuda without a GPU: status 1), never a crash.
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static TrainOptions parse(unsigned groups, int argc, char **argv) {
+    TrainOptions o;
+    cli_parse(&o, argc, argv, groups);
+    return o;
+}
+
+// Runs cli_parse in a child process (it exits on errors) and returns its exit status and first stderr line.
+static int parse_in_child(unsigned groups, int argc, char **argv, char *first_line, size_t len) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], STDERR_FILENO);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+        close(fds[0]);
+        TrainOptions o;
+        cli_parse(&o, argc, argv, groups);
+        _exit(0);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    first_line[0] = '\0';
+    if (!fgets(first_line, (int)len, f)) first_line[0] = '\0';
+    char sink[256];
+    while (fgets(sink, sizeof sink, f)) {}
+    fclose(f);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));  // an error is an exit, never a signal
+    return WEXITSTATUS(status);
+}
+
+static void test_defaults_and_values(void **state) {
+    char *a0[] = {"train", NULL};
+    TrainOptions o = parse(CLI_BASE, 1, a0);
+    assert_string_equal(o.dataset, "synthetic");
+    assert_int_equal(o.batch_size, 128);
+    assert_null(o.model);
+    cli_apply_dataset_defaults(&o);
+    assert_string_equal(o.model, "tiny-bn");
+    assert_int_equal(o.epochs, 3);
+
+    char *a1[] = {"train", "--dataset", "fashion-mnist", "--epochs", "7", "--lr", "0.2", "--nesterov",
+                  "--devices", "3", NULL};
+    o = parse(CLI_DP, 10, a1);
+    cli_apply_dataset_defaults(&o);
+    assert_string_equal(o.model, "fmnist");
+    assert_int_equal(o.epochs, 7);
+    assert_float_equal(o.lr, 0.2f, 1e-7);
+    assert_true(o.nesterov);
+    assert_int_equal(o.devices, 3);
+}
+
+static void check_error(unsigned groups, int argc, char **argv, int want_status, const char *want_text) {
+    char line[512];
+    int status = parse_in_child(groups, argc, argv, line, sizeof line);
+    if (status != want_status || !strstr(line, want_text))
+        fail_msg("%s %s: exit %d, stderr '%s'; expected exit %d and '%s'", argv[1], argc > 2 ? argv[2] : "", status,
+                 line, want_status, want_text);
+}
+
+static void test_mistakes_are_usage_errors(void **state) {
+    char *a[][3] = {
+        {"train", "--bogus", NULL},          {"train", "--epochs", "x"},     {"train", "--epochs", "0"},
+        {"train", "--dataset", "imagenet"},  {"train", "--model", "vgg"},    {"train", "--lr", "-1"},
+        {"train", "--device", "tpu"},        {"train", "--devices", "2"},    {"train", "--epochs", NULL},
+    };
+    const char *why[] = {"unknown option", "--epochs needs an integer", "--epochs needs an integer",
+                         "unknown dataset 'imagenet'", "unknown model 'vgg'", "--lr needs a number",
+                         "--device must be auto, cpu or cuda", "--devices does not apply", "without its value"};
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+        int argc = a[i][2] ? 3 : 2;
+        check_error(CLI_BASE, argc, a[i], 2, why[i]);
+    }
+    char *b[] = {"train", "--backend", "gloo", NULL};
+    check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi or nccl");
+}
+
+// --device cuda where no GPU is usable: a clear error (status 1), not a silent fallback to the CPU.
+static void test_device_cuda_without_gpu(void **state) {
+    if (device_cuda_usable(NULL)) skip();  // on a GPU machine there is nothing to refuse
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        Device d;
+        device_parse("cuda", &d, true);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_values),
+        cmocka_unit_test(test_mistakes_are_usage_errors),
+        cmocka_unit_test(test_device_cuda_without_gpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
