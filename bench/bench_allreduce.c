@@ -16,8 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "check.h"
-#include "dist.h"
+#include "kit/check.h"
+#include "kit/dist.h"
 
 static double now_s(void) {
     struct timespec t;

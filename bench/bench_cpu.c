@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "log.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/rng.h"
 
 typedef struct {
     int steps, warmup, batch;
@@ -66,7 +66,7 @@ static void train_step(Model *m, const float *x, int n, const SgdConfig *sgd) {
     memset(m->dlogits, 0, (size_t)n * m->cfg.classes * sizeof(float));
     cross_entropy_backward(m->device, n, m->cfg.classes, logits, m->labels, 0.0f, 1.0f / n, m->dlogits);
     model_backward(m, x, m->dlogits, n);
-    optim_step(m, sgd, 0.01f);
+    optim_step(m, sgd);
 }
 
 // The model at batch B with random inputs and labels, after `warmup` training steps.

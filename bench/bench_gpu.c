@@ -14,16 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "device.h"
-#include "log.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/device.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/rng.h"
 #ifdef KIT_CUDA
-#include "cuda/cuda_context.h"
-#include "cuda_check.h"
+#include "kit/cuda/cuda_context.h"
+#include "kit/cuda_check.h"
 #endif
 
 #ifdef KIT_CUDA
@@ -46,7 +46,7 @@ static void train_step(Model *m, int batch) {
     cross_entropy_backward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, batch);
-    optim_step(m, &opt, opt.lr);
+    optim_step(m, &opt);
 }
 
 // Images per second over `steps` training steps, after 3 warm-up steps (cuBLAS heuristics, caches).

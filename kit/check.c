@@ -1,5 +1,5 @@
 // kit/check.c: the reporting side of the CHECK macros (see check.h).
-#include "check.h"
+#include "kit/check.h"
 
 #include <stdarg.h>
 

@@ -1,13 +1,13 @@
 // kit/cli.c: the shared training options (see cli.h).
-#include "cli.h"
+#include "kit/cli.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "model.h"
+#include "kit/data.h"
+#include "kit/model.h"
 
 void cli_usage(FILE *out, unsigned groups) {
     fprintf(out,

@@ -6,7 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "check.h"
+#include "kit/check.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 // kit/data.c: dataset readers, the synthetic generator, and batch assembly with augmentation
 // (see data.h). The sampler is in sampler.c, the background loader in loader.c.
-#include "data.h"
+#include "kit/data.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "check.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/rng.h"
 
 // ---------------------------------------------------------------- common helpers
 

@@ -1,14 +1,14 @@
 // kit/device.c: device selection and memory (see device.h).
-#include "device.h"
+#include "kit/device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "kit/check.h"
 #ifdef KIT_CUDA
-#include "cuda/cuda_context.h"
-#include "cuda_check.h"
+#include "kit/cuda/cuda_context.h"
+#include "kit/cuda_check.h"
 #endif
 
 const char *device_name(Device d) { return d == DEVICE_CUDA ? "cuda" : "cpu"; }

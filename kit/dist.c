@@ -6,7 +6,7 @@
 // Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer
 // rank dies or stalls, and a hung job costs a workshop its GPU hours. So every collective is started
 // non-blocking and completed by a loop that tests it and watches a deadline.
-#include "dist.h"
+#include "kit/dist.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "kit/check.h"
 
 #ifdef KIT_NCCL
 #define KIT_NCCL_BUILT true
@@ -53,9 +53,9 @@ void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) { no_mpi(); }
 #else
 // ---------------------------------------------------------------- built with MPI
-#include "mpi_check.h"
+#include "kit/mpi_check.h"
 #ifdef KIT_CUDA
-#include "cuda_check.h"
+#include "kit/cuda_check.h"
 #endif
 
 // One collective in flight. MPI with a CUDA device stages the data in `host`, which each slot keeps

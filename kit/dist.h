@@ -28,9 +28,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
-#include "model.h"
-#include "ops.h"
+#include "kit/device.h"
+#include "kit/model.h"
+#include "kit/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

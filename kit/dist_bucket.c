@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "dist.h"
+#include "kit/check.h"
+#include "kit/dist.h"
 
 struct GradBuckets {
     ProcessGroup *pg;

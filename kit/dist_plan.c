@@ -6,8 +6,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "check.h"
-#include "dist.h"
+#include "kit/check.h"
+#include "kit/dist.h"
 
 const char *pg_backend_name(PgBackend b) { return b == PG_BACKEND_NCCL ? "nccl" : "mpi"; }
 

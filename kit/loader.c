@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "check.h"
-#include "data.h"
-#include "device.h"
+#include "kit/check.h"
+#include "kit/data.h"
+#include "kit/device.h"
 
 struct Loader {
     const Dataset *ds;

@@ -1,5 +1,5 @@
 // kit/log.c: progress bar, metrics CSV and clock (see log.h).
-#include "log.h"
+#include "kit/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "kit/check.h"
 
 double time_now(void) {
     struct timespec t;

@@ -1,13 +1,13 @@
 // kit/model.c: building, initialising and running a network described by a layer table (see model.h).
-#include "model.h"
+#include "kit/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/rng.h"
 
 // ---------------------------------------------------------------- architectures
 

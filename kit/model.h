@@ -18,8 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "device.h"
-#include "ops.h"
+#include "kit/device.h"
+#include "kit/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

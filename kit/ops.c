@@ -1,9 +1,9 @@
 // kit/ops.c: the public ops (kit/ops.h) dispatch on the device to their CPU or CUDA implementation.
 // Nothing but dispatch lives here, so a reader can find an op's real code in one jump.
-#include "ops.h"
+#include "kit/ops.h"
 
-#include "check.h"
-#include "ops_impl.h"
+#include "kit/check.h"
+#include "kit/ops_impl.h"
 
 size_t conv2d_work_floats(Device d, const Conv2dDims *s) {
 #ifdef KIT_CUDA

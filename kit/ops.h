@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "device.h"
+#include "kit/device.h"
 
 #ifdef __cplusplus
 extern "C" {

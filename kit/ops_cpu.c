@@ -21,8 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check.h"
-#include "ops_impl.h"
+#include "kit/check.h"
+#include "kit/ops_impl.h"
 
 // Below this many elements a parallel region costs more (thread wake-up) than it saves.
 #define PAR_MIN 32768

@@ -4,7 +4,7 @@
 #ifndef KIT_OPS_IMPL_H
 #define KIT_OPS_IMPL_H
 
-#include "ops.h"
+#include "kit/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

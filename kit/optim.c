@@ -1,11 +1,11 @@
 // kit/optim.c: SGD over the flat parameter buffer, and the learning-rate schedule (see optim.h).
-#include "optim.h"
+#include "kit/optim.h"
 
 #include <math.h>
 
-void optim_step(Model *m, const SgdConfig *cfg, float lr) { optim_step_with(m, cfg, lr, sgd_update); }
+void optim_step(Model *m, const SgdConfig *cfg) { optim_step_with(m, cfg, sgd_update); }
 
-void optim_step_with(Model *m, const SgdConfig *cfg, float lr, SgdUpdateFn update) {
+void optim_step_with(Model *m, const SgdConfig *cfg, SgdUpdateFn update) {
     // Parameters are contiguous, so consecutive views with the same decay flag form one run and
     // one sgd_update call (one kernel launch on a GPU) covers the whole run.
     int i = 0;
@@ -17,8 +17,8 @@ void optim_step_with(Model *m, const SgdConfig *cfg, float lr, SgdUpdateFn updat
             end += m->views[j].count;
             j++;
         }
-        update(m->device, end - start, m->params + start, m->grads + start, m->velocity + start, lr,
-                   cfg->momentum, decay ? cfg->weight_decay : 0.0f, cfg->nesterov);
+        update(m->device, end - start, m->params + start, m->grads + start, m->velocity + start, cfg->lr,
+               cfg->momentum, decay ? cfg->weight_decay : 0.0f, cfg->nesterov);
         i = j;
     }
 }

@@ -1,5 +1,5 @@
 // kit/rng.c: see rng.h.
-#include "rng.h"
+#include "kit/rng.h"
 
 #include <math.h>
 

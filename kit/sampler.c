@@ -4,9 +4,9 @@
 // so the shards are disjoint without any communication.
 #include <stdlib.h>
 
-#include "check.h"
-#include "data.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/data.h"
+#include "kit/rng.h"
 
 void sampler_init(Sampler *s, int n, int rank, int world, uint64_t seed, SamplerMode mode) {
     CHECK(n >= 0, "sampler_init: the dataset size must not be negative");

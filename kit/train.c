@@ -1,12 +1,12 @@
 // kit/train.c: forward+backward of one batch, evaluation, and opening a dataset for a rank (see train.h).
-#include "train.h"
+#include "kit/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ops.h"
+#include "kit/check.h"
+#include "kit/ops.h"
 
 // Copies the batch into the model's device buffers.
 static void batch_to_device(Model *m, const Batch *b) {
@@ -30,7 +30,7 @@ static void metrics_add(Model *m, const Batch *b, Metrics *acc) {
     free(pred);
 }
 
-void train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale, Metrics *acc) {
+Metrics train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale) {
     Device d = m->device;
     int n = b->n, k = m->cfg.classes;
     batch_to_device(m, b);
@@ -41,7 +41,9 @@ void train_forward_backward(Model *m, const Batch *b, float label_smoothing, flo
     cross_entropy_backward(d, n, k, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, n);
-    if (acc) metrics_add(m, b, acc);
+    Metrics r = {0, 0, 0};
+    metrics_add(m, b, &r);
+    return r;
 }
 
 Metrics train_evaluate(Model *m, Loader *L) {
@@ -84,7 +86,8 @@ void train_data_close(TrainData *td) {
 }
 
 SgdConfig train_sgd_config(const TrainOptions *o) {
-    SgdConfig c = {.lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
+    // lr: set from the schedule before every step (optim.h); --lr reaches it only through train_schedule.
+    SgdConfig c = {.lr = 0.0f, .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
     return c;
 }
 

@@ -3,17 +3,24 @@
 // Lesson 01 has you write the training step and the evaluation loop; from lesson 02 on they come from
 // here, split at the point where distributed training inserts its communication:
 //
-//   train_forward_backward(m, batch, ...)   local gradients in m->grads
+//   Metrics r = train_forward_backward(m, batch, ...)   local gradients in m->grads
 //   <lesson 02: reduce onto the master / lesson 03: all-reduce across ranks>
-//   optim_step(m, &opt, lr)
+//   optim_step(m, &opt)                                 opt.lr: set by the loop from the schedule
+//
+// Every lesson's step has the same shape, so the training loops differ only where the concept does:
+//
+//   Metrics <lesson>_step(<model or its wrapper> *, const Batch *b, const SgdConfig *opt, float label_smoothing)
+//
+// (train_step in lesson 01, dp_step in 02, ddp_step in 03): it returns the batch's sums (before the update)
+// and updates with opt->lr, the one learning rate there is.
 #ifndef KIT_TRAIN_H
 #define KIT_TRAIN_H
 
-#include "cli.h"
-#include "data.h"
-#include "log.h"
-#include "model.h"
-#include "optim.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,8 +36,8 @@ typedef struct {
 // Copies the batch to the device, runs forward in training mode, computes per-sample losses and
 // predictions, sets dloss/dlogits = grad_scale * (softmax - target), zeroes m->grads and runs backward.
 // grad_scale is 1/n for the mean over this batch; a data-parallel program passes 1/(global batch).
-// Adds the batch's loss, correct and count (measured before any update) to *acc.
-void train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale, Metrics *acc);
+// Returns the batch's loss sum, correct and count (measured before any update).
+Metrics train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale);
 
 // Every batch of L in eval mode (BN running statistics); sums over exactly what L yields.
 Metrics train_evaluate(Model *m, Loader *L);
@@ -49,8 +56,9 @@ typedef struct {
 void train_data_open(TrainData *td, const TrainOptions *o, int rank, int world, int local_batch);
 void train_data_close(TrainData *td);
 
-// The options' optimizer and schedule: SGD with --lr/--momentum/--nesterov/--weight-decay; --warmup-epochs
-// of linear warmup, then linear decay to 0 at the end of --epochs.
+// The options' optimizer and schedule: SGD with --momentum/--nesterov/--weight-decay; --lr is the schedule's
+// peak, reached after --warmup-epochs of linear warmup, then linear decay to 0 at the end of --epochs. The
+// returned SgdConfig.lr is 0 (no step moves the weights) until the loop sets it from the schedule.
 SgdConfig train_sgd_config(const TrainOptions *o);
 LrSchedule train_schedule(const TrainOptions *o, int steps_per_epoch);
 // Prints the dataset and the model's layer table.

@@ -82,11 +82,11 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2)
 comma := ,
 SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
-CPPFLAGS += -Ikit $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)
+CPPFLAGS += -I. $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)
 # KIT_NCCL: the process group's NCCL backend (kit/dist.c); binaries that use it link -lnccl (DIST_LIBS).
 CPPFLAGS += $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-DKIT_NCCL)
 CFLAGS += -std=c11 -D_GNU_SOURCE -fopenmp $(OPT) $(WARN) $(SAN)
 LDFLAGS += -fopenmp $(SAN)
 LDLIBS += $(OPENBLAS_LIBS) -lz -lm -lpthread $(if $(HAVE_CUDA),$(CUDA_LIBS))
-NVCCFLAGS := -O3 -std=c++17 -Ikit $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings

@@ -32,7 +32,7 @@ KIT_TESTS := $(KIT_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 $(BUILD)/tests/%: tests/%.c tests/testutil.h $(KIT_LIB)
 	@mkdir -p $(dir $@)
 	$(say) LINK $@
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CMOCKA_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(CMOCKA_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CMOCKA_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(CMOCKA_LIBS) $(LDLIBS)
 
 ALL_TARGETS += $(KIT_LIB) $(KIT_TESTS)
 TEST_TARGETS += test-kit

@@ -71,7 +71,7 @@ $(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
 	@test -d $(2)/$(1) || { echo "$(2)/$(1) does not exist (maintainers: make starters)" >&2; exit 1; }
 	@mkdir -p $$(@D)
 	$$(say) LINK $$@
-	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $(if $(6),-Itests $$(CMOCKA_CFLAGS)) \
+	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $(if $(6),$$(CMOCKA_CFLAGS)) \
 	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) \
 	  $$(filter %.c %.o,$$^) -o $$@ $$(LDFLAGS) $$(KIT_LIB) \
 	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_LIBS_$$(n))) $(if $(6),$$(CMOCKA_LIBS)) $$(LDLIBS)

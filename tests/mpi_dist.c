@@ -24,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "dist.h"
-#include "model.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/dist.h"
+#include "kit/model.h"
+#include "kit/rng.h"
 
 static ProcessGroup *pg;
 static Device dev;

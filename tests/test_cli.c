@@ -1,12 +1,12 @@
 // tests/test_cli.c: the shared options (kit/cli.c): defaults, values, and that every mistake is one clear
 // line on stderr and exit status 2 (a wrong --device cuda without a GPU: status 1), never a crash.
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "kit/cli.h"
 
 static TrainOptions parse(unsigned groups, int argc, char **argv) {
     TrainOptions o;

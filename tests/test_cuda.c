@@ -15,13 +15,13 @@
 //   - 1e-5: a different summation order (cuBLAS GEMMs and tree reductions against OpenBLAS and
 //     sequential loops). For a sum of k terms of size t, float32 rounding is about sqrt(k) * 6e-8 * t
 //     in practice; the largest k here is a few thousand (sqrt ~ 50-70), which gives ~4e-6 * rms.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
 #ifdef KIT_CUDA
-#include "cuda/cuda_context.h"
+#include "kit/cuda/cuda_context.h"
 #endif
 
 static const Device GPU = DEVICE_CUDA, CPU = DEVICE_CPU;
@@ -566,7 +566,7 @@ static void train_step(Model *m, int batch, int classes, const SgdConfig *opt) {
     cross_entropy_backward(d, batch, classes, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, batch);
-    optim_step(m, opt, opt->lr);
+    optim_step(m, opt);
 }
 
 // Compares one flat model buffer (params, grads or buffers) view by view, each with its own RMS floor.

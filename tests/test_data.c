@@ -1,6 +1,6 @@
 // tests/test_data.c: the synthetic generator, the dataset readers (good and broken files written to a
 // temporary folder), the real Fashion-MNIST when installed, and batch assembly (normalisation, crop, flip).
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <ftw.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 
 #include <omp.h>
 
-#include "data.h"
+#include "kit/data.h"
 
 // ---------------------------------------------------------------- temporary folder with generated files
 

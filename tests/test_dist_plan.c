@@ -4,9 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "dist.h"
+#include "kit/dist.h"
 
 // ---------------------------------------------------------------- backend choice
 

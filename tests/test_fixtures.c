@@ -7,9 +7,9 @@
 // are float32 computations of the same formula in a different order, which differ by ~1e-6 of the
 // array's scale; the floor keeps outputs that nearly cancel (a conv output close to 0) from turning
 // that absolute noise into a large relative one.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "ops.h"
+#include "kit/ops.h"
 
 #define FIX_TOL 1e-4
 #define FIX_FLOOR 1e-2

@@ -1,10 +1,10 @@
 // tests/test_loader.c: the background loader gives exactly the batches a direct dataset_fill_batch
 // gives, resumes mid-epoch, shuts down cleanly mid-epoch, and handles the short last batch.
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <time.h>
 
-#include "data.h"
+#include "kit/data.h"
 
 enum { IMG = 3 * 8 * 8 };
 

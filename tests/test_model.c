@@ -1,9 +1,9 @@
 // tests/test_model.c: the layer table, flat buffers and whole-network gradients of kit/model.c.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
 
 static Model *make(const char *name, int width, int c, int hw, int batch, uint64_t seed) {
     ModelConfig cfg;
@@ -176,7 +176,7 @@ static void test_weight_decay_only_on_weights(void **state) {
     memcpy(before, m->params, m->n_params * sizeof(float));
     model_zero_grad(m);
     SgdConfig opt = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = false};
-    optim_step(m, &opt, 0.1f);
+    optim_step(m, &opt);
     for (int v = 0; v < m->n_views; v++) {
         const TensorView *tv = &m->views[v];
         for (size_t i = tv->offset; i < tv->offset + tv->count; i++) {

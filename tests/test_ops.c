@@ -17,9 +17,9 @@
 //   Accumulation checks (backward twice = 2x once) allow 1e-5: the second call adds the same terms onto a
 //   non-zero start, so the roundings differ in the last bits, while a forward that overwrites instead of
 //   accumulating is off by 50%.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "ops.h"
+#include "kit/ops.h"
 
 #define GRAD_TOL 1e-3
 #define FWD_TOL 1e-4

@@ -1,12 +1,12 @@
 // tests/test_sampler.c: invariant 6 of the design, the DistributedSampler semantics of kit/data.h:
 // disjoint covering shards, PAD/DROP sizes, an order that depends on (seed, epoch) only, and an
 // evaluation sampler that sees every sample exactly once.
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "kit/data.h"
 
 // The global list as the ranks see it: position k * world + r is rank r's k-th index.
 // Returns its length (world * per-rank length, all ranks having the same length in PAD/DROP).

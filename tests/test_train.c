@@ -1,11 +1,11 @@
 // tests/test_train.c: invariant 3 of the design: a small net learns the synthetic set, from a fixed seed.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "data.h"
-#include "log.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
+#include "kit/data.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
 
 // Trains `model` on the synthetic training split with the kit alone (no lesson code) and returns the
 // training accuracy over the last `window` steps.
@@ -19,7 +19,7 @@ static double train_synthetic(const char *model, int steps, int window) {
     ModelConfig cfg;
     assert_true(model_config(&cfg, model, 0, 3, 32, 32, 10));
     Model *m = model_create(&cfg, DEVICE_CPU, BATCH, 1);
-    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    SgdConfig opt = {.momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};  // .lr: from the schedule
     LrSchedule sched = {.peak_lr = 0.05f, .warmup_steps = 20, .total_steps = steps, .decay = DECAY_LINEAR};
     long correct = 0, seen = 0;
     double t0 = time_now();
@@ -34,7 +34,8 @@ static double train_synthetic(const char *model, int steps, int window) {
             cross_entropy_backward(DEVICE_CPU, b->n, 10, logits, b->y, 0.0f, 1.0f / b->n, m->dlogits);
             model_zero_grad(m);
             model_backward(m, b->x, m->dlogits, b->n);
-            optim_step(m, &opt, lr_at(&sched, step));
+            opt.lr = lr_at(&sched, step);
+            optim_step(m, &opt);
             if (step >= steps - window) {
                 for (int i = 0; i < b->n; i++) correct += m->pred[i] == b->y[i];
                 seen += b->n;

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "check.h"
-#include "device.h"
-#include "rng.h"
+#include "kit/check.h"
+#include "kit/device.h"
+#include "kit/rng.h"
 
 // Fills x with uniform values in [lo, hi) from a seeded stream.
 static inline void fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed) {

@@ -11,8 +11,8 @@
 // differ only by summation order.
 #include <stdint.h>
 
-#include "cuda/cuda_internal.h"
-#include "ops_impl.h"
+#include "kit/cuda/cuda_internal.h"
+#include "kit/ops_impl.h"
 
 namespace {
 

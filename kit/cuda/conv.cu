@@ -10,8 +10,8 @@
 //   tmp  (K, L)       the GEMM output before (forward), or dy (backward), in [k][n][pq] order.
 // With the images side by side in one matrix, one GEMM covers the whole chunk, and the weight
 // gradient's sum over images is the GEMM's own inner sum: no per-image partial results, no atomics.
-#include "cuda/cuda_internal.h"
-#include "ops_impl.h"
+#include "kit/cuda/cuda_internal.h"
+#include "kit/ops_impl.h"
 
 #include <limits.h>
 

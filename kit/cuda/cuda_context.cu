@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/cuda_internal.h"
+#include "kit/cuda/cuda_internal.h"
 
 namespace {
 

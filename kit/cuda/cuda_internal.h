@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "cuda_check.h"
-#include "cuda/cuda_context.h"
+#include "kit/cuda_check.h"
+#include "kit/cuda/cuda_context.h"
 
 // Threads per block for every kit kernel. The block reductions below assume exactly this many.
 #define KIT_BLOCK 256

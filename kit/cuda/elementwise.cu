@@ -1,7 +1,7 @@
 // kit/cuda/elementwise.cu: ReLU, residual add, scaling, SGD, max-pool and average-pool on the GPU.
 // One thread per output element (grid-stride loops), each writing only its own element: no races.
-#include "cuda/cuda_internal.h"
-#include "ops_impl.h"
+#include "kit/cuda/cuda_internal.h"
+#include "kit/ops_impl.h"
 
 // ---------------------------------------------------------------- ReLU
 __global__ void relu_forward_kernel(size_t n, const float *x, float *y) {

@@ -1,8 +1,8 @@
 // kit/cuda/loss.cu: softmax cross-entropy (with label smoothing) and argmax, one thread per row.
 // Rows are short (10 or 100 classes) and there are at most a few thousand of them, so a thread per row
 // is plenty, and it keeps the CPU's exact order of operations (double accumulators) for close results.
-#include "cuda/cuda_internal.h"
-#include "ops_impl.h"
+#include "kit/cuda/cuda_internal.h"
+#include "kit/ops_impl.h"
 
 namespace {
 

@@ -4,21 +4,14 @@
 
 #include <stddef.h>
 
-#include "data.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"  // Metrics: the sums evaluate returns
+#include "kit/data.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"  // Metrics: the sums train_step and evaluate return
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// What one training step reports back to the training loop.
-typedef struct {
-    double loss;  // mean cross-entropy over the batch
-    int correct;  // samples whose arg-max logit is the label
-} StepResult;
-
 
 // TODO 1 (sgd.c) and TODO 2 (sgd_kernel.cu): the SGD-with-momentum update over n floats.
 void lesson_sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
@@ -28,8 +21,9 @@ void lesson_sgd_update_cpu(size_t n, float *param, const float *grad, float *vel
 void lesson_sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
                             float weight_decay, int nesterov);
 
-// TODO 3 (train.c): one step on one batch: copy to the device, forward, loss, backward, update.
-StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lr, float label_smoothing);
+// TODO 3 (train.c): one step on one batch: copy to the device, forward, loss, backward, update with opt->lr.
+// Returns the batch's sums (loss_sum, correct, count), measured before the update.
+Metrics train_step(Model *m, const Batch *batch, const SgdConfig *opt, float label_smoothing);
 
 // TODO 4 (train.c): the evaluation loop over every batch the loader yields (eval mode, no update).
 Metrics evaluate(Model *m, Loader *loader);

@@ -1,7 +1,7 @@
 // sgd.c: the optimizer step of lesson 01, on the CPU (TODO 1), and the switch to the GPU version.
 #include "lesson.h"
 
-#include "check.h"
+#include "kit/check.h"
 
 // TODO 1: SGD with momentum, element by element, exactly as torch.optim.SGD does it:
 //     g = grad[i] + weight_decay * param[i]          (L2 penalty, folded into the gradient)

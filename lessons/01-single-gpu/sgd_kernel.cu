@@ -1,6 +1,6 @@
 // sgd_kernel.cu: the optimizer step of lesson 01 as a CUDA kernel (TODO 2).
 // Compiled only when the CUDA toolkit is found; graded only on a machine with a GPU.
-#include "cuda_check.h"
+#include "kit/cuda_check.h"
 #include "lesson.h"
 
 // TODO 2: the same update as TODO 1, one thread per element.

@@ -14,16 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "cli.h"
-#include "data.h"
-#include "device.h"
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 #include "lesson.h"
-#include "log.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
-#include "train.h"
 
 // ---------------------------------------------------------------- the training step (TODO 3)
 
@@ -34,12 +34,14 @@
 //   d. dloss/dlogits into m->dlogits: zero it first (backward ops ADD into gradients), then
 //      cross_entropy_backward with scale 1/n, because the loss is the MEAN over the batch
 //   e. zero the parameter gradients, then backward                     (model_zero_grad, model_backward)
-//   f. the update, with YOUR lesson_sgd_update                         (optim_step_with)
-//   g. return the mean loss and the number of correct predictions (copy m->loss and m->pred to the host)
+//   f. the update with opt->lr, with YOUR lesson_sgd_update             (optim_step_with)
+//   g. return the batch's SUMS: loss_sum (the per-sample losses added up), correct (arg-max predictions
+//      equal to the label) and count (n), from m->loss and m->pred copied to the host. Sums, not a mean:
+//      the loop adds them over batches (and from lesson 02 on over replicas and ranks) and divides last.
 // PyTorch: x, y = x.to(dev), y.to(dev); out = model(x); loss = F.cross_entropy(out, y)
 //          opt.zero_grad(); loss.backward(); opt.step()
-StepResult train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lr, float label_smoothing) {
-    StepResult r = {0.0, 0};
+Metrics train_step(Model *m, const Batch *batch, const SgdConfig *opt, float label_smoothing) {
+    Metrics r = {0, 0, 0};
     return r;
 }
 
@@ -88,13 +90,12 @@ int main(int argc, char **argv) {
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-            int step = epoch * steps_per_epoch + b->index;
-            StepResult r = train_step(m, b, &opt, lr_at(&sched, step), o.label_smoothing);
-            Metrics batch = {r.loss * b->n, r.correct, b->n};
-            trainlog_step(&log, b->index, &batch, wait);
+            opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
+            Metrics r = train_step(m, b, &opt, o.label_smoothing);
+            trainlog_step(&log, b->index, &r, wait);
         }
         Metrics test = evaluate(m, data.test_loader);
-        trainlog_epoch_end(&log, &log.local, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
+        trainlog_epoch_end(&log, &log.local, &test, opt.lr);
     }
     trainlog_final(&log, NULL);
 

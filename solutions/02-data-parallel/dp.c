@@ -17,11 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "check.h"
-#include "device.h"
+#include "kit/check.h"
+#include "kit/device.h"
+#include "kit/log.h"
+#include "kit/ops.h"
 #include "lesson.h"
-#include "log.h"
-#include "ops.h"
 
 // ---------------------------------------------------------------- the worker threads (given)
 
@@ -62,11 +62,9 @@ static void worker_forward_backward(DataParallel *dp, int i) {
         die("replica %d was given a chunk of %d images (expected 1..%d): check dp_scatter (TODO 1)", i, chunk->n,
             dp->replicas[i]->max_batch);
     double t = time_now();
-    dp->results[i] = (Metrics){0, 0, 0};
     // The kit's step of lesson 01, minus the update: copy the chunk to this replica's device, forward, loss
     // (its gradient scaled by grad_scale), zero the gradients, backward.
-    train_forward_backward(dp->replicas[i], chunk, dp->pool->label_smoothing, dp->pool->grad_scale,
-                           &dp->results[i]);
+    dp->results[i] = train_forward_backward(dp->replicas[i], chunk, dp->pool->label_smoothing, dp->pool->grad_scale);
     device_synchronize(dp->device);
     dp->compute_seconds[i] = time_now() - t;
 }
@@ -272,13 +270,13 @@ void dp_reduce_to_master(DataParallel *dp) {
 //     dp_replicate                                              -> dp->times.replicate
 //     dp_parallel_forward_backward(dp, label_smoothing, scale)  -> dp->times.compute
 //     dp_reduce_to_master                                       -> dp->times.reduce
-//     optim_step(master, opt, lr)  (the master only)            -> dp->times.update
+//     optim_step(master, opt)  (the master only, at opt->lr)    -> dp->times.update
 //   - scale = 1/(global batch), not 1/(chunk): the chunks differ in size, and the loss is the mean over the
 //     GLOBAL batch, so each sample's gradient must weigh the same whichever replica computed it
 //   - return the sum of dp->results[i] over the replicas (loss_sum, correct, count) and count the step in
 //     dp->times.steps
 // PyTorch: out = dp_model(x)  (scatter, replicate, parallel_apply, gather); loss.backward(); opt.step()
-Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, float lr, float label_smoothing) {
+Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, float label_smoothing) {
     Metrics total = {0, 0, 0};
     // BEGIN SOLUTION
     double t = time_now();
@@ -290,7 +288,7 @@ Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, flo
     dp_phase_done(dp, &dp->times.compute, &t);
     dp_reduce_to_master(dp);
     dp_phase_done(dp, &dp->times.reduce, &t);
-    optim_step(dp->replicas[0], opt, lr);
+    optim_step(dp->replicas[0], opt);
     dp_phase_done(dp, &dp->times.update, &t);
     for (int i = 0; i < dp->n; i++) {
         total.loss_sum += dp->results[i].loss_sum;

@@ -14,10 +14,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "data.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
+#include "kit/data.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,8 +82,9 @@ void dp_reduce_to_master(DataParallel *dp);
 
 // TODO 4: one DataParallel step on the global batch: scatter, replicate, parallel forward+backward with the
 // loss gradient scaled by 1/(global batch), reduce, SGD step (optim_step) on the master. Adds each phase's
-// time to dp->times. Returns the summed metrics of all replicas (before the update).
-Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, float lr, float label_smoothing);
+// time to dp->times. Returns the summed metrics of all replicas (before the update). The step of lesson 01,
+// with the model replaced by its replicas: same arguments, same result.
+Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, float label_smoothing);
 
 #ifdef __cplusplus
 }

@@ -17,15 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "cli.h"
-#include "data.h"
-#include "device.h"
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 #include "lesson.h"
-#include "log.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
 
 #ifndef AUTOGRADER
 // ---------------------------------------------------------------- where the time went
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     Model *master = dp->replicas[0];
     SgdConfig opt = train_sgd_config(&o);
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = train_schedule(&o, steps_per_epoch);
+    LrSchedule sched = train_schedule(&o, steps_per_epoch);  // warmup, then linear decay to 0
     train_print_setup(&data, master);
     int chunk = o.batch_size / dp->n, bigger = o.batch_size % dp->n;
     printf("data parallel: %d replica(s), global batch %d -> chunks of %d", dp->n, o.batch_size, chunk);
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
                     dp->threads_per_replica);
     }
 
-    TrainLog log;
+    TrainLog log;  // the progress bar, the per-epoch lines and the final line: kit/train.c
     trainlog_begin(&log, &o, data.train.name, dev, 1, true);
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-            int step = epoch * steps_per_epoch + b->index;
-            Metrics r = dp_step(dp, b, &opt, lr_at(&sched, step), o.label_smoothing);
+            opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
+            Metrics r = dp_step(dp, b, &opt, o.label_smoothing);
             if (r.count != b->n)
                 die("dp_step processed %ld of the %d images of the batch: finish TODO 1-4 in dp.c", r.count, b->n);
             trainlog_step(&log, b->index, &r, wait);
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
         // The master alone evaluates: its weights are the model, and its BN running statistics are the
         // only ones kept (each replica's were overwritten by the next replicate).
         Metrics test = train_evaluate(master, data.test_loader);
-        trainlog_epoch_end(&log, &log.local, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
+        trainlog_epoch_end(&log, &log.local, &test, opt.lr);
     }
     print_time_split(dp);
     char extra[32];

@@ -6,12 +6,12 @@
 #ifndef LESSON03_H
 #define LESSON03_H
 
-#include "cli.h"
-#include "data.h"
-#include "dist.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/dist.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,6 +20,7 @@ extern "C" {
 // The state of data-parallel training on one rank.
 typedef struct {
     ProcessGroup *pg;
+    Model *model;            // this rank's replica
     GradBuckets *buckets;    // stretch goal: NULL = one flat all-reduce after backward (--bucket-mb 0)
     double compute_seconds;  // forward + backward (+ the all-reduces that overlap it, when bucketed)
     double comm_seconds;     // waiting for the gradient all-reduce after backward: EXPOSED communication
@@ -40,10 +41,10 @@ void ddp_start_epoch(TrainData *td, int epoch);
 // TODO 4: makes every replica equal to rank 0's: parameters AND buffers (BN running statistics).
 void ddp_broadcast_model(ProcessGroup *pg, Model *m);
 
-// TODO 5: one step: local forward+backward, gradients averaged over the ranks, SGD update. Adds this rank's
-// loss/correct/count to *acc.
-void ddp_train_step(Ddp *ddp, Model *m, const Batch *b, const SgdConfig *opt, float lr, float label_smoothing,
-                    Metrics *acc);
+// TODO 5: one step: local forward+backward, gradients averaged over the ranks, SGD update with opt->lr.
+// Returns this rank's loss/correct/count (before the update). The step of lessons 01 and 02: same arguments,
+// with the model replaced by this rank's DDP wrapper.
+Metrics ddp_step(Ddp *ddp, const Batch *b, const SgdConfig *opt, float label_smoothing);
 
 // TODO 6: sums of every rank's metrics, the same on every rank.
 Metrics ddp_global_metrics(ProcessGroup *pg, Metrics local);

@@ -11,7 +11,7 @@
 //   for each epoch:
 //       a new shuffle, the same on every rank (TODO 3b)
 //       for each local batch:
-//           ddp_train_step: local forward+backward -> all-reduce average of the gradients -> SGD   (TODO 5)
+//           ddp_step: local forward+backward -> all-reduce average of the gradients -> SGD         (TODO 5)
 //       evaluate this rank's shard of the test split, then add up over the ranks                  (TODO 6)
 //
 // The kit supplies the process group (../../kit/dist.h), forward+backward and the evaluation loop (kit/train.h:
@@ -20,17 +20,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "cli.h"
-#include "data.h"
-#include "device.h"
-#include "dist.h"
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/dist.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 #include "lesson.h"
-#include "log.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
-#include "train.h"
 
 // ---------------------------------------------------------------- setup (TODO 1, 2)
 
@@ -125,26 +125,26 @@ void ddp_broadcast_model(ProcessGroup *pg, Model *m) {
 //   Stretch (TODO 7): when ddp->buckets is not NULL, the all-reduce runs in buckets that start during
 //      backward: call buckets_begin before a, and buckets_finish (waits for them all) instead of b.
 // PyTorch: loss.backward() inside DistributedDataParallel (it all-reduces and averages as backward runs)
-void ddp_train_step(Ddp *ddp, Model *m, const Batch *b, const SgdConfig *opt, float lr, float label_smoothing,
-                    Metrics *acc) {
+Metrics ddp_step(Ddp *ddp, const Batch *b, const SgdConfig *opt, float label_smoothing) {
+    Model *m = ddp->model;
     double start = time_now();
     // BEGIN SOLUTION
     if (ddp->buckets) buckets_begin(ddp->buckets);
-    train_forward_backward(m, b, label_smoothing, 1.0f / (float)b->n, acc);
-    // STARTER: train_forward_backward(m, b, label_smoothing, 1.0f / (float)b->n, acc);  // this rank's own gradients
     // END SOLUTION
+    Metrics r = train_forward_backward(m, b, label_smoothing, 1.0f / (float)b->n);  // this rank's own gradients
     double backward_done = time_now();
     // BEGIN SOLUTION
     if (ddp->buckets) buckets_finish(ddp->buckets);
     else pg_allreduce_avg(ddp->pg, m->grads, m->n_params);
     // END SOLUTION
     double reduced = time_now();
-    optim_step(m, opt, lr);
+    optim_step(m, opt);
     // BN running statistics: each rank updated its own from its local batch. Rank 0's win, as with PyTorch
     // DDP's broadcast_buffers, so the replicas stay identical and evaluation sees one model on every rank.
     if (m->n_buffers > 0) pg_broadcast(ddp->pg, m->buffers, m->n_buffers, 0);
     ddp->comm_seconds += reduced - backward_done;
     ddp->compute_seconds += (backward_done - start) + (time_now() - reduced);
+    return r;
 }
 
 // ---------------------------------------------------------------- global metrics (TODO 6)
@@ -223,10 +223,10 @@ int main(int argc, char **argv) {
     model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
     Model *m = model_create(&cfg, dev, local_batch, o.seed);
     ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .buckets = ddp_attach_buckets(pg, m, o.bucket_mb)};
+    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o.bucket_mb)};
     SgdConfig opt = train_sgd_config(&o);
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = train_schedule(&o, steps_per_epoch);
+    LrSchedule sched = train_schedule(&o, steps_per_epoch);  // warmup, then linear decay to 0
     if (is_main) {
         train_print_setup(&data, m);
         printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
@@ -246,10 +246,9 @@ int main(int argc, char **argv) {
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-            int step = epoch * steps_per_epoch + b->index;
-            Metrics batch = {0, 0, 0};
-            ddp_train_step(&ddp, m, b, &opt, lr_at(&sched, step), o.label_smoothing, &batch);
-            trainlog_step(&log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
+            opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
+            Metrics r = ddp_step(&ddp, b, &opt, o.label_smoothing);
+            trainlog_step(&log, b->index, &r, wait);  // no communication per step: rank 0's own numbers
         }
 
         // The replicas must still be equal. Comparing hashes costs one tiny all-gather and catches a missed
@@ -260,7 +259,7 @@ int main(int argc, char **argv) {
 
         Metrics train = ddp_global_metrics(pg, log.local);
         Metrics test = ddp_evaluate(pg, m, data.test_loader);
-        trainlog_epoch_end(&log, &train, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
+        trainlog_epoch_end(&log, &train, &test, opt.lr);
         if (is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, world);
     }
     if (is_main)  // exposed communication: waiting for the gradient all-reduce after backward

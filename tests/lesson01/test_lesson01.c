@@ -3,15 +3,15 @@
 // Each test compares the learner's function with an independent reference: the SGD update with a float64
 // formula written here, the training step with the same step composed from kit calls, evaluation with a
 // direct count. Hints for failures are in hints.tsv.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "grading.h"
+#include "tests/grading.h"
 
-#include "data.h"
+#include "kit/data.h"
 #include "lesson.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
 
 // ---------------------------------------------------------------- TODO 1: the SGD update
 
@@ -92,7 +92,7 @@ static Model *tiny_model(const char *name, int batch) {
 }
 
 // The same step composed from kit calls: the reference the learner's train_step must match.
-static double reference_step(Model *m, const Batch *b, const SgdConfig *opt, float lr, float smoothing) {
+static double reference_step(Model *m, const Batch *b, const SgdConfig *opt, float smoothing) {
     int n = b->n, k = m->cfg.classes;
     memcpy(m->input, b->x, (size_t)n * 3 * 32 * 32 * sizeof(float));
     memcpy(m->labels, b->y, (size_t)n * sizeof(int));
@@ -102,10 +102,10 @@ static double reference_step(Model *m, const Batch *b, const SgdConfig *opt, flo
     cross_entropy_backward(DEVICE_CPU, n, k, logits, m->labels, smoothing, 1.0f / n, m->dlogits);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, n);
-    optim_step(m, opt, lr);
-    double loss = 0;
-    for (int i = 0; i < n; i++) loss += m->loss[i] / n;
-    return loss;
+    optim_step(m, opt);
+    double loss_sum = 0;
+    for (int i = 0; i < n; i++) loss_sum += m->loss[i];
+    return loss_sum;
 }
 
 static void check_steps_match(const char *model, float smoothing) {
@@ -118,10 +118,11 @@ static void check_steps_match(const char *model, float smoothing) {
     for (int s = 0; s < STEPS; s++) {
         const Batch *b = loader_next(dt.loader, NULL);
         assert_non_null(b);
-        StepResult r = train_step(mine, b, &opt, 0.05f, smoothing);
-        double ref_loss = reference_step(ref, b, &opt, 0.05f, smoothing);
-        // The loss is the batch MEAN before the update: same numbers, summed in another order.
-        assert_true(fabs(r.loss - ref_loss) <= 1e-5 * fabs(ref_loss) + 1e-6);
+        Metrics r = train_step(mine, b, &opt, smoothing);
+        double ref_loss_sum = reference_step(ref, b, &opt, smoothing);
+        // The loss is the batch's SUM before the update: same numbers, summed in another order.
+        assert_int_equal(r.count, b->n);
+        assert_true(fabs(r.loss_sum - ref_loss_sum) <= 1e-5 * fabs(ref_loss_sum) + 1e-6);
     }
     // After the same steps from the same start, parameters and BN running statistics agree: the learner's
     // step does what the kit's does (same ops; only the float summation order of the loss may differ).
@@ -136,7 +137,8 @@ static void test_train_step_matches_reference(void **state) { check_steps_match(
 static void test_train_step_with_batchnorm(void **state) { check_steps_match("tiny-bn", 0.0f); }
 static void test_train_step_label_smoothing(void **state) { check_steps_match("tiny", 0.1f); }
 
-// train_step's `correct` is the number of arg-max predictions equal to the label, BEFORE the update.
+// train_step's `correct` is the number of arg-max predictions equal to the label, BEFORE the update, and
+// `count` the batch's size.
 static void test_train_step_counts_correct(void **state) {
     enum { BATCH = 50 };
     Data dt;
@@ -146,14 +148,16 @@ static void test_train_step_counts_correct(void **state) {
     loader_start_epoch(dt.loader, 0, 0);
     const Batch *b = loader_next(dt.loader, NULL);
     // With lr 0 the model does not move, so a forward pass afterwards predicts what the step saw.
-    StepResult r = train_step(m, b, &opt, 0.0f, 0.0f);
+    Metrics r = train_step(m, b, &opt, 0.0f);
     memcpy(m->input, b->x, (size_t)b->n * 3 * 32 * 32 * sizeof(float));
     const float *logits = model_forward(m, m->input, b->n, true);
     int pred[BATCH], expect = 0;
     argmax_rows(DEVICE_CPU, b->n, 10, logits, pred);
     for (int i = 0; i < b->n; i++) expect += pred[i] == b->y[i];
     assert_int_equal(r.correct, expect);
-    assert_true(r.loss > 0.5);  // an untrained 10-class model: the loss is about ln(10) = 2.3
+    assert_int_equal(r.count, b->n);
+    // An untrained 10-class model: the mean loss is about ln(10) = 2.3, so the sum about 2.3 * n.
+    assert_true(r.loss_sum > 0.5 * b->n);
     model_free(m);
     data_close(&dt);
 }
@@ -209,7 +213,7 @@ static void test_short_run_learns(void **state) {
         correct = seen = 0;
         const Batch *b;
         while ((b = loader_next(dt.loader, NULL)) != NULL) {
-            StepResult r = train_step(m, b, &opt, 0.05f, 0.0f);
+            Metrics r = train_step(m, b, &opt, 0.0f);
             correct += r.correct;
             seen += b->n;
         }

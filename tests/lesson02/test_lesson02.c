@@ -7,16 +7,16 @@
 //   - with batch norm ("tiny-bn"): it equals N separate models, each normalising its OWN chunk (PyTorch's
 //     nn.DataParallel semantics), and differs from one model on the whole batch.
 // Hints for failures are in hints.tsv.
-#include "testutil.h"
+#include "tests/testutil.h"
 
-#include "data.h"
+#include "kit/data.h"
 #include "lesson.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
-#include "train.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 
-#include "grading.h"
+#include "tests/grading.h"
 
 enum { IMAGE = 3 * 32 * 32 };
 
@@ -168,10 +168,9 @@ static void check_dp_equals_one_model(int n) {
     Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);
     for (int s = 0; s < STEPS; s++) {
         Batch b = batches_get(&bt, s);
-        Metrics got = dp_step(dp, &b, &OPT, 0.05f, 0.0f);
-        Metrics ref = {0, 0, 0};
-        train_forward_backward(one, &b, 0.0f, 1.0f / BATCH, &ref);
-        optim_step(one, &OPT, 0.05f);
+        Metrics got = dp_step(dp, &b, &OPT, 0.0f);
+        Metrics ref = train_forward_backward(one, &b, 0.0f, 1.0f / BATCH);
+        optim_step(one, &OPT);
         assert_int_equal(got.count, BATCH);
         assert_int_equal(got.correct, ref.correct);
         assert_true(fabs(got.loss_sum - ref.loss_sum) <= 1e-5 * fabs(ref.loss_sum));
@@ -205,7 +204,7 @@ static void check_dp_batchnorm(int n) {
     Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);  // one model, BN over the whole global batch
     for (int s = 0; s < STEPS; s++) {
         Batch b = batches_get(&bt, s);
-        dp_step(dp, &b, &OPT, 0.05f, 0.0f);
+        dp_step(dp, &b, &OPT, 0.0f);
 
         int start = 0;
         for (int i = 0; i < n; i++) {
@@ -216,14 +215,14 @@ static void check_dp_batchnorm(int n) {
                 memcpy(ref[i]->params, ref[0]->params, ref[0]->n_params * sizeof(float));
                 memcpy(ref[i]->buffers, ref[0]->buffers, ref[0]->n_buffers * sizeof(float));
             }
-            train_forward_backward(ref[i], &chunk, 0.0f, 1.0f / BATCH, NULL);
+            train_forward_backward(ref[i], &chunk, 0.0f, 1.0f / BATCH);
         }
         for (int i = 1; i < n; i++)
             for (size_t j = 0; j < ref[0]->n_params; j++) ref[0]->grads[j] += ref[i]->grads[j];
-        optim_step(ref[0], &OPT, 0.05f);
+        optim_step(ref[0], &OPT);
 
-        train_forward_backward(one, &b, 0.0f, 1.0f / BATCH, NULL);
-        optim_step(one, &OPT, 0.05f);
+        train_forward_backward(one, &b, 0.0f, 1.0f / BATCH);
+        optim_step(one, &OPT);
     }
     Model *master = dp->replicas[0];
     double e_chunks = max_rel_error(master->params, ref[0]->params, master->n_params, PARAM_FLOOR);
@@ -265,7 +264,7 @@ static void test_dp_short_run_learns(void **state) {
         correct = seen = 0;
         const Batch *b;
         while ((b = loader_next(L, NULL)) != NULL) {
-            Metrics r = dp_step(dp, b, &opt, 0.05f, 0.0f);
+            Metrics r = dp_step(dp, b, &opt, 0.0f);
             correct += r.correct;
             seen += r.count;
         }

@@ -12,16 +12,16 @@
 // Hints for failures are in hints.tsv.
 #include <mpi.h>
 
-#include "testutil.h"
-#include "grading.h"
+#include "tests/testutil.h"
+#include "tests/grading.h"
 
-#include "cli.h"
-#include "data.h"
-#include "dist.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/dist.h"
 #include "lesson.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 
 enum { LOCAL_BATCH = 16 };           // images per rank per step in these tests
 #define TEST_SEED 7
@@ -290,7 +290,7 @@ static void test_initial_broadcast(void **state) {
 
 // ---------------------------------------------------------------- TODO 5: the step, against one process
 
-// Trains `steps` DDP steps (the learner's ddp_train_step on this rank's shard) and the same steps in one
+// Trains `steps` DDP steps (the learner's ddp_step on this rank's shard) and the same steps in one
 // process on the global batch (kit calls only), from the same initial model. Returns the DDP model and
 // sets *ref to the single-process one. with_buckets: the learner's ddp_attach_buckets (stretch).
 typedef struct {
@@ -307,8 +307,8 @@ static void train_single(const StepRun *run, int global_batch, Model *ref) {
     for (int s = 0; s < run->steps; s++) {
         const Batch *b = loader_next(td.train_loader, NULL);
         assert_non_null(b);
-        train_forward_backward(ref, b, 0.0f, 1.0f / (float)b->n, NULL);
-        optim_step(ref, &run->opt, run->opt.lr);
+        train_forward_backward(ref, b, 0.0f, 1.0f / (float)b->n);
+        optim_step(ref, &run->opt);
     }
     train_data_close(&td);
 }
@@ -321,14 +321,14 @@ static Model *train_ddp(ProcessGroup *pg, const StepRun *run, GradBuckets *(*att
     uint64_t seed = run->init_seed_per_rank ? 100 + (uint64_t)rank : 1;
     Model *m = test_model(run->model, &td.train, LOCAL_BATCH, seed);
     if (run->init_seed_per_rank) ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .buckets = attach ? attach(pg, m, bucket_mb) : NULL};
+    Ddp ddp = {.pg = pg, .model = m, .buckets = attach ? attach(pg, m, bucket_mb) : NULL};
     bool same = pg_identical(pg, m->params, m->n_params) && pg_identical(pg, m->buffers, m->n_buffers);
     if (!same) print_error("the replicas differ before the first step (each rank started from its own weights)\n");
     loader_start_epoch(td.train_loader, 0, 0);
     for (int s = 0; s < run->steps; s++) {
         const Batch *b = loader_next(td.train_loader, NULL);
         assert_non_null(b);
-        ddp_train_step(&ddp, m, b, &run->opt, run->opt.lr, 0.0f, NULL);
+        ddp_step(&ddp, b, &run->opt, 0.0f);
         // Every rank makes the same calls whatever the answers, so no rank waits for another.
         bool p = pg_identical(pg, m->params, m->n_params);
         bool v = pg_identical(pg, m->velocity, m->n_params);
