@@ -2,11 +2,45 @@
 #include "kit/check.h"
 
 #include <stdarg.h>
+#include <unistd.h>
+
+// Reports go to stderr in ONE write(): under mpirun every rank's stderr is forwarded to one terminal,
+// and a report written in pieces (stdio's unbuffered stderr writes each fprintf separately) interleaves
+// with other ranks' lines. A write of up to PIPE_BUF bytes to a pipe is atomic, and the reports are
+// shorter than that. Formatting failures and a short write are ignored: we are about to exit anyway.
+static void report(const char *text, size_t len) {
+    fflush(stdout);  // what the program printed before the error comes before it
+    while (len > 0) {
+        ssize_t w = write(STDERR_FILENO, text, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        text += w;
+        len -= (size_t)w;
+    }
+}
+
+// Appends printf-style text to buf (of cap bytes) at *used, truncating when full (buf stays terminated).
+static void vappend(char *buf, size_t cap, size_t *used, const char *fmt, va_list ap) {
+    int n = vsnprintf(buf + *used, cap - *used, fmt, ap);
+    if (n > 0) *used += (size_t)n < cap - *used ? (size_t)n : cap - 1 - *used;
+}
+
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vappend(buf, cap, used, fmt, ap);
+    va_end(ap);
+}
+
+enum { REPORT_MAX = 2048 };
 
 void check_fail(const char *file, int line, const char *call, const char *error, const char *hint) {
-    fflush(stdout);
-    fprintf(stderr, "%s:%d: %s\n  error: %s\n", file, line, call, error);
-    if (hint && hint[0]) fprintf(stderr, "  HINT: %s\n", hint);
+    char buf[REPORT_MAX];
+    size_t used = 0;
+    append(buf, sizeof buf, &used, "%s:%d: %s\n  error: %s\n", file, line, call, error);
+    if (hint && hint[0]) append(buf, sizeof buf, &used, "  HINT: %s\n", hint);
+    report(buf, used);
     exit(1);
 }
 
@@ -27,12 +61,14 @@ void *check_alloc_(void *ptr, const char *file, int line, const char *call) {
 }
 
 void die(const char *fmt, ...) {
-    fflush(stdout);
+    char buf[REPORT_MAX];
+    size_t used = 0;
+    append(buf, sizeof buf, &used, "error: ");
     va_list ap;
     va_start(ap, fmt);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    vappend(buf, sizeof buf - 1, &used, fmt, ap);  // - 1: room for the newline even when truncated
     va_end(ap);
-    fputc('\n', stderr);
+    buf[used++] = '\n';
+    report(buf, used);
     exit(1);
 }

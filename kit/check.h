@@ -4,8 +4,8 @@
 //   file:line: the failing call
 //   error: what the library said
 //   HINT: the usual causes
-// and exits with status 1. The kit never continues after a failed call:
-// a wrong answer that looks right is worse than a clear stop.
+// in one write (ranks under mpirun do not interleave) and exits with status 1. The kit never continues
+// after a failed call: a wrong answer that looks right is worse than a clear stop.
 #ifndef KIT_CHECK_H
 #define KIT_CHECK_H
 
@@ -32,6 +32,13 @@ void check_failf(const char *file, int line, const char *call, const char *hint,
         if (!(cond)) check_fail(__FILE__, __LINE__, #cond, "condition is false", (hint)); \
     } while (0)
 
+// A condition with a formatted report of the values involved; the report names the condition as written.
+// CHECKF(i < n, "indices come from the sampler", "index %d is outside 0..%d", i, n - 1)
+#define CHECKF(cond, hint, ...)                                                 \
+    do {                                                                        \
+        if (!(cond)) check_failf(__FILE__, __LINE__, #cond, (hint), __VA_ARGS__); \
+    } while (0)
+
 // A POSIX call that returns -1 (or a negative value) and sets errno.
 #define CHECK_SYS(call, hint)                                                   \
     do {                                                                        \
@@ -55,7 +62,9 @@ void *check_alloc_(void *ptr, const char *file, int line, const char *call);
 #define xmalloc(bytes) check_alloc_(malloc(bytes), __FILE__, __LINE__, "malloc(" #bytes ")")
 #define xcalloc(n, size) check_alloc_(calloc((n), (size)), __FILE__, __LINE__, "calloc(" #n ", " #size ")")
 
-// An error the user can fix (bad option, bad file): one clear line, exit status 2 for usage errors.
+// An error the user can fix (bad file, missing data, an impossible setting): "error: <message>" on one
+// line, exit status 1. A mistake in the command line itself (an unknown option, a bad value) is a usage
+// error: cli_parse reports it with the usage text and exit status 2.
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 #ifdef __cplusplus

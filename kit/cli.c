@@ -35,7 +35,6 @@ void cli_usage(FILE *out, unsigned groups) {
                 "  --bucket-mb X       all-reduce gradients in buckets of X MB during backward (default 25;\n"
                 "                      0 = one all-reduce of the whole buffer after backward)\n"
                 "  --timeout S         seconds a collective may wait for a peer before the job stops (default 60)\n");
-    if (groups & CLI_CKPT) fprintf(out, "  --checkpoint FILE   save to FILE every epoch; resume from it when it exists\n");
     fprintf(out, "  --help              this text\n");
 }
 
@@ -102,13 +101,13 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         {"metrics", required_argument, 0, 'o'},      {"help", no_argument, 0, 'h'},
         {"devices", required_argument, 0, 'N'},      {"backend", required_argument, 0, 'B'},
         {"bucket-mb", required_argument, 0, 'K'},    {"timeout", required_argument, 0, 'T'},
-        {"checkpoint", required_argument, 0, 'C'},   {0, 0, 0, 0}};
+        {0, 0, 0, 0}};
     opterr = 0;  // we print our own one-line error
     optind = 1;
     int c, li = 0;
     while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
-        bool dp = groups & CLI_DP, dist = groups & CLI_DIST, ckpt = groups & CLI_CKPT;
-        if ((c == 'N' && !dp) || ((c == 'B' || c == 'K' || c == 'T') && !dist) || (c == 'C' && !ckpt))
+        bool dp = groups & CLI_DP, dist = groups & CLI_DIST;
+        if ((c == 'N' && !dp) || ((c == 'B' || c == 'K' || c == 'T') && !dist))
             usage_error("option --%s does not apply to this lesson", longopts[li].name);
         switch (c) {
         case 'd': o->dataset = optarg; break;
@@ -130,7 +129,6 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         case 'B': o->backend = optarg; break;
         case 'K': o->bucket_mb = parse_double("--bucket-mb", optarg, 0.0, 4096.0); break;
         case 'T': o->timeout_s = parse_double("--timeout", optarg, 0.1, 86400.0); break;
-        case 'C': o->checkpoint = optarg; break;
         case 'h': cli_usage(stdout, groups); exit(0);
         default: usage_error("unknown option, or an option without its value: '%s'", argv[optind - 1]);
         }

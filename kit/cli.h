@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -27,7 +27,6 @@ typedef struct {
     const char *backend;      // CLI_DIST: auto|mpi|nccl
     double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)
     double timeout_s;         // CLI_DIST: collective timeout
-    const char *checkpoint;   // CLI_CKPT: file to save to / resume from
 } TrainOptions;
 
 // Parses argv into *o (defaults first). `groups` is CLI_BASE or'ed with the extra groups accepted.

@@ -511,9 +511,8 @@ void dataset_fill_batch(const Dataset *ds, const int *idx, int b, const Augment 
     CHECK(ds && ds->images, "dataset_fill_batch: the dataset is not loaded");
     CHECK(ds->c >= 1 && ds->c <= 3, "dataset_fill_batch: 1 to 3 channels");
     for (int j = 0; j < b; j++)
-        if (idx[j] < 0 || idx[j] >= ds->n)
-            check_failf(__FILE__, __LINE__, "dataset_fill_batch", "indices come from the sampler of THIS dataset",
-                        "sample index %d at batch position %d is outside 0..%d", idx[j], j, ds->n - 1);
+        CHECKF(idx[j] >= 0 && idx[j] < ds->n, "indices come from the sampler of THIS dataset",
+               "sample index %d at batch position %d is outside 0..%d", idx[j], j, ds->n - 1);
     const int C = ds->c, H = ds->h, W = ds->w;
     const size_t img = (size_t)C * H * W;
     // Byte -> normalised float, one table per channel: (v / 255 - mean) / std. A padding pixel is a raw 0,

@@ -160,24 +160,6 @@ void device_synchronize(Device d) {
 #endif
 }
 
-void device_copy_to_async(Device d, void *dst_device, const void *src_host, size_t bytes) {
-#ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) {
-        cuda_copy_to_async(dst_device, src_host, bytes);
-        return;
-    }
-#endif
-    memcpy(dst_device, src_host, bytes);
-}
-
-void device_wait_copies(Device d) {
-#ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) cuda_wait_copies();
-#else
-    (void)d;
-#endif
-}
-
 void *host_alloc_pinned(size_t bytes) {
     if (bytes == 0) bytes = 1;
 #ifdef KIT_CUDA

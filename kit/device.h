@@ -47,20 +47,9 @@ void device_copy(Device d, void *dst_device, const void *src_device, size_t byte
 // Waits for all work queued on the device (no-op on CPU).
 void device_synchronize(Device d);
 
-// Batch uploads that overlap compute (the loader's pinned batches). On CUDA the copy goes on this
-// thread's copy stream and returns at once; it starts only after the compute already queued by this
-// thread, so it never overwrites a buffer an earlier step still reads. Compute queued after it may run
-// while it copies, so until device_wait_copies() dst must not be read by anything queued, and src
-// (ideally from host_alloc_pinned, else the copy is not really asynchronous) must stay unchanged.
-// The usual loop double-buffers: upload batch i+1 into buffer B, queue step i on buffer A, wait, swap.
-// On CPU it is a memcpy.
-void device_copy_to_async(Device d, void *dst_device, const void *src_host, size_t bytes);
-// Returns when every upload this thread started is complete: their sources may be refilled, and work
-// queued afterwards sees the data. No-op on CPU.
-void device_wait_copies(Device d);
-
-// Host memory for batches in flight: page-locked (pinned) when the CUDA backend is
-// usable, so copies to the GPU can be asynchronous; plain aligned memory otherwise.
+// Host memory for batches in flight: page-locked (pinned) when the CUDA backend is usable, so the copy
+// engine reads it directly (pageable memory goes through a driver staging buffer, at about half the
+// bandwidth); plain aligned memory otherwise.
 void *host_alloc_pinned(size_t bytes);
 void host_free_pinned(void *ptr);
 

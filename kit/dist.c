@@ -6,7 +6,7 @@
 // Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer
 // rank dies or stalls, and a hung job costs a workshop its GPU hours. So every collective is started
 // non-blocking and completed by a loop that tests it and watches a deadline.
-#include "kit/dist.h"
+#include "kit/dist_internal.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -42,7 +42,7 @@ Device pg_device(const ProcessGroup *pg) { no_mpi(); }
 PgBackend pg_backend(const ProcessGroup *pg) { no_mpi(); }
 double pg_timeout(const ProcessGroup *pg) { no_mpi(); }
 void pg_abort(ProcessGroup *pg, const char *msg) { no_mpi(); }
-void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
+static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) { no_mpi(); }
 void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) { no_mpi(); }
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
@@ -53,6 +53,7 @@ void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) { no_mpi(); }
 #else
 // ---------------------------------------------------------------- built with MPI
+#include "kit/log.h"
 #include "kit/mpi_check.h"
 #ifdef KIT_CUDA
 #include "kit/cuda_check.h"
@@ -91,12 +92,6 @@ struct ProcessGroup {
     cudaEvent_t blocking_done; // recorded after a blocking collective (broadcast, all-gather)
 #endif
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 // Between two polls. Open MPI moves data only inside MPI calls (there is no progress thread), so a
 // sleep here would stall a large collective. The first 100 us spin, as a blocking call does (small
@@ -144,12 +139,12 @@ static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const cha
 
 // Completes an MPI request, or stops the job when the deadline passes.
 static void mpi_wait(ProcessGroup *pg, MPI_Request *req, const char *what, size_t n, const char *unit) {
-    double start = now_s();
+    double start = time_now();
     for (;;) {
         int done = 0;
         MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
         if (done) return;
-        double waited = now_s() - start;
+        double waited = time_now() - start;
         if (waited > pg->timeout_s) timeout_fail(pg, what, n, unit, waited);
         poll_pause(waited);
     }
@@ -157,9 +152,8 @@ static void mpi_wait(ProcessGroup *pg, MPI_Request *req, const char *what, size_
 
 // MPI counts are int: larger buffers would need chunking, which no lesson needs.
 static int mpi_count(size_t n) {
-    if (n > (size_t)INT_MAX)
-        check_failf(__FILE__, __LINE__, "mpi_count(n)", "split the buffer into pieces below 2^31 floats",
-                    "%zu elements is more than one MPI call can take", n);
+    CHECKF(n <= (size_t)INT_MAX, "split the buffer into pieces below 2^31 floats",
+           "%zu elements is more than one MPI call can take", n);
     return (int)n;
 }
 
@@ -179,9 +173,9 @@ static bool staged(const ProcessGroup *pg) { return pg->backend == PG_BACKEND_MP
 #ifdef KIT_NCCL
 // A non-blocking communicator may answer ncclInProgress: poll until the call has settled.
 static void nccl_settle(ProcessGroup *pg, ncclResult_t r, const char *what, size_t n) {
-    double start = now_s();
+    double start = time_now();
     while (r == ncclInProgress) {
-        double waited = now_s() - start;
+        double waited = time_now() - start;
         if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
         poll_pause(waited);
         NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &r));
@@ -199,7 +193,7 @@ static void nccl_after_compute(ProcessGroup *pg) {
 
 // Waits for an event on NCCL's stream, watching NCCL's error state and the deadline.
 static void nccl_wait_event(ProcessGroup *pg, cudaEvent_t ev, const char *what, size_t n) {
-    double start = now_s();
+    double start = time_now();
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return;
@@ -212,7 +206,7 @@ static void nccl_wait_event(ProcessGroup *pg, cudaEvent_t ev, const char *what, 
                      ncclGetErrorString(async), nccl_hint(async));
             pg_abort(pg, msg);
         }
-        double waited = now_s() - start;
+        double waited = time_now() - start;
         if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
         poll_pause(waited);
     }
@@ -391,10 +385,11 @@ void pg_finalize(ProcessGroup *pg) {
 // ---------------------------------------------------------------- all-reduce
 
 static int slot_take(ProcessGroup *pg) {
-    for (int i = 0; i < PG_MAX_INFLIGHT; i++)
-        if (!pg->slots[i].busy) return i;
-    check_failf(__FILE__, __LINE__, "slot_take", "call pg_wait on earlier requests before starting more",
-                "more than %d collectives in flight", PG_MAX_INFLIGHT);
+    int i = 0;
+    while (i < PG_MAX_INFLIGHT && pg->slots[i].busy) i++;
+    CHECKF(i < PG_MAX_INFLIGHT, "call pg_wait on earlier requests before starting more",
+           "more than %d collectives in flight", PG_MAX_INFLIGHT);
+    return i;
 }
 
 PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
@@ -445,7 +440,7 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
     s->busy = false;
 }
 
-void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
+static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
     MPI_Request req;
@@ -555,9 +550,8 @@ void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char
 
 void pg_allreduce_sum(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_SUM); }
 void pg_allreduce_avg(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_AVG); }
-PgRequest pg_iallreduce_sum(ProcessGroup *pg, float *buf, size_t n) { return pg_iallreduce(pg, buf, n, PG_SUM); }
 
-void pg_bn_allreduce_sum(double *host_buf, int count, void *ctx) {
+static void pg_bn_allreduce_sum(double *host_buf, int count, void *ctx) {
     pg_allreduce_sum_double_host((ProcessGroup *)ctx, host_buf, count);
 }
 

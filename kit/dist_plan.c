@@ -1,4 +1,4 @@
-// kit/dist_plan.c: the parts of the process group that need neither MPI nor a GPU (see dist.h):
+// kit/dist_plan.c: the parts of the process group that need neither MPI nor a GPU (see dist_internal.h):
 // the backend decision, bucket planning and buffer hashing. Kept apart from dist.c so the unit tests
 // can check them without mpirun, and so they link without MPI.
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <zlib.h>
 
 #include "kit/check.h"
-#include "kit/dist.h"
+#include "kit/dist_internal.h"
 
 const char *pg_backend_name(PgBackend b) { return b == PG_BACKEND_NCCL ? "nccl" : "mpi"; }
 
@@ -107,14 +107,12 @@ static int *views_in_offset_order(const TensorView *views, int n_views, size_t t
     size_t end = 0;
     for (int i = 0; i < n_views; i++) {
         const TensorView *v = &views[order[i]];
-        if (v->offset != end)
-            check_failf(__FILE__, __LINE__, "buckets_plan", "the views must cut the gradient buffer with no gap or overlap",
-                        "view '%s' starts at float %zu, but the views before it end at %zu", v->name, v->offset, end);
+        CHECKF(v->offset == end, "the views must cut the gradient buffer with no gap or overlap",
+               "view '%s' starts at float %zu, but the views before it end at %zu", v->name, v->offset, end);
         end = v->offset + v->count;
     }
-    if (end != total)
-        check_failf(__FILE__, __LINE__, "buckets_plan", "pass Model.n_params as the total",
-                    "the views cover %zu floats but the buffer has %zu", end, total);
+    CHECKF(end == total, "pass Model.n_params as the total", "the views cover %zu floats but the buffer has %zu", end,
+           total);
     return order;
 }
 

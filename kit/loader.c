@@ -6,11 +6,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kit/check.h"
 #include "kit/data.h"
 #include "kit/device.h"
+#include "kit/log.h"
 
 struct Loader {
     const Dataset *ds;
@@ -32,12 +32,6 @@ struct Loader {
     int job_batch, job_slot;   // what the worker fills
     bool shutdown;
 };
-
-static double loader_clock(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 // Fills slot `slot` with batch number `batch` of the current epoch.
 static void loader_fill(Loader *L, int batch, int slot) {
@@ -71,9 +65,9 @@ static void *loader_worker(void *arg) {
 // Blocks until no job is in flight; returns the seconds it blocked. Caller holds L->mu.
 static double loader_wait_idle(Loader *L) {
     if (!L->job_pending) return 0.0;
-    double t0 = loader_clock();
+    double t0 = time_now();
     while (L->job_pending) pthread_cond_wait(&L->cv, &L->mu);
-    return loader_clock() - t0;
+    return time_now() - t0;
 }
 
 // Queues batch `batch` into `slot`. Caller holds L->mu and has waited for the worker to be idle.
@@ -116,9 +110,8 @@ Loader *loader_create(const Dataset *ds, const Sampler *s, int batch_size, bool 
 
 void loader_start_epoch(Loader *L, int epoch, int start_batch) {
     int nb = loader_batches_per_epoch(L);
-    if (start_batch < 0 || start_batch > nb)
-        check_failf(__FILE__, __LINE__, "loader_start_epoch", "a resumed run must use the same batch size and world size",
-                    "start_batch %d is outside 0..%d (batches per epoch)", start_batch, nb);
+    CHECKF(start_batch >= 0 && start_batch <= nb, "a resumed run must use the same batch size and world size",
+           "start_batch %d is outside 0..%d (batches per epoch)", start_batch, nb);
     pthread_mutex_lock(&L->mu);
     loader_wait_idle(L);  // the worker must not read indices/epoch while we change them
     L->epoch = epoch;

@@ -248,6 +248,8 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
     m->loss = device_alloc(d, B * F);
     m->dlogits = device_alloc(d, B * cfg->classes * F);
     m->pred = device_alloc(d, B * sizeof(int));
+    m->host_loss = xmalloc(B * F);
+    m->host_pred = xmalloc(B * sizeof(int));
     model_init(m, seed);
     return m;
 }
@@ -259,6 +261,8 @@ void model_free(Model *m) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
     device_free(m->device, m->labels);
     device_free(m->device, m->pred);
+    free(m->host_loss);
+    free(m->host_pred);
     free(m);
 }
 

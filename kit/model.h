@@ -100,6 +100,8 @@ typedef struct {
     float *loss;      // (max_batch) per-sample loss
     float *dlogits;   // (max_batch, classes)
     int *pred;        // (max_batch) argmax of the logits
+    float *host_loss; // (max_batch) in host memory: loss and pred copied back for the metrics, allocated
+    int *host_pred;   // (max_batch) once here rather than once per batch
 
     // Lesson 05 sets this to all-reduce BN statistics across ranks (SyncBN). NULL: plain BN.
     const BatchNormSync *bn_sync;

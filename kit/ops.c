@@ -180,6 +180,3 @@ void scale_inplace(Device d, size_t n, float *x, float alpha) {
     CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     scale_inplace_cpu(n, x, alpha);
 }
-
-int conv2d_out_h(const Conv2dDims *s) { return (s->h + 2 * s->pad - s->r) / s->stride + 1; }
-int conv2d_out_w(const Conv2dDims *s) { return (s->w + 2 * s->pad - s->r) / s->stride + 1; }

@@ -32,8 +32,9 @@ typedef struct {
     int stride, pad;
 } Conv2dDims;
 
-int conv2d_out_h(const Conv2dDims *s);
-int conv2d_out_w(const Conv2dDims *s);
+// Inline, so that the per-device files (ops_cpu.c, cuda/conv.cu) need nothing from the dispatcher ops.c.
+static inline int conv2d_out_h(const Conv2dDims *s) { return (s->h + 2 * s->pad - s->r) / s->stride + 1; }
+static inline int conv2d_out_w(const Conv2dDims *s) { return (s->w + 2 * s->pad - s->r) / s->stride + 1; }
 size_t conv2d_work_floats(Device d, const Conv2dDims *s);
 void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *b,
                     float *y, float *work);

@@ -634,10 +634,9 @@ static void ce_check(int n, int k, const int *labels, float smoothing) {
     CHECK(n > 0 && k > 0, "cross_entropy: n and k must be positive");
     CHECK(smoothing >= 0.0f && smoothing <= 1.0f, "cross_entropy: label smoothing must be in [0, 1]");
     for (int i = 0; i < n; i++)
-        if (labels[i] < 0 || labels[i] >= k)
-            check_failf(__FILE__, __LINE__, "labels[i] in [0, k)",
-                        "the dataset has more classes than the model's output: check --classes / the model config",
-                        "sample %d has label %d, but there are %d classes", i, labels[i], k);
+        CHECKF(labels[i] >= 0 && labels[i] < k,
+               "the dataset has more classes than the model's output: check --classes / the model config",
+               "sample %d has label %d, but there are %d classes", i, labels[i], k);
 }
 
 // log(sum_j exp(l_j)) computed as m + log(sum_j exp(l_j - m)) with m = max l_j: no overflow, no underflow

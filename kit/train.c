@@ -17,8 +17,8 @@ static void batch_to_device(Model *m, const Batch *b) {
 
 // Adds the per-sample losses and correct predictions of the last forward to *acc.
 static void metrics_add(Model *m, const Batch *b, Metrics *acc) {
-    float *loss = xmalloc((size_t)b->n * sizeof(float));
-    int *pred = xmalloc((size_t)b->n * sizeof(int));
+    float *loss = m->host_loss;  // (b->n)
+    int *pred = m->host_pred;    // (b->n)
     device_copy_from(m->device, loss, m->loss, (size_t)b->n * sizeof(float));
     device_copy_from(m->device, pred, m->pred, (size_t)b->n * sizeof(int));
     for (int i = 0; i < b->n; i++) {
@@ -26,8 +26,6 @@ static void metrics_add(Model *m, const Batch *b, Metrics *acc) {
         acc->correct += pred[i] == b->y[i];
     }
     acc->count += b->n;
-    free(loss);
-    free(pred);
 }
 
 Metrics train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale) {

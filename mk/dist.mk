@@ -1,7 +1,7 @@
-# mk/dist.mk: the process group (kit/dist*.c), its tests under mpirun, and the all-reduce benchmark.
+# mk/dist.mk: the process group (kit/dist*.c, kit/buckets.c), its tests under mpirun, and the all-reduce benchmark.
 #
 # Only kit/dist.c includes <mpi.h>; it gets MPI's flags here (not globally), so the rest of the kit
-# builds and links without MPI. kit/dist*.o sit in libkit.a like every kit object: a program that
+# builds and links without MPI. Those objects sit in libkit.a like every kit object: a program that
 # calls no pg_* function never pulls them in. A program that does links $(DIST_LIBS) after libkit.a.
 #
 #   make test-dist        the MPI tests (world 1..4 on this machine's cores, oversubscribed when needed)
@@ -11,8 +11,6 @@ ifeq ($(HAVE_MPI),yes)
 $(BUILD)/kit/dist.o: CPPFLAGS += $(MPI_CFLAGS) -DKIT_MPI
 endif
 
-# The dist objects live in libkit.a (mk/lessons.mk links $(KIT_DIST_LIB) after it: nothing extra).
-KIT_DIST_LIB :=
 DIST_LIBS = $(MPI_LIBS) $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-lnccl)
 
 DIST_TEST := $(BUILD)/tests/mpi_dist

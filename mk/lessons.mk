@@ -9,8 +9,7 @@
 # lesson's sources built with -DAUTOGRADER.
 #
 # What a lesson needs beyond the kit: an optional solutions/NN-name/lesson.mk (copied to lessons/):
-#   NEEDS := mpi        compile and link with Open MPI (MPI_CFLAGS / MPI_LIBS) and the kit's
-#                       process-group library $(KIT_DIST_LIB) when mk/dist.mk defines it
+#   NEEDS := mpi        compile and link with Open MPI (MPI_CFLAGS / MPI_LIBS) and NCCL when found
 #   DEFAULT_NP := 2     ranks for `make lesson-NN` when NP= is not given (default 1)
 #   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
@@ -43,7 +42,7 @@ NEEDS :=
 
 # Flags and libraries for what a lesson needs. Empty HAVE_<thing> means the lesson cannot be built here.
 NEEDS_CPPFLAGS_mpi = $(MPI_CFLAGS)
-NEEDS_LIBS_mpi = $(KIT_DIST_LIB) $(MPI_LIBS) $(if $(HAVE_NCCL),-lnccl)
+NEEDS_LIBS_mpi = $(DIST_LIBS)
 NEEDS_HAVE_mpi = $(HAVE_MPI)
 NEEDS_PACKAGE_mpi = Open MPI (libopenmpi-dev + openmpi-bin)
 lesson_missing = $(foreach n,$(NEEDS_$(1)),$(if $(NEEDS_HAVE_$(n)),,$(n)))
@@ -67,7 +66,7 @@ $(3)/%.cu.o: $(2)/$(1)/%.cu $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
 
 $(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
       $$(if $$(HAVE_CUDA),$$(patsubst $(2)/$(1)/%.cu,$(3)/%.cu.o,$$(wildcard $(2)/$(1)/*.cu))) \
-      $(6) $$(KIT_LIB) $$(KIT_DIST_LIB)
+      $(6) $$(KIT_LIB)
 	@test -d $(2)/$(1) || { echo "$(2)/$(1) does not exist (maintainers: make starters)" >&2; exit 1; }
 	@mkdir -p $$(@D)
 	$$(say) LINK $$@

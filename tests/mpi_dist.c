@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "kit/check.h"
-#include "kit/dist.h"
+#include "kit/dist_internal.h"
 #include "kit/model.h"
 #include "kit/rng.h"
 
@@ -95,7 +95,7 @@ static void check_inflight(size_t n) {
         for (size_t i = 0; i < n; i++) h[i] = value_at(rank + k, i);
         d[k] = to_device(h, n);
     }
-    for (int k = 0; k < 3; k++) q[k] = pg_iallreduce_sum(pg, d[k], n);
+    for (int k = 0; k < 3; k++) q[k] = pg_iallreduce(pg, d[k], n, PG_SUM);
     for (int k = 2; k >= 0; k--) pg_wait(pg, q[k]);
     for (int k = 0; k < 3; k++) {
         from_device(h, d[k], n);
@@ -345,7 +345,7 @@ static void case_failure(const char *which) {
         if (pg_rank(pg) == last) device_copy_to(dev, d + 5, &(float){1.0f}, sizeof(float));
         pg_check_identical(pg, d, n, "test parameters");
     } else if (pg_rank(pg) == last && strcmp(which, "kill") == 0) {
-        PgRequest q = pg_iallreduce_sum(pg, d, n);
+        PgRequest q = pg_iallreduce(pg, d, n, PG_SUM);
         (void)q;
         raise(SIGKILL);
     } else if (pg_rank(pg) == last && strcmp(which, "stall") == 0) {

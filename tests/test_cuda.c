@@ -494,35 +494,6 @@ static void test_sgd(void **state) {
     }
 }
 
-// ---------------------------------------------------------------- asynchronous uploads
-
-// device_copy_to_async starts after compute already queued (it may overwrite what an earlier step reads)
-// and device_wait_copies makes the data visible: queue slow work on a buffer, then upload into it.
-static void test_async_copy_order(void **state) {
-    skip_without_gpu();
-    size_t n = (size_t)1 << 22;
-    float *src = host_alloc_pinned(n * sizeof(float)), *back = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) src[i] = (float)(i % 1000);
-    float *ones = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-    float *buf = gpu_of(ones, n);
-    // 50 passes over 16 MiB: about a millisecond of queued work on an H100 (memory-bound), as long as the
-    // 16 MiB upload itself, so an upload that did not wait would land while passes are still to run.
-    for (int k = 0; k < 50; k++) scale_inplace(GPU, n, buf, 1.5f);
-    device_copy_to_async(GPU, buf, src, n * sizeof(float));
-    device_wait_copies(GPU);
-    device_copy_from(GPU, back, buf, n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        if (back[i] != src[i]) {
-            print_error("element %zu is %g, expected the uploaded %g: the copy raced the queued work\n", i,
-                        (double)back[i], (double)src[i]);
-            fail();
-        }
-    host_free_pinned(src);
-    free(back), free(ones);
-    device_free(GPU, buf);
-}
-
 // ---------------------------------------------------------------- whole model
 
 typedef struct {
@@ -634,7 +605,6 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_cross_entropy_argmax),
         cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_async_copy_order),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
     };

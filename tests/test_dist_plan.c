@@ -6,7 +6,7 @@
 
 #include "tests/testutil.h"
 
-#include "kit/dist.h"
+#include "kit/dist_internal.h"
 
 // ---------------------------------------------------------------- backend choice
 

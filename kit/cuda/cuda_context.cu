@@ -11,8 +11,6 @@ namespace {
 struct GpuState {
     bool ready = false;
     cudaStream_t compute = nullptr;  // blocking: ordered with device.c's legacy-stream calls
-    cudaStream_t copy = nullptr;     // non-blocking: batch uploads that may overlap compute
-    cudaEvent_t queued = nullptr;    // marks "compute queued so far" for the copy stream to wait on
     cublasHandle_t blas = nullptr;
     bool tf32 = false;               // the math mode last applied to `blas`
     int *flags = nullptr;            // (2) cuda_device_flags(), allocated on first use
@@ -35,8 +33,6 @@ struct ThreadState {
             if (!g.ready) continue;
             if (g.flags) cudaFree(g.flags);
             cublasDestroy(g.blas);
-            cudaEventDestroy(g.queued);
-            cudaStreamDestroy(g.copy);
             cudaStreamDestroy(g.compute);
         }
         free(scratch);
@@ -77,8 +73,6 @@ GpuState &gpu_state() {
     GpuState &g = tls.gpu[dev];
     if (!g.ready) {
         CUDA_CHECK(cudaStreamCreate(&g.compute));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&g.copy, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&g.queued, cudaEventDisableTiming));
         CUBLAS_CHECK(cublasCreate(&g.blas));
         CUBLAS_CHECK(cublasSetStream(g.blas, g.compute));
         CUBLAS_CHECK(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH));
@@ -103,25 +97,6 @@ cublasHandle_t cuda_cublas(void) {
 bool cuda_tf32_enabled(void) { return tf32_wanted(); }
 
 void cuda_set_tf32(bool on) { g_tf32.store(on ? 1 : 0); }
-
-void cuda_copy_to_async(void *dst_device, const void *src_host, size_t bytes) {
-    if (bytes == 0) return;
-    GpuState &g = gpu_state();
-    // The copy starts only after the compute already queued on this GPU (including device.c's legacy-
-    // stream calls, which the blocking compute stream is ordered with), so it can never overwrite a
-    // buffer an earlier step is still reading. Compute queued AFTER this call runs concurrently with the
-    // copy until device_wait_copies(): that is the overlap, and why dst must then be a buffer that
-    // compute does not touch (double-buffer the batch).
-    CUDA_CHECK(cudaEventRecord(g.queued, g.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(g.copy, g.queued, 0));
-    CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, g.copy));
-}
-
-void cuda_wait_copies(void) {
-    // Host-side wait: afterwards the pinned sources may be refilled, and anything queued from now on
-    // (on any stream) is issued after the copies completed, so it sees the data.
-    CUDA_CHECK(cudaStreamSynchronize(gpu_state().copy));
-}
 
 double *cuda_host_scratch(size_t count) {
     if (count > tls.scratch_count) {

@@ -6,8 +6,6 @@
 //     default stream, which the synchronous calls in device.c use (cudaMemcpy, cudaMemset). So a
 //     device_copy_from() after an op sees the op's result, and an op after device_copy_to() sees the
 //     copy, without any explicit synchronisation.
-//   - Batch uploads from pinned memory (device_copy_to_async) run on a separate NON-blocking copy stream,
-//     so they can overlap compute; device_wait_copies() is the point where they are complete.
 //
 // Why per thread: lesson 02 drives several GPUs, one host thread per GPU. A cuBLAS handle is bound to
 // the GPU that was current when it was created and is not meant to be shared between threads, so each
@@ -39,10 +37,6 @@ cublasHandle_t cuda_cublas(void);
 // With TF32 the products keep 10 mantissa bits: expect relative differences around 1e-3 against the CPU.
 bool cuda_tf32_enabled(void);
 void cuda_set_tf32(bool on);
-
-// The batch-upload path behind device_copy_to_async / device_wait_copies (device.h).
-void cuda_copy_to_async(void *dst_device, const void *src_host, size_t bytes);
-void cuda_wait_copies(void);
 
 // Host scratch of at least `count` doubles for this thread (the BN sync hook's buffer). It grows when
 // asked for more and is kept until the thread exits, so a training loop allocates it once.

@@ -86,10 +86,9 @@ void bad_label_report(const int *flags, int k) {
     cudaStream_t st = cuda_stream();
     CUDA_CHECK(cudaMemcpyAsync(bad, flags, sizeof bad, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    if (bad[0] != 0)
-        check_failf(__FILE__, __LINE__, "labels[i] in [0, k)",
-                    "the dataset has more classes than the model's output: check --classes / the model config",
-                    "sample %d has label %d, but there are %d classes", bad[0] - 1, bad[1], k);
+    // bad[0]: 1 + the first sample whose label is outside [0, k) (0: none), bad[1]: its label.
+    CHECKF(bad[0] == 0, "the dataset has more classes than the model's output: check --classes / the model config",
+           "sample %d has label %d, but there are %d classes", bad[0] - 1, bad[1], k);
 }
 
 }  // namespace

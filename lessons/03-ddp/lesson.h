@@ -6,6 +6,7 @@
 #ifndef LESSON03_H
 #define LESSON03_H
 
+#include "kit/buckets.h"
 #include "kit/cli.h"
 #include "kit/data.h"
 #include "kit/dist.h"

@@ -171,7 +171,7 @@ Metrics ddp_evaluate(ProcessGroup *pg, Model *m, Loader *test_loader) {
 // ---------------------------------------------------------------- stretch: buckets (TODO 7)
 
 // TODO 7 (stretch): overlap the all-reduce with backward. Backward finishes the LAST layers' gradients
-//   first; the kit's buckets (kit/dist.h) group the flat gradient buffer into pieces of about bucket_mb MB
+//   first; the kit's buckets (kit/buckets.h) group the flat gradient buffer into pieces of about bucket_mb MB
 //   and start each piece's all-reduce as soon as all of its layers are done, while backward computes
 //   the layers before them. Return NULL when bucket_mb <= 0 (flat all-reduce). Otherwise create them
 //   (buckets_create over m->grads with the model's views m->views, m->n_views, m->n_params and

@@ -1,10 +1,12 @@
-// kit/dist_bucket.c: gradient buckets, the engine behind DDP's overlap of communication with backward
-// (see dist.h). The plan is in dist_plan.c; this file tracks readiness and runs the all-reduces.
+// kit/buckets.c: gradient buckets, the engine behind DDP's overlap of communication with backward
+// (see buckets.h). The plan is in dist_plan.c; this file tracks readiness and runs the all-reduces.
+#include "kit/buckets.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "kit/check.h"
-#include "kit/dist.h"
+#include "kit/dist_internal.h"
 
 struct GradBuckets {
     ProcessGroup *pg;
@@ -18,7 +20,6 @@ struct GradBuckets {
     bool *view_ready;      // (n_views) marked in this step
     int *pending;          // (n_buckets) non-empty views not yet marked
     PgRequest *req;        // (n_buckets)
-    bool *started;         // (n_buckets)
     int next_start;        // buckets [0, next_start) have been started this step
 };
 
@@ -31,7 +32,6 @@ static int by_view_offset(const void *a, const void *b) {
 
 static void reset_step(GradBuckets *gb) {
     memset(gb->view_ready, 0, (size_t)gb->n_views * sizeof(bool));
-    memset(gb->started, 0, (size_t)gb->n_buckets * sizeof(bool));
     memset(gb->pending, 0, (size_t)gb->n_buckets * sizeof(int));
     for (int v = 0; v < gb->n_views; v++)
         if (gb->views[v].count > 0) gb->pending[gb->view_bucket[v]]++;
@@ -57,7 +57,6 @@ GradBuckets *buckets_create(ProcessGroup *pg, float *grads, const TensorView *vi
     gb->view_ready = xcalloc(nv, sizeof *gb->view_ready);
     gb->pending = xcalloc((size_t)gb->n_buckets, sizeof *gb->pending);
     gb->req = xcalloc((size_t)gb->n_buckets, sizeof *gb->req);
-    gb->started = xcalloc((size_t)gb->n_buckets, sizeof *gb->started);
     CHECK(gb->n_buckets <= PG_MAX_INFLIGHT, "too many buckets for the process group: raise bucket_bytes");
     reset_step(gb);
     return gb;
@@ -71,16 +70,11 @@ void buckets_free(GradBuckets *gb) {
     free(gb->view_ready);
     free(gb->pending);
     free(gb->req);
-    free(gb->started);
     free(gb);
 }
 
 int buckets_count(const GradBuckets *gb) { return gb->n_buckets; }
 int buckets_in_flight(const GradBuckets *gb) { return gb->next_start; }
-const GradBucket *buckets_get(const GradBuckets *gb, int i) {
-    CHECK(i >= 0 && i < gb->n_buckets, "bucket index out of range: 0 <= i < buckets_count()");
-    return &gb->buckets[i];
-}
 
 void buckets_begin(GradBuckets *gb) {
     CHECK(gb->next_start == 0,
@@ -95,7 +89,6 @@ static void start_ready(GradBuckets *gb, bool force) {
         int b = gb->next_start++;
         const GradBucket *bk = &gb->buckets[b];
         gb->req[b] = pg_iallreduce(gb->pg, gb->grads + bk->offset, bk->count, PG_AVG);
-        gb->started[b] = true;
     }
 }
 
@@ -116,29 +109,21 @@ static int find_view_at(const GradBuckets *gb, size_t offset) {
 void buckets_mark_ready(GradBuckets *gb, size_t offset, size_t count) {
     if (count == 0) return;
     int pos = find_view_at(gb, offset);
-    if (pos < 0)
-        check_failf(__FILE__, __LINE__, "buckets_mark_ready", "mark whole TensorViews: pass a view's offset and count",
-                    "float %zu is not the start of a parameter view", offset);
+    CHECKF(pos >= 0, "mark whole TensorViews: pass a view's offset and count", "float %zu is not the start of a parameter view", offset);
     // Check the whole range first, so a bad call changes nothing.
     size_t end = offset + count, at = offset;
     int last = pos;
     for (; last < gb->n_views && at < end; last++) at += gb->views[gb->by_offset[last]].count;
-    if (at < end)
-        check_failf(__FILE__, __LINE__, "buckets_mark_ready", "mark whole TensorViews: pass a view's offset and count",
-                    "the range [%zu, %zu) runs past the end of the buffer (%zu floats)", offset, end, gb->total);
-    if (at != end) {
-        const TensorView *v = &gb->views[gb->by_offset[last - 1]];
-        check_failf(__FILE__, __LINE__, "buckets_mark_ready", "mark whole TensorViews: pass a view's offset and count",
-                    "the range [%zu, %zu) ends inside view '%s' [%zu, %zu)", offset, end, v->name, v->offset,
-                    v->offset + v->count);
-    }
+    CHECKF(at >= end, "mark whole TensorViews: pass a view's offset and count", "the range [%zu, %zu) runs past the end of the buffer (%zu floats)", offset, end,
+           gb->total);
+    const TensorView *lastv = &gb->views[gb->by_offset[last - 1]];
+    CHECKF(at == end, "mark whole TensorViews: pass a view's offset and count", "the range [%zu, %zu) ends inside view '%s' [%zu, %zu)", offset, end, lastv->name,
+           lastv->offset, lastv->offset + lastv->count);
     for (; pos < last; pos++) {
         int v = gb->by_offset[pos];
         if (gb->views[v].count == 0) continue;
-        if (gb->view_ready[v])
-            check_failf(__FILE__, __LINE__, "buckets_mark_ready",
-                        "each view once per step; call buckets_finish at the end of the step (it resets)",
-                        "view '%s' was marked ready twice", gb->views[v].name);
+        CHECKF(!gb->view_ready[v], "each view once per step; call buckets_finish at the end of the step (it resets)",
+               "view '%s' was marked ready twice", gb->views[v].name);
         gb->view_ready[v] = true;
         gb->pending[gb->view_bucket[v]]--;
     }

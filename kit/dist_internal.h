@@ -1,0 +1,66 @@
+// kit/dist_internal.h: the process group's and the buckets' pieces that only the kit itself and its tests
+// call: non-blocking collectives (the buckets' building block), the pure decisions (backend choice, bucket
+// plan: testable without MPI), and the hooks tests use to drive buckets by hand. Lessons use kit/dist.h and
+// kit/buckets.h only.
+#ifndef KIT_DIST_INTERNAL_H
+#define KIT_DIST_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kit/buckets.h"
+#include "kit/dist.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PG_SUM = 0, PG_AVG = 1 } PgOp;
+
+// A collective in flight (from pg_iallreduce); pg_wait completes it. At most PG_MAX_INFLIGHT at once.
+typedef struct {
+    int slot;
+} PgRequest;
+#define PG_MAX_INFLIGHT 64
+
+// ---------------------------------------------------------------- non-blocking (for buckets)
+// Starts an in-place all-reduce and returns at once. The buffer must not be touched until pg_wait.
+// Every rank must start the same requests in the same order.
+PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op);
+// Completes the request (with the timeout). For PG_AVG the division by the world size happens here
+// on the MPI backend (NCCL divides itself).
+void pg_wait(ProcessGroup *pg, PgRequest req);
+
+// ---------------------------------------------------------------- checks
+// CRC-32 (zlib) of the bytes of (n) floats on device d: equal hashes mean bit-identical buffers
+// (+0.0 and -0.0 differ; so do NaN payloads). Needs no process group.
+uint32_t pg_hash_floats(Device d, const float *buf, size_t n);
+
+// ---------------------------------------------------------------- backend choice (pure)
+// Decides the backend from what was asked and what this node has; no MPI or CUDA calls, so it is
+// testable anywhere. ranks_per_gpu: the most ranks of this node that share one physical GPU
+// (0 when there is no usable GPU). Returns false when the request cannot be met, with the reason in
+// why (naming `--backend mpi` when NCCL is refused); on success why says why (for auto).
+bool pg_choose_backend(const char *requested, Device dev, bool nccl_built, int ranks_per_gpu,
+                       PgBackend *out, char *why, size_t why_len);
+// The most times one string occurs among n fixed-width strings (ids + i * stride): ranks per GPU
+// from the gathered PCI bus ids.
+int pg_max_duplicates(const char *ids, int n, size_t stride);
+
+// ---------------------------------------------------------------- buckets, driven by hand
+// The plan alone (pure): fills buckets (room for n_views entries) and view_bucket (n_views: the bucket
+// each view is in), returns the number of buckets. Views may come in any order but must not overlap
+// and together must cover [0, total) with no gap (a clear error otherwise).
+int buckets_plan(const TensorView *views, int n_views, size_t total, size_t bucket_bytes,
+                 GradBucket *buckets, int *view_bucket);
+// What buckets_on_grads_ready does (see buckets.h), with the buckets typed.
+void buckets_mark_ready(GradBuckets *gb, size_t offset, size_t count);
+// Buckets started in this step and not yet finished (all of them after a full backward).
+int buckets_in_flight(const GradBuckets *gb);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_DIST_INTERNAL_H
