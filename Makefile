@@ -10,14 +10,11 @@
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
-include mk/config.mk      # finds the compilers and libraries, prints what it found
-include mk/kit.mk         # builds kit/ into $(BUILD)/libkit.a and the kit's unit tests
--include mk/cuda.mk       # CUDA-only tests and benchmarks
--include mk/dist.mk       # the process group (MPI / NCCL) and its tests
--include mk/lessons.mk    # lessons, solutions, starters, the autograder, grading
--include mk/lesson03.mk   # lesson 03's multi-rank checks (world sizes 1-4, a killed rank)
--include mk/extras.mk     # run, slides, plots
--include mk/bench.mk      # CPU benchmark against PyTorch
+# A feature with build rules of its own adds mk/NAME.mk and one `include` line to this list.
+include mk/config.mk      # finds the compilers and libraries, prints what it found, sets the flags
+include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit, CUDA, process group)
+include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
+include mk/extras.mk      # run, slides, plots, benchmarks
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

@@ -3,40 +3,109 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kit/data.h"
 #include "kit/model.h"
 
-void cli_usage(FILE *out, unsigned groups) {
-    fprintf(out,
-            "usage: train [options]\n"
-            "  --dataset NAME      %s (default synthetic)\n"
-            "  --data-dir DIR      where the dataset files are (default datasets/data)\n"
-            "  --device DEV        auto|cpu|cuda (default auto: the GPU when one is usable)\n"
-            "  --model NAME        %s (default: resnet9 for CIFAR, fmnist for Fashion-MNIST, tiny-bn for synthetic)\n"
-            "  --width N           base channel count of the model (default: the model's own)\n"
-            "  --epochs N          passes over the training set (default: per dataset, see README)\n"
-            "  --batch-size N      images per step, over all devices/ranks (default 128)\n"
-            "  --lr X              peak learning rate (default 0.05)\n"
-            "  --momentum X        SGD momentum (default 0.9)\n"
-            "  --nesterov          use Nesterov momentum\n"
-            "  --weight-decay X    L2 penalty on conv/linear weights (default 5e-4)\n"
-            "  --label-smoothing X (default 0)\n"
-            "  --warmup-epochs N   linear learning-rate warmup, then linear decay to 0 (default 1)\n"
-            "  --seed N            seed for initialisation, shuffling and augmentation (default 1)\n"
-            "  --metrics FILE      append one CSV row per epoch to FILE\n",
-            dataset_names(), model_names());
-    if (groups & CLI_DP) fprintf(out, "  --devices N         replicas driven by this process (default 2)\n");
-    if (groups & CLI_DIST)
-        fprintf(out,
-                "  --backend NAME      auto|mpi|nccl (default auto: nccl with one GPU per rank, else mpi)\n"
-                "  --bucket-mb X       all-reduce gradients in buckets of X MB during backward (default 25;\n"
-                "                      0 = one all-reduce of the whole buffer after backward)\n"
-                "  --timeout S         seconds a collective may wait for a peer before the job stops (default 60)\n");
-    fprintf(out, "  --help              this text\n");
+// ---------------------------------------------------------------- the option table
+
+typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_DOUBLE, OPT_SEED, OPT_FLAG } OptType;
+
+static const char *device_choices(void) { return "auto|cpu|cuda"; }
+static const char *backend_choices(void) { return "auto|mpi|nccl"; }
+
+// One row per option: adding an option is a TrainOptions field and a row here. Parsing, the range check,
+// the default, --help and the "does not apply to this lesson" error all come from the row.
+typedef struct {
+    const char *name;              // --name
+    const char *arg;               // what --help shows for the value (NULL: a flag without a value)
+    unsigned group;                // CLI_BASE (every lesson) or the group that accepts it
+    OptType type;
+    size_t offset;                 // the TrainOptions field it sets
+    const char *def;               // default, parsed like a value from the command line (NULL: none here)
+    double lo, hi;                 // range of a number
+    const char *(*choices)(void);  // the values a string may take, "a|b|c" (NULL: any)
+    const char *help;              // for --help; choices come first, " (default DEF)" last
+} CliOption;
+
+#define FIELD(f) offsetof(TrainOptions, f)
+static const CliOption OPTIONS[] = {
+    {"dataset", "NAME", CLI_BASE, OPT_STRING, FIELD(dataset), "synthetic", 0, 0, dataset_names, ""},
+    {"data-dir", "DIR", CLI_BASE, OPT_STRING, FIELD(data_dir), "datasets/data", 0, 0, NULL,
+     "where the dataset files are"},
+    {"device", "DEV", CLI_BASE, OPT_STRING, FIELD(device), "auto", 0, 0, device_choices,
+     "; auto: the GPU when one is usable"},
+    {"model", "NAME", CLI_BASE, OPT_STRING, FIELD(model), NULL, 0, 0, model_names,
+     " (default: the dataset's, see below)"},
+    {"width", "N", CLI_BASE, OPT_INT, FIELD(width), NULL, 1, 4096, NULL,
+     "base channel count of the model (default: the model's own)"},
+    {"epochs", "N", CLI_BASE, OPT_INT, FIELD(epochs), NULL, 1, 100000, NULL,
+     "passes over the training set (default: the dataset's, see below)"},
+    {"batch-size", "N", CLI_BASE, OPT_INT, FIELD(batch_size), "128", 1, 65536, NULL,
+     "images per step, over all devices/ranks"},
+    {"lr", "X", CLI_BASE, OPT_FLOAT, FIELD(lr), "0.05", 0.0, 100.0, NULL, "peak learning rate"},
+    {"momentum", "X", CLI_BASE, OPT_FLOAT, FIELD(momentum), "0.9", 0.0, 0.999, NULL, "SGD momentum"},
+    {"nesterov", NULL, CLI_BASE, OPT_FLAG, FIELD(nesterov), NULL, 0, 0, NULL, "use Nesterov momentum"},
+    {"weight-decay", "X", CLI_BASE, OPT_FLOAT, FIELD(weight_decay), "5e-4", 0.0, 1.0, NULL,
+     "L2 penalty on conv/linear weights"},
+    {"label-smoothing", "X", CLI_BASE, OPT_FLOAT, FIELD(label_smoothing), "0", 0.0, 0.999, NULL,
+     "label smoothing of the cross-entropy"},
+    {"warmup-epochs", "N", CLI_BASE, OPT_INT, FIELD(warmup_epochs), "1", 0, 100000, NULL,
+     "linear learning-rate warmup, then linear decay to 0"},
+    {"seed", "N", CLI_BASE, OPT_SEED, FIELD(seed), "1", 0, 0x7fffffff, NULL,
+     "seed for initialisation, shuffling and augmentation"},
+    {"metrics", "FILE", CLI_BASE, OPT_STRING, FIELD(metrics), NULL, 0, 0, NULL,
+     "append one CSV row per epoch to FILE"},
+    {"devices", "N", CLI_DP, OPT_INT, FIELD(devices), "2", 1, 64, NULL, "replicas driven by this process"},
+    {"backend", "NAME", CLI_DIST, OPT_STRING, FIELD(backend), "auto", 0, 0, backend_choices,
+     "; auto: nccl with one GPU per rank, else mpi"},
+    {"bucket-mb", "X", CLI_DIST, OPT_DOUBLE, FIELD(bucket_mb), "25", 0.0, 4096.0, NULL,
+     "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
+    {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), "60", 0.1, 86400.0, NULL,
+     "seconds a collective may wait for a peer before the job stops"},
+};
+#undef FIELD
+enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };
+
+static bool option_applies(const CliOption *opt, unsigned groups) {
+    return opt->group == CLI_BASE || (opt->group & groups) != 0;
 }
+
+// ---------------------------------------------------------------- --help
+
+// Prints `text` with every line after the first indented to the help column.
+static void print_help_text(FILE *out, const char *text) {
+    for (const char *p = text; *p; p++) {
+        fputc(*p, out);
+        if (*p == '\n') fprintf(out, "%22s", "");
+    }
+}
+
+void cli_usage(FILE *out, unsigned groups) {
+    fprintf(out, "usage: train [options]\n");
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const CliOption *opt = &OPTIONS[i];
+        if (!option_applies(opt, groups)) continue;
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s%s%s", opt->name, opt->arg ? " " : "", opt->arg ? opt->arg : "");
+        fprintf(out, "  %-19s ", flag);
+        if (opt->choices) fputs(opt->choices(), out);
+        print_help_text(out, opt->help);
+        if (opt->def) fprintf(out, " (default %s)", opt->def);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-19s this text\n", "--help");
+    fprintf(out, "datasets (their default model and epochs):\n");
+    const DatasetInfo *d;
+    for (int i = 0; (d = dataset_at(i)) != NULL; i++)
+        fprintf(out, "  %-19s --model %s --epochs %d%s\n", d->name, d->default_model, d->default_epochs,
+                d->train_augment.crop_pad || d->train_augment.flip ? ", training images cropped and flipped" : "");
+}
+
+// ---------------------------------------------------------------- parsing
 
 static unsigned usage_groups;  // for usage_error's usage text
 
@@ -55,7 +124,7 @@ static long parse_long(const char *name, const char *s, long lo, long hi) {
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s needs an integer in [%ld, %ld], got '%%s'", name, lo, hi);
+        snprintf(msg, sizeof msg, "--%s needs an integer in [%ld, %ld], got '%%s'", name, lo, hi);
         usage_error(msg, s);
     }
     return v;
@@ -67,10 +136,39 @@ static double parse_double(const char *name, const char *s, double lo, double hi
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s needs a number in [%g, %g], got '%%s'", name, lo, hi);
+        snprintf(msg, sizeof msg, "--%s needs a number in [%g, %g], got '%%s'", name, lo, hi);
         usage_error(msg, s);
     }
     return v;
+}
+
+// "--device must be auto, cpu or cuda, got 'tpu'": the choices "a|b|c" read as a sentence.
+static void choice_error(const char *name, const char *choices, const char *value) __attribute__((noreturn));
+static void choice_error(const char *name, const char *choices, const char *value) {
+    char msg[512];
+    int used = snprintf(msg, sizeof msg, "--%s must be ", name);
+    const char *last_bar = strrchr(choices, '|');
+    for (const char *p = choices; *p && used < (int)sizeof msg - 8; p++) {
+        if (*p != '|') msg[used++] = *p;
+        else used += snprintf(msg + used, sizeof msg - (size_t)used, "%s", p == last_bar ? " or " : ", ");
+    }
+    snprintf(msg + used, sizeof msg - (size_t)used, ", got '%%s'");
+    usage_error(msg, value);
+}
+
+static void option_set(TrainOptions *o, const CliOption *opt, const char *value) {
+    void *field = (char *)o + opt->offset;
+    switch (opt->type) {
+    case OPT_STRING:
+        if (opt->choices && !cli_name_in_list(value, opt->choices())) choice_error(opt->name, opt->choices(), value);
+        *(const char **)field = value;
+        break;
+    case OPT_INT: *(int *)field = (int)parse_long(opt->name, value, (long)opt->lo, (long)opt->hi); break;
+    case OPT_SEED: *(uint64_t *)field = (uint64_t)parse_long(opt->name, value, (long)opt->lo, (long)opt->hi); break;
+    case OPT_FLOAT: *(float *)field = (float)parse_double(opt->name, value, opt->lo, opt->hi); break;
+    case OPT_DOUBLE: *(double *)field = parse_double(opt->name, value, opt->lo, opt->hi); break;
+    case OPT_FLAG: *(bool *)field = true; break;
+    }
 }
 
 bool cli_name_in_list(const char *name, const char *list) {
@@ -86,63 +184,35 @@ bool cli_name_in_list(const char *name, const char *list) {
 }
 
 void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
-    *o = (TrainOptions){.dataset = "synthetic", .data_dir = "datasets/data", .device = "auto", .batch_size = 128,
-                        .warmup_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .seed = 1,
-                        .devices = 2, .backend = "auto", .bucket_mb = 25.0, .timeout_s = 60.0};
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (OPTIONS[i].def) option_set(o, &OPTIONS[i], OPTIONS[i].def);
     usage_groups = groups;
-    static const struct option longopts[] = {
-        {"dataset", required_argument, 0, 'd'},      {"data-dir", required_argument, 0, 'D'},
-        {"device", required_argument, 0, 'v'},       {"model", required_argument, 0, 'm'},
-        {"width", required_argument, 0, 'w'},        {"epochs", required_argument, 0, 'e'},
-        {"batch-size", required_argument, 0, 'b'},   {"lr", required_argument, 0, 'l'},
-        {"momentum", required_argument, 0, 'M'},     {"nesterov", no_argument, 0, 'n'},
-        {"weight-decay", required_argument, 0, 'W'}, {"label-smoothing", required_argument, 0, 'S'},
-        {"warmup-epochs", required_argument, 0, 'u'}, {"seed", required_argument, 0, 's'},
-        {"metrics", required_argument, 0, 'o'},      {"help", no_argument, 0, 'h'},
-        {"devices", required_argument, 0, 'N'},      {"backend", required_argument, 0, 'B'},
-        {"bucket-mb", required_argument, 0, 'K'},    {"timeout", required_argument, 0, 'T'},
-        {0, 0, 0, 0}};
+    struct option longopts[N_OPTIONS + 2];
+    for (int i = 0; i < N_OPTIONS; i++)
+        longopts[i] = (struct option){OPTIONS[i].name, OPTIONS[i].arg ? required_argument : no_argument, 0,
+                                      OPT_FIRST + i};
+    longopts[N_OPTIONS] = (struct option){"help", no_argument, 0, OPT_HELP};
+    longopts[N_OPTIONS + 1] = (struct option){0, 0, 0, 0};
     opterr = 0;  // we print our own one-line error
     optind = 1;
-    int c, li = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
-        bool dp = groups & CLI_DP, dist = groups & CLI_DIST;
-        if ((c == 'N' && !dp) || ((c == 'B' || c == 'K' || c == 'T') && !dist))
-            usage_error("option --%s does not apply to this lesson", longopts[li].name);
-        switch (c) {
-        case 'd': o->dataset = optarg; break;
-        case 'D': o->data_dir = optarg; break;
-        case 'v': o->device = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 'w': o->width = (int)parse_long("--width", optarg, 1, 4096); break;
-        case 'e': o->epochs = (int)parse_long("--epochs", optarg, 1, 100000); break;
-        case 'b': o->batch_size = (int)parse_long("--batch-size", optarg, 1, 65536); break;
-        case 'l': o->lr = (float)parse_double("--lr", optarg, 0.0, 100.0); break;
-        case 'M': o->momentum = (float)parse_double("--momentum", optarg, 0.0, 0.999); break;
-        case 'n': o->nesterov = true; break;
-        case 'W': o->weight_decay = (float)parse_double("--weight-decay", optarg, 0.0, 1.0); break;
-        case 'S': o->label_smoothing = (float)parse_double("--label-smoothing", optarg, 0.0, 0.999); break;
-        case 'u': o->warmup_epochs = (int)parse_long("--warmup-epochs", optarg, 0, 100000); break;
-        case 's': o->seed = (uint64_t)parse_long("--seed", optarg, 0, 0x7fffffffL); break;
-        case 'o': o->metrics = optarg; break;
-        case 'N': o->devices = (int)parse_long("--devices", optarg, 1, 64); break;
-        case 'B': o->backend = optarg; break;
-        case 'K': o->bucket_mb = parse_double("--bucket-mb", optarg, 0.0, 4096.0); break;
-        case 'T': o->timeout_s = parse_double("--timeout", optarg, 0.1, 86400.0); break;
-        case 'h': cli_usage(stdout, groups); exit(0);
-        default: usage_error("unknown option, or an option without its value: '%s'", argv[optind - 1]);
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (c == OPT_HELP) {
+            cli_usage(stdout, groups);
+            exit(0);
         }
+        if (c < OPT_FIRST || c >= OPT_FIRST + N_OPTIONS)
+            usage_error("unknown option, or an option without its value: '%s'", argv[optind - 1]);
+        const CliOption *opt = &OPTIONS[c - OPT_FIRST];
+        if (!option_applies(opt, groups)) usage_error("option --%s does not apply to this lesson", opt->name);
+        option_set(o, opt, optarg);
     }
     if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-    if (!cli_name_in_list(o->dataset, dataset_names())) usage_error("unknown dataset '%s'", o->dataset);
-    if (o->model && !cli_name_in_list(o->model, model_names())) usage_error("unknown model '%s'", o->model);
-    if (!cli_name_in_list(o->device, "auto|cpu|cuda")) usage_error("--device must be auto, cpu or cuda, got '%s'", o->device);
-    if (!cli_name_in_list(o->backend, "auto|mpi|nccl")) usage_error("--backend must be auto, mpi or nccl, got '%s'", o->backend);
 }
 
 void cli_apply_dataset_defaults(TrainOptions *o) {
-    bool cifar = strncmp(o->dataset, "cifar", 5) == 0;
-    bool fmnist = strcmp(o->dataset, "fashion-mnist") == 0;
-    if (!o->model) o->model = cifar ? "resnet9" : fmnist ? "fmnist" : "tiny-bn";
-    if (!o->epochs) o->epochs = cifar ? 24 : fmnist ? 8 : 3;
+    const DatasetInfo *d = dataset_info(o->dataset);  // cli_parse accepted only names of the table
+    if (!o->model) o->model = d->default_model;
+    if (!o->epochs) o->epochs = d->default_epochs;
 }

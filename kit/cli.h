@@ -4,6 +4,9 @@
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
 // and --bucket-mb); an option outside those groups is an error like any unknown option.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
+//
+// Adding an option: a field below and a row of the option table in kit/cli.c (name, group, type, field,
+// default, range or choices, help). A new group (a lesson's own options): one more CLI_* bit here.
 #ifndef KIT_CLI_H
 #define KIT_CLI_H
 
@@ -29,12 +32,12 @@ typedef struct {
     double timeout_s;         // CLI_DIST: collective timeout
 } TrainOptions;
 
-// Parses argv into *o (defaults first). `groups` is CLI_BASE or'ed with the extra groups accepted.
-// --help prints the usage and exits 0.
+// Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups
+// accepted. --help prints the usage and exits 0.
 void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups);
 void cli_usage(FILE *out, unsigned groups);
-// Dataset-dependent defaults, applied after parsing: the model (resnet9 for CIFAR, fmnist for
-// Fashion-MNIST, tiny-bn for synthetic) and the epoch count of the README's reference schedule.
+// Dataset-dependent defaults, applied after parsing, from the dataset table (kit/data.h): the model and
+// the epoch count of the README's reference schedule, when the command line did not set them.
 void cli_apply_dataset_defaults(TrainOptions *o);
 // Is name one of the entries of "a|b|c"?
 bool cli_name_in_list(const char *name, const char *list);

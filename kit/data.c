@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,21 +56,11 @@ static void dataset_set_stats(Dataset *ds, const float *mean, const float *std) 
     }
 }
 
-const char *dataset_names(void) { return "synthetic|cifar10|cifar100|fashion-mnist"; }
-
 int dataset_load(Dataset *ds, const char *name, const char *dir, Split split, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
-    if (!name) return fail(err, errlen, "no dataset name given: expected %s", dataset_names());
-    if (strcmp(name, "synthetic") == 0) {
-        int n = split == SPLIT_TRAIN ? DATASET_SYNTHETIC_TRAIN : DATASET_SYNTHETIC_TEST;
-        dataset_synthetic(ds, n, 10, 3, 32, 32, DATASET_SYNTHETIC_SEED, split);
-        return 0;
-    }
-    if (!dir) dir = ".";
-    if (strcmp(name, "cifar10") == 0) return dataset_load_cifar10(ds, dir, split, err, errlen);
-    if (strcmp(name, "cifar100") == 0) return dataset_load_cifar100(ds, dir, split, err, errlen);
-    if (strcmp(name, "fashion-mnist") == 0) return dataset_load_fashion_mnist(ds, dir, split, err, errlen);
-    return fail(err, errlen, "unknown dataset '%s': expected %s", name, dataset_names());
+    const DatasetInfo *info = name ? dataset_info(name) : NULL;
+    if (!info) return fail(err, errlen, "unknown dataset '%s': expected %s", name ? name : "", dataset_names());
+    return info->load(ds, dir ? dir : ".", split, err, errlen);
 }
 
 // ---------------------------------------------------------------- CIFAR-10 / CIFAR-100 (binary version)
@@ -557,4 +548,45 @@ void dataset_fill_batch(const Dataset *ds, const int *idx, int b, const Augment 
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- the dataset table
+
+static int load_synthetic(Dataset *ds, const char *dir, Split split, char *err, size_t errlen) {
+    (void)dir, (void)err, (void)errlen;  // generated, never fails
+    int n = split == SPLIT_TRAIN ? DATASET_SYNTHETIC_TRAIN : DATASET_SYNTHETIC_TEST;
+    dataset_synthetic(ds, n, 10, 3, 32, 32, DATASET_SYNTHETIC_SEED, split);
+    return 0;
+}
+
+// Crop + flip suit natural photos; Fashion-MNIST's centred items and the synthetic patterns get neither.
+static const DatasetInfo DATASETS[] = {
+    {"synthetic", load_synthetic, "tiny-bn", 3, {0}},
+    {"cifar10", dataset_load_cifar10, "resnet9", 24, {.crop_pad = 4, .flip = true}},
+    {"cifar100", dataset_load_cifar100, "resnet9", 24, {.crop_pad = 4, .flip = true}},
+    {"fashion-mnist", dataset_load_fashion_mnist, "fmnist", 8, {0}},
+};
+enum { N_DATASETS = (int)(sizeof DATASETS / sizeof DATASETS[0]) };
+
+const DatasetInfo *dataset_at(int i) { return i >= 0 && i < N_DATASETS ? &DATASETS[i] : NULL; }
+
+const DatasetInfo *dataset_info(const char *name) {
+    for (int i = 0; i < N_DATASETS; i++)
+        if (strcmp(name, DATASETS[i].name) == 0) return &DATASETS[i];
+    return NULL;
+}
+
+static char g_dataset_names[128];
+static void join_dataset_names(void) {
+    size_t used = 0;
+    for (int i = 0; i < N_DATASETS; i++)
+        used += (size_t)snprintf(g_dataset_names + used, sizeof g_dataset_names - used, "%s%s", i ? "|" : "",
+                                 DATASETS[i].name);
+    CHECK(used < sizeof g_dataset_names, "g_dataset_names is too small for the dataset table");
+}
+
+const char *dataset_names(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    CHECK_PTHREAD(pthread_once(&once, join_dataset_names));
+    return g_dataset_names;
 }

@@ -25,7 +25,7 @@ typedef struct {
 
 typedef enum { SPLIT_TRAIN, SPLIT_TEST } Split;
 
-// Loads a named dataset ("cifar10" | "cifar100" | "fashion-mnist" | "synthetic") from dir.
+// Loads a dataset of the table below (dataset_info) from dir.
 // Returns 0, or -1 with a one-line message in err naming the file and what was expected
 // (missing, empty, truncated, wrong magic, wrong size, bad label). Never a partial load.
 // File layouts (see datasets/README.md):
@@ -56,14 +56,29 @@ int dataset_load_fashion_mnist(Dataset *ds, const char *dir, Split split, char *
 void dataset_synthetic(Dataset *ds, int n, int classes, int c, int h, int w, uint64_t seed, Split split);
 void dataset_free(Dataset *ds);
 
-// The dataset names dataset_load knows, for --help: "synthetic|cifar10|cifar100|fashion-mnist".
-const char *dataset_names(void);
-
 // ---------------------------------------------------------------- augmentation
 typedef struct {
     int crop_pad;  // random crop after zero-padding by this many pixels (0 = none); CIFAR uses 4
     bool flip;     // random horizontal flip
 } Augment;
+
+// ---------------------------------------------------------------- the dataset table
+// One row per dataset (DATASETS in kit/data.c): everything the kit knows about it. Adding a dataset is a
+// reader and a row; --dataset, --help, the default model and epochs and the augmentation follow from it.
+typedef struct {
+    const char *name;           // --dataset NAME
+    int (*load)(Dataset *ds, const char *dir, Split split, char *err, size_t errlen);  // as dataset_load
+    const char *default_model;  // --model when not given
+    int default_epochs;         // --epochs when not given: the README's reference schedule
+    Augment train_augment;      // for the training split ({0}: none); the test split is never augmented
+} DatasetInfo;
+
+// The row named `name`, or NULL.
+const DatasetInfo *dataset_info(const char *name);
+// The names of the table joined by '|' ("synthetic|cifar10|cifar100|fashion-mnist"), for --help.
+const char *dataset_names(void);
+// Row i of the table, NULL past its end: for (int i = 0; (d = dataset_at(i)) != NULL; i++)
+const DatasetInfo *dataset_at(int i);
 
 // Builds a batch on the host: x (b, C, H, W) normalised floats, y (b) labels, from sample indices idx.
 // aug == NULL: no augmentation. The random crop/flip of a sample depends only on

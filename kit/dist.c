@@ -1,6 +1,6 @@
 // kit/dist.c: the process group over MPI and NCCL (see dist.h).
 //
-// Compiled with MPI's flags and -DKIT_MPI by mk/dist.mk when Open MPI is found; without MPI every
+// Compiled with MPI's flags and -DKIT_MPI by mk/kit.mk when Open MPI is found; without MPI every
 // entry point says how to get it. The NCCL parts need KIT_NCCL (CUDA + NCCL found at build time).
 //
 // Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer

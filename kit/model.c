@@ -2,43 +2,13 @@
 #include "kit/model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kit/check.h"
 #include "kit/rng.h"
-
-// ---------------------------------------------------------------- architectures
-
-static const struct {
-    const char *name;
-    int default_width;
-    const char *what;
-} ARCHS[] = {
-    {"tiny", 16, "2 convs + linear, no BN (tests; a few thousand parameters)"},
-    {"tiny-bn", 16, "tiny with batch norm after each conv"},
-    {"fmnist", 32, "2 conv-BN-ReLU-pool blocks + linear (Fashion-MNIST)"},
-    {"resnet9", 64, "ResNet-9 for CIFAR: prep, 3 stages, 2 residual blocks, linear"},
-};
-#define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
-
-const char *model_names(void) { return "tiny|tiny-bn|fmnist|resnet9"; }
-
-bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes) {
-    for (int i = 0; i < N_ARCHS; i++) {
-        if (strcmp(name, ARCHS[i].name) != 0) continue;
-        memset(cfg, 0, sizeof *cfg);
-        snprintf(cfg->name, sizeof cfg->name, "%s", name);
-        cfg->width = width > 0 ? width : ARCHS[i].default_width;
-        cfg->in_c = in_c;
-        cfg->in_h = in_h;
-        cfg->in_w = in_w;
-        cfg->classes = classes;
-        return true;
-    }
-    return false;
-}
 
 // ---------------------------------------------------------------- building the layer table
 
@@ -81,29 +51,83 @@ static int residual(Model *m, int in, int c) {
     return add_residual(m, in, y);
 }
 
+// The architectures. Each builds its layers from the model input (-1) and returns the last activation,
+// which build_table connects to the linear classifier. w: the base channel count (ModelConfig.width).
+static int build_tiny_common(Model *m, int w, bool bn) {
+    int x = add_simple(m, LAYER_MAXPOOL, conv_block(m, -1, w / 2, bn));
+    x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w, bn));
+    return add_simple(m, LAYER_AVGPOOL, x);
+}
+static int build_tiny(Model *m, int w) { return build_tiny_common(m, w, false); }
+static int build_tiny_bn(Model *m, int w) { return build_tiny_common(m, w, true); }
+
+static int build_fmnist(Model *m, int w) {
+    int x = add_simple(m, LAYER_MAXPOOL, conv_block(m, -1, w, true));
+    return add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));
+}
+
+static int build_resnet9(Model *m, int w) {
+    int x = conv_block(m, -1, w, true);                               // prep
+    x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));  // stage 1
+    x = residual(m, x, 2 * w);
+    x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 4 * w, true));  // stage 2
+    x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 8 * w, true));  // stage 3
+    x = residual(m, x, 8 * w);
+    return add_simple(m, LAYER_AVGPOOL, x);
+}
+
+// The model table: adding an architecture is a build function and a row (--model, --help and
+// model_config follow from it).
+static const struct {
+    const char *name;
+    int default_width;
+    int (*build)(Model *m, int w);
+} ARCHS[] = {
+    {"tiny", 16, build_tiny},        // 2 convs + linear, no BN (tests; a few thousand parameters)
+    {"tiny-bn", 16, build_tiny_bn},  // tiny with batch norm after each conv
+    {"fmnist", 32, build_fmnist},    // 2 conv-BN-ReLU-pool blocks + linear (Fashion-MNIST)
+    {"resnet9", 64, build_resnet9},  // ResNet-9 for CIFAR: prep, 3 stages, 2 residual blocks, linear
+};
+enum { N_ARCHS = (int)(sizeof ARCHS / sizeof ARCHS[0]) };
+
+static int arch_find(const char *name) {
+    for (int i = 0; i < N_ARCHS; i++)
+        if (strcmp(name, ARCHS[i].name) == 0) return i;
+    return -1;
+}
+
+static char g_model_names[128];
+static void join_model_names(void) {
+    size_t used = 0;
+    for (int i = 0; i < N_ARCHS; i++)
+        used += (size_t)snprintf(g_model_names + used, sizeof g_model_names - used, "%s%s", i ? "|" : "",
+                                 ARCHS[i].name);
+    CHECK(used < sizeof g_model_names, "g_model_names is too small for the model table");
+}
+
+const char *model_names(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    CHECK_PTHREAD(pthread_once(&once, join_model_names));
+    return g_model_names;
+}
+
+bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes) {
+    int a = arch_find(name);
+    if (a < 0) return false;
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->name, sizeof cfg->name, "%s", name);
+    cfg->width = width > 0 ? width : ARCHS[a].default_width;
+    cfg->in_c = in_c;
+    cfg->in_h = in_h;
+    cfg->in_w = in_w;
+    cfg->classes = classes;
+    return true;
+}
+
 static void build_table(Model *m) {
-    const ModelConfig *c = &m->cfg;
-    int w = c->width, x = -1;
-    if (strcmp(c->name, "tiny") == 0 || strcmp(c->name, "tiny-bn") == 0) {
-        bool bn = strcmp(c->name, "tiny-bn") == 0;
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w / 2, bn));
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w, bn));
-        x = add_simple(m, LAYER_AVGPOOL, x);
-    } else if (strcmp(c->name, "fmnist") == 0) {
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, w, true));
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));
-    } else if (strcmp(c->name, "resnet9") == 0) {
-        x = conv_block(m, x, w, true);                                  // prep
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 2 * w, true));  // stage 1
-        x = residual(m, x, 2 * w);
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 4 * w, true));  // stage 2
-        x = add_simple(m, LAYER_MAXPOOL, conv_block(m, x, 8 * w, true));  // stage 3
-        x = residual(m, x, 8 * w);
-        x = add_simple(m, LAYER_AVGPOOL, x);
-    } else {
-        die("unknown model '%s' (known: %s)", c->name, model_names());
-    }
-    add_linear(m, x, c->classes);
+    int a = arch_find(m->cfg.name);
+    if (a < 0) die("unknown model '%s' (known: %s)", m->cfg.name, model_names());
+    add_linear(m, ARCHS[a].build(m, m->cfg.width), m->cfg.classes);
 }
 
 // Shape (c, h, w) of activation `idx` (-1 = the model input).
@@ -443,7 +467,9 @@ const TensorView *model_find_view(const Model *m, const char *name) {
 }
 
 static const char *layer_kind_name(LayerKind k) {
-    static const char *names[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "linear"};
+    static const char *names[] = {[LAYER_CONV] = "conv",       [LAYER_BN] = "bn",   [LAYER_RELU] = "relu",
+                                  [LAYER_MAXPOOL] = "maxpool", [LAYER_ADD] = "add", [LAYER_AVGPOOL] = "avgpool",
+                                  [LAYER_LINEAR] = "linear"};
     return names[k];
 }
 

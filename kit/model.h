@@ -115,7 +115,7 @@ typedef struct {
 
 // Fills cfg for a named architecture. Returns false on an unknown name.
 bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes);
-// Comma-separated list of the names model_config knows, for --help.
+// The names of the model table (kit/model.c) joined by '|' ("tiny|tiny-bn|fmnist|resnet9"), for --help.
 const char *model_names(void);
 
 // Builds the layer table, allocates every buffer on `d` for batches of up to max_batch, and

@@ -66,9 +66,7 @@ void train_data_open(TrainData *td, const TrainOptions *o, int rank, int world, 
         die("%s\n  HINT: run `datasets/get-data.sh` (or `make run`), or pass --data-dir", err);
     sampler_init(&td->train_sampler, td->train.n, rank, world, o->seed, SAMPLER_TRAIN_DROP);
     sampler_init(&td->test_sampler, td->test.n, rank, world, o->seed, SAMPLER_EVAL);
-    // Crop + flip suit natural photos; Fashion-MNIST's centred items and the synthetic patterns get neither.
-    static const Augment cifar_aug = {.crop_pad = 4, .flip = true};
-    const Augment *aug = strncmp(o->dataset, "cifar", 5) == 0 ? &cifar_aug : NULL;
+    const Augment *aug = &dataset_info(o->dataset)->train_augment;  // the dataset table (kit/data.c)
     td->train_loader = loader_create(&td->train, &td->train_sampler, local_batch, true, aug, o->seed);
     td->test_loader = loader_create(&td->test, &td->test_sampler, local_batch, false, NULL, o->seed);
     if (loader_batches_per_epoch(td->train_loader) == 0)

@@ -1,5 +1,5 @@
-# mk/config.mk: find the toolchain and libraries. Prints one line per item (once, at the top level).
-# Every probe checks that the thing really works (headers AND library), so there are no false positives.
+# mk/config.mk: find the toolchain and libraries, and set the flags. Prints one line per item (once, at the
+# top level). Every probe checks that the thing really works (headers AND library): no false positives.
 
 CC ?= cc
 ifeq ($(origin CC),default)
@@ -30,7 +30,7 @@ HAVE_CMOCKA := $(call try_link,#include <stdarg.h>\n#include <stddef.h>\n#includ
 # ---- zlib (gzip datasets, CRC32)
 HAVE_ZLIB := $(call try_link,#include <zlib.h>,crc32(0,0,0),-lz)
 
-# ---- Open MPI (lessons 03-05)
+# ---- Open MPI (lessons 03+)
 MPICC := $(shell command -v mpicc 2>/dev/null)
 ifneq ($(MPICC),)
   MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
@@ -83,8 +83,11 @@ OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2)
 comma := ,
 SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 CPPFLAGS += -I. $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)
-# KIT_NCCL: the process group's NCCL backend (kit/dist.c); binaries that use it link -lnccl (DIST_LIBS).
+# KIT_NCCL: the process group's NCCL backend (kit/dist.c), built when CUDA and NCCL are both found.
 CPPFLAGS += $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-DKIT_NCCL)
+# The one link rule for programs that may call the process group (lessons with NEEDS := mpi, tests/mpi_*.c,
+# the benchmarks): after libkit.a.
+DIST_LIBS := $(MPI_LIBS) $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-lnccl)
 CFLAGS += -std=c11 -D_GNU_SOURCE -fopenmp $(OPT) $(WARN) $(SAN)
 LDFLAGS += -fopenmp $(SAN)
 LDLIBS += $(OPENBLAS_LIBS) -lz -lm -lpthread $(if $(HAVE_CUDA),$(CUDA_LIBS))

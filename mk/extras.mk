@@ -1,9 +1,12 @@
-# mk/extras.mk: `make run`, slides, plots.
+# mk/extras.mk: `make run`, slides, plots and benchmarks.
 #
 #   make run      install what is missing, build lesson 01's solution, get data, train (ARGS="..." adds options)
 #   make slides   slides/NN-name.md -> slides/NN-name.pdf (pandoc + beamer; TikZ inside the Markdown
 #                 or \input{file.tex} of a file in slides/); instructor notes (*.notes.md) are not decks
 #   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
+#   make bench-cpu        kit vs PyTorch on the CPU, resnet9 + fmnist at batch 128 -> bench/results-cpu.md
+#   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch -> bench/results-gpu.md
+#   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs) -> bench/results-allreduce.md
 
 RUN_LESSON := 01-single-gpu
 RUN_BIN := $(BUILD)/solutions/$(RUN_LESSON)/train
@@ -64,3 +67,32 @@ plot:
 	@scripts/plot-metrics.sh $(METRICS)
 
 HELP_TARGETS += run slides plot
+
+# ---------------------------------------------------------------- benchmarks (bench/README.md)
+# One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.
+$(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+
+BENCH_CPU_ARGS ?=
+ALL_TARGETS += $(BUILD)/bench/bench_cpu $(if $(HAVE_CUDA),$(BUILD)/bench/bench_gpu) \
+               $(if $(filter yes,$(HAVE_MPI)),$(BUILD)/bench/bench_allreduce)
+HELP_TARGETS += bench-cpu bench-gpu bench-allreduce
+.PHONY: bench-cpu bench-gpu bench-allreduce
+
+bench-cpu: $(BUILD)/bench/bench_cpu
+	@python3 -c "import torch" 2>/dev/null || { echo "bench-cpu: needs PyTorch (CPU) in python3: pip install torch"; exit 1; }
+	python3 bench/torch_cpu.py --kit-bin $< --out bench/results-cpu.md $(BENCH_CPU_ARGS)
+	@cat bench/results-cpu.md
+
+bench-gpu: $(BUILD)/bench/bench_gpu
+	python3 bench/torch_gpu.py --kit $< --batch $(or $(BATCH),512) --out bench/results-gpu.md
+
+ifeq ($(HAVE_MPI),yes)
+bench-allreduce: $(BUILD)/bench/bench_allreduce
+	@bench/run-allreduce.sh $< bench/results-allreduce.md
+else
+bench-allreduce:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif

@@ -1,4 +1,5 @@
-# mk/lessons.mk: lesson programs, generated starters, the autograder and grading.
+# mk/lessons.mk: lesson programs, generated starters, the autograder and grading. Lessons are found by
+# pattern: adding solutions/NN-name/ (and tests/lessonNN/) needs no change here.
 #
 # solutions/NN-name/  the one source; lessons/NN-name/ is generated from it (scripts/make-starters)
 # A lesson's program is every .c file of its folder (main() in train.c, inside #ifndef AUTOGRADER),
@@ -6,10 +7,12 @@
 #   $(BUILD)/solutions/NN-name/train        $(BUILD)/lessons/NN-name/train
 #   $(BUILD)/grade-solutions/test_lessonNN  $(BUILD)/grade-lessons/test_lessonNN
 # The autograder binary is tests/lessonNN/*.c (cmocka, main from tests/grading.h) linked with the
-# lesson's sources built with -DAUTOGRADER.
+# lesson's sources built with -DAUTOGRADER. A lesson's checks beyond the autograder (more world sizes, a killed
+# rank, ...) go in tests/lessonNN/run-tests.sh, run as `tests/lessonNN/run-tests.sh AUTOGRADER PROGRAM` on the
+# solution by `make test-lessonNN` (part of `make test`).
 #
 # What a lesson needs beyond the kit: an optional solutions/NN-name/lesson.mk (copied to lessons/):
-#   NEEDS := mpi        compile and link with Open MPI (MPI_CFLAGS / MPI_LIBS) and NCCL when found
+#   NEEDS := mpi        compile with Open MPI's flags, link $(DIST_LIBS) (MPI, and NCCL when found)
 #   DEFAULT_NP := 2     ranks for `make lesson-NN` when NP= is not given (default 1)
 #   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
@@ -32,7 +35,7 @@ define lesson_read_config
 NEEDS :=
 DEFAULT_NP := 1
 GRADE_NP := 1
--include solutions/$(1)/lesson.mk
+include $(wildcard solutions/$(1)/lesson.mk)
 NEEDS_$(1) := $$(NEEDS)
 DEFAULT_NP_$(1) := $$(DEFAULT_NP)
 GRADE_NP_$(1) := $$(GRADE_NP)
@@ -131,3 +134,19 @@ grade-solutions: $(KIT_LIB)
 
 grade-starters: $(KIT_LIB)
 	@$(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons
+
+# ---------------------------------------------------------------- a lesson's extra checks (tests/lessonNN/run-tests.sh)
+lesson_extra = $(wildcard tests/lesson$(call lesson_num,$(1))/run-tests.sh)
+define lesson_extra_rule
+.PHONY: test-lesson$(2)
+HELP_TARGETS += test-lesson$(2)
+ifneq ($(filter $(1),$(LESSONS_GRADED)),)
+TEST_TARGETS += test-lesson$(2)
+test-lesson$(2): $(GRADE_SOLUTIONS_OUT)/test_lesson$(2) $(BUILD)/solutions/$(1)/train
+	@tests/lesson$(2)/run-tests.sh $$^
+else
+test-lesson$(2):
+	@echo "test-lesson$(2): skipped: lesson $(1) needs $(foreach n,$(call lesson_missing,$(1)),$(NEEDS_PACKAGE_$(n))) (make deps)"
+endif
+endef
+$(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))

@@ -79,14 +79,15 @@ static void test_mistakes_are_usage_errors(void **state) {
         {"train", "--device", "tpu"},        {"train", "--devices", "2"},    {"train", "--epochs", NULL},
     };
     const char *why[] = {"unknown option", "--epochs needs an integer", "--epochs needs an integer",
-                         "unknown dataset 'imagenet'", "unknown model 'vgg'", "--lr needs a number",
+                         "--dataset must be synthetic, cifar10, cifar100 or fashion-mnist, got 'imagenet'",
+                         "--model must be tiny, tiny-bn, fmnist or resnet9, got 'vgg'", "--lr needs a number",
                          "--device must be auto, cpu or cuda", "--devices does not apply", "without its value"};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
         int argc = a[i][2] ? 3 : 2;
         check_error(CLI_BASE, argc, a[i], 2, why[i]);
     }
     char *b[] = {"train", "--backend", "gloo", NULL};
-    check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi or nccl");
+    check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi or nccl, got 'gloo'");
 }
 
 // --device cuda where no GPU is usable: a clear error (status 1), not a silent fallback to the CPU.
