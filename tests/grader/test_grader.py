@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Tests of the grading driver (tests/grade.py) against hostile and broken submissions.
+
+A minimal kit with one lesson (tests/grader/fake: lesson 99, `lesson_add`) is copied to a temporary folder
+with the real tests/grade.py and tests/grading.h, then graded: its solution and starter (learner mode), and a
+class of submissions (tests/grader/attacks/<name>/add.c, instructor mode), each with one attack or mistake.
+Every attack must end with 0 points and a clear reason, the kit's files unchanged, no process left behind,
+and every other student graded. Run by `make test-grader` (part of `make test`); Python 3 standard library.
+"""
+import csv
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+sys.path.insert(0, TESTS)
+import grade  # noqa: E402  (the pure functions are tested directly)
+
+ROOT = None  # the temporary kit
+
+
+def setUpModule():
+    global ROOT
+    ROOT = tempfile.mkdtemp(prefix="grader-test-")
+    shutil.copytree(os.path.join(HERE, "fake"), ROOT, dirs_exist_ok=True)
+    for f in ("grade.py", "grading.h"):
+        shutil.copy2(os.path.join(TESTS, f), os.path.join(ROOT, "tests", f))
+
+
+def tearDownModule():
+    shutil.rmtree(ROOT, ignore_errors=True)
+
+
+def run_grade(*args, sandbox=None, timeout=300):
+    env = dict(os.environ)
+    env.pop("MAKEFLAGS", None)
+    if sandbox:
+        env["GRADE_SANDBOX"] = sandbox
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "grade.py"), *args], cwd=ROOT, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+def kit_digest():
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "**"), recursive=True)
+                       + glob.glob(os.path.join(ROOT, "kit", "*"))):
+        if os.path.isfile(path):
+            h.update(path.encode() + open(path, "rb").read())
+    return h.hexdigest()
+
+
+def escapees():
+    found = []
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            if open(comm).read().strip() == "grader-escapee":
+                found.append(comm.split("/")[2])
+        except OSError:
+            pass
+    return found
+
+
+def submissions(names):
+    d = tempfile.mkdtemp(prefix="class-", dir=ROOT)
+    for n in names:
+        shutil.copytree(os.path.join(HERE, "attacks", n), os.path.join(d, n, "99"))
+    return d
+
+
+class ClassRun:
+    """One instructor-mode run over some of the attacks; results per student."""
+
+    def __init__(self, names, sandbox=None):
+        self.before = kit_digest()
+        subs = submissions(names)
+        self.out = os.path.join(ROOT, f"graded-{sandbox or 'auto'}")
+        self.rc, self.log = run_grade("--submissions", subs, "--out", self.out, "--jobs", "2", "--mem-mb", "128",
+                                      sandbox=sandbox)
+        self.after = kit_digest()
+        with open(os.path.join(self.out, "class.csv"), newline="") as f:
+            self.rows = {r["student"]: r for r in csv.DictReader(f)}
+
+    def tests(self, student):
+        with open(os.path.join(self.out, student, "results.json")) as f:
+            return {t["name"].split(": ")[1]: t for t in json.load(f)["tests"]}
+
+
+ATTACKS = ["honest", "wrong", "rewrite", "setsid", "shm", "ctrlchars", "killparent", "forge_xml", "forge_ctor",
+           "forge_channel", "preinit", "interpose", "header"]
+
+
+class TestLearnerMode(unittest.TestCase):
+    def test_solution_passes_and_starter_fails(self):
+        rc, log = run_grade("--solutions", "--expect", "pass")
+        self.assertEqual(rc, 0, log)
+        self.assertIn("Not verified on this machine", log)
+        self.assertIn("test_needs_gpu: no usable GPU: this is the fake lesson", log)
+        rc, log = run_grade("--expect", "fail")
+        self.assertEqual(rc, 0, log)
+        self.assertIn("0 != 5", log)  # cmocka's 0x5 shown in decimal
+
+    def test_killing_the_parent_still_prints_a_table(self):
+        lessons = tempfile.mkdtemp(prefix="learner-", dir=ROOT)
+        shutil.copytree(os.path.join(HERE, "attacks", "killparent"), os.path.join(lessons, "99-fake"))
+        for sandbox in ("none", None):
+            rc, log = run_grade("--lessons-dir", lessons, sandbox=sandbox)
+            self.assertEqual(rc, 0, log)
+            self.assertIn("TOTAL", log)
+            self.assertRegex(log, r"TOTAL\s+0/4")
+
+
+class TestClass(unittest.TestCase):
+    """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
+    run = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.run = ClassRun(ATTACKS)
+
+    def test_run_completes_for_everyone(self):
+        self.assertEqual(self.run.rc, 0, self.run.log)
+        self.assertEqual(sorted(self.run.rows), sorted(ATTACKS), self.run.log)
+
+    def test_honest_scores_and_every_attack_scores_zero(self):
+        self.assertEqual(self.run.rows["honest"]["total"], "3", self.run.log)
+        for name in ATTACKS[1:]:
+            self.assertEqual(self.run.rows[name]["total"], "0", f"{name}: {self.run.rows[name]}\n{self.run.log}")
+
+    def test_kit_files_unchanged(self):
+        self.assertEqual(self.run.before, self.run.after)
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
+        rc, log = run_grade("--expect", "fail")  # the next run still grades with the real tests
+        self.assertEqual(rc, 0, log)
+
+    def test_no_process_left_behind(self):
+        self.assertEqual(escapees(), [])
+
+    def test_shared_memory_is_counted(self):
+        t = self.run.tests("shm")["test_add"]
+        self.assertIn("memory", t["output"])
+
+    def test_forgeries_are_errors(self):
+        for name in ("forge_xml", "forge_ctor", "forge_channel"):
+            for test, t in self.run.tests(name).items():
+                self.assertEqual(t["score"], 0, f"{name} {test}: {t}")
+        self.assertIn("forged", self.run.tests("forge_channel")["test_add"]["output"])
+
+    def test_refused_objects(self):
+        self.assertIn(".preinit_array", self.run.tests("preinit")["test_add"]["output"])
+        self.assertIn("_assert_int_equal", self.run.tests("interpose")["test_add"]["output"])
+
+    def test_headers_of_the_kit_are_not_replaced(self):
+        self.assertIn("grading.h left out", self.run.rows["header"]["notes"])
+        self.assertIn("FAIL", self.run.tests("header")["test_add"]["output"])
+
+    def test_junit_is_valid_xml(self):
+        for name in ATTACKS:
+            ET.parse(os.path.join(self.run.out, name, "junit.xml"))
+        self.assertIn("bad bytes", open(os.path.join(self.run.out, "ctrlchars", "junit.xml")).read())
+
+
+class TestClassWithoutSandbox(unittest.TestCase):
+    """GRADE_SANDBOX=none (no bubblewrap): the supervisor, the guard and the channel still hold."""
+
+    def test_attacks(self):
+        names = ["honest", "rewrite", "setsid", "killparent", "forge_channel"]
+        run = ClassRun(names, sandbox="none")
+        self.assertEqual(run.rc, 0, run.log)
+        self.assertEqual(sorted(run.rows), sorted(names), run.log)
+        self.assertEqual(run.rows["honest"]["total"], "3", run.log)
+        for name in names[1:]:
+            self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
+        self.assertEqual(run.before, run.after)
+        self.assertIn("changed the kit's files", run.tests("rewrite")["test_add"]["output"])
+        self.assertIn("supervisor was killed", run.tests("killparent")["test_add"]["output"])
+        self.assertEqual(escapees(), [])
+
+
+class TestMessages(unittest.TestCase):
+    def test_decimal_counts(self):
+        self.assertEqual(grade.one_line("0xa != 0x14\nt.c:3: error: Failure!"), "10 != 20 (t.c:3)")
+        self.assertEqual(grade.one_line("0 != 0xffffffffffffffff"), "0 != -1")
+        self.assertEqual(grade.one_line("checksum 0xdeadbeef"), "checksum 0xdeadbeef")
+
+    def test_failing_rank_own_stderr(self):
+        out = "\n".join([
+            "[1,0]<stdout>:lesson 03: 2 ranks, device cpu",
+            "[1,1]<stdout>:lesson 03: rank 1 ready",
+            "[1,1]<stderr>:the gradient on rank 1 is 2x the global mean",
+            "[1,1]<stderr>:[  ERROR   ] --- ",
+        ])
+        self.assertEqual(grade.failure_text(out, failing=[1]), "the gradient on rank 1 is 2x the global mean")
+        died = "[1,0]<stdout>:banner of rank 0\n[1,1]<stderr>:rank 1: out of memory in pg_allreduce"
+        self.assertEqual(grade.failure_text(died, failing=[1]), "rank 1: out of memory in pg_allreduce")
+
+    def test_timeout_text(self):
+        out = ("[1,0]<stdout>:banner\n[1,0]<stderr>:rank 0: all-reduce of 10 floats timed out after 7.5 s: a peer "
+               "rank died or stalled (see its log)\n")
+        self.assertTrue(grade.timeout_text(out).startswith("rank 0: all-reduce of 10 floats timed out"))
+
+    def test_junit_cleans_every_string(self):
+        r = grade.result(type("L", (), {"num": "99", "name": "99-fake"}), ("t\x01", 1, "h\x02", None), grade.FAIL,
+                         "\x1b[31m(t.c:3)", "out\x07put")
+        ET.fromstring(grade.junit_xml([r]))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
