@@ -448,15 +448,17 @@ def choose_sandbox(scratch_base):
 
 
 class Guard:
-    """What the code under test must never change: the kit's own files. Snapshots them (content kept in memory),
-    and after each test puts back anything changed, deleted or added. With the sandbox it never fires."""
+    """Without a sandbox only: what the code under test must never change, the kit's own files. Snapshots them
+    (content kept in memory) and after each test puts back anything changed or deleted, and moves anything
+    added (a tests/lessonNN/*.c would be compiled into the next build) to a quarantine folder, where the
+    changed versions go too: nothing is lost should a person edit the kit while a grading runs."""
 
     DIRS = ("tests", "kit", "scripts", "mk", "datasets", "solutions")
     SKIP = ("datasets/data",)
     MAX_BYTES = 8 << 20
 
-    def __init__(self, root, extra_dirs=()):
-        self.root = root
+    def __init__(self, root, quarantine, extra_dirs=()):
+        self.root, self.quarantine = root, quarantine
         self.lock = threading.Lock()
         self.tops = [os.path.join(root, d) for d in self.DIRS] + [os.path.join(root, "Makefile")]
         self.tops += [os.path.abspath(d) for d in extra_dirs]
@@ -464,7 +466,7 @@ class Guard:
 
     def walk(self):
         for top in self.tops:
-            if os.path.isfile(top):
+            if os.path.isfile(top) or os.path.islink(top):
                 yield top
             for dirpath, dirnames, filenames in os.walk(top):
                 rel = os.path.relpath(dirpath, self.root)
@@ -477,12 +479,11 @@ class Guard:
         for path in self.walk():
             try:
                 st = os.lstat(path)
-                sig = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode)
                 data = None
                 if with_content and stat_regular(st) and st.st_size <= self.MAX_BYTES:
                     with open(path, "rb") as f:
                         data = f.read()
-                files[path] = (sig, data)
+                files[path] = ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode), data)
             except OSError:
                 pass
         return files
@@ -491,24 +492,27 @@ class Guard:
         """Puts back what changed since the snapshot. Returns the paths that had changed (relative to root)."""
         with self.lock:
             now = self.scan(with_content=False)
-            changed = []
-            for path, (sig, _) in now.items():
-                if path not in self.files:
-                    changed.append(path)
-                    remove_path(path)
-                elif self.files[path][0] != sig:
-                    changed.append(path)
+            changed = [p for p, (sig, _) in now.items() if p not in self.files or self.files[p][0] != sig]
+            changed += [p for p in self.files.keys() - now.keys()]
+            for path in changed:
+                if path in now:
+                    self.move_aside(path)
+                if path in self.files:
                     self.restore(path)
-            for path in self.files.keys() - now.keys():
-                changed.append(path)
-                self.restore(path)
             return sorted(os.path.relpath(p, self.root) for p in changed)
+
+    def move_aside(self, path):
+        dest = os.path.join(self.quarantine, time.strftime("%Y%m%d-%H%M%S"), os.path.relpath(path, self.root))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(path, dest)
+        except OSError:
+            remove_path(path)
 
     def restore(self, path):
         sig, data = self.files[path]
         if data is None:
             return
-        remove_path(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
@@ -891,6 +895,8 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
         obj_dir = os.path.join(out, lesson.name)
     if not os.path.isdir(source_dir):
         return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in lesson.tests], ""
+    if ctx.guard:
+        ctx.guard.check()  # builds only from the kit's own files
     ok, log = build(root, build_dir, binary, args, log_path)
     if lessons_dir and os.path.isabs(lessons_dir):  # a staged copy: show paths as the student knows them
         log = log.replace(lessons_dir.rstrip("/") + "/", (shown_dir.rstrip("/") + "/") if shown_dir else "")
@@ -923,8 +929,6 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
     refused = check_objects(binary, objects, kit_libs, shown)
     if refused:
         return [result(lesson, t, ERROR, refused) for t in lesson.tests], log
-    if ctx.guard:
-        ctx.guard.check()  # the build is the grader's own: nothing to blame on a test
     return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in lesson.tests], log
 
 
@@ -1202,15 +1206,19 @@ def instructor(args, lessons, make_args, limits, ctx):
     ok, log = build(root, args.build, os.path.join(args.build, "libkit.a"), make_args)
     if not ok:
         raise SystemExit("grade: the kit itself does not build:\n" + log[-3000:])
+    workers = max(1, args.jobs)
     if ctx.guard:
         ctx.guard.check()
-    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {args.jobs} at a time")
+        if workers > 1:  # one student's test could change the kit while another student's build reads it
+            print("grade: note: without a sandbox students are graded one at a time (--jobs 1)")
+            workers = 1
+    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time")
     rows = {}
     jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
             for s in students]
     # Threads: each test runs in its own supervisor process (tests never run inside the grader), so nothing
     # a student's code does to its parent process reaches the grader or another student.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(grade_student, *j): j[3] for j in jobs}
         for fut in concurrent.futures.as_completed(futures):
             s = os.path.basename(futures[fut])
@@ -1272,7 +1280,10 @@ def main():
     scratch = tempfile.mkdtemp(prefix="grade-")
     try:
         sandbox = choose_sandbox(scratch)
-        guard = Guard(ROOT, [args.submissions] if args.submissions else [])
+        guard = None
+        if sandbox == "none":
+            quarantine = os.path.join(ROOT, args.build, "grade-quarantine")
+            guard = Guard(ROOT, quarantine, [args.submissions] if args.submissions else [])
         ctx = Context(scratch, sandbox, guard)
         if args.submissions:
             return instructor(args, lessons, make_args, limits, ctx)

@@ -54,7 +54,8 @@ def kit_digest():
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "**"), recursive=True)
                        + glob.glob(os.path.join(ROOT, "kit", "*"))):
         if os.path.isfile(path):
-            h.update(path.encode() + open(path, "rb").read())
+            with open(path, "rb") as f:
+                h.update(path.encode() + f.read())
     return h.hexdigest()
 
 
@@ -62,7 +63,9 @@ def escapees():
     found = []
     for comm in glob.glob("/proc/[0-9]*/comm"):
         try:
-            if open(comm).read().strip() == "grader-escapee":
+            with open(comm) as f:
+                name = f.read().strip()
+            if name == "grader-escapee":
                 found.append(comm.split("/")[2])
         except OSError:
             pass
@@ -96,6 +99,7 @@ class ClassRun:
 
 ATTACKS = ["honest", "wrong", "rewrite", "setsid", "shm", "ctrlchars", "killparent", "forge_xml", "forge_ctor",
            "forge_channel", "preinit", "interpose", "header"]
+CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid")]  # every one of these must score 0
 
 
 class TestLearnerMode(unittest.TestCase):
@@ -120,23 +124,24 @@ class TestLearnerMode(unittest.TestCase):
 
 class TestClass(unittest.TestCase):
     """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
-    run = None
+    cr = None
 
     @classmethod
     def setUpClass(cls):
-        cls.run = ClassRun(ATTACKS)
+        cls.cr = ClassRun(ATTACKS)
 
     def test_run_completes_for_everyone(self):
-        self.assertEqual(self.run.rc, 0, self.run.log)
-        self.assertEqual(sorted(self.run.rows), sorted(ATTACKS), self.run.log)
+        self.assertEqual(self.cr.rc, 0, self.cr.log)
+        self.assertEqual(sorted(self.cr.rows), sorted(ATTACKS), self.cr.log)
 
     def test_honest_scores_and_every_attack_scores_zero(self):
-        self.assertEqual(self.run.rows["honest"]["total"], "3", self.run.log)
-        for name in ATTACKS[1:]:
-            self.assertEqual(self.run.rows[name]["total"], "0", f"{name}: {self.run.rows[name]}\n{self.run.log}")
+        self.assertEqual(self.cr.rows["honest"]["total"], "3", self.cr.log)
+        self.assertEqual(self.cr.rows["setsid"]["total"], "3", self.cr.log)  # right answers; its child is killed
+        for name in CHEATS:
+            self.assertEqual(self.cr.rows[name]["total"], "0", f"{name}: {self.cr.rows[name]}\n{self.cr.log}")
 
     def test_kit_files_unchanged(self):
-        self.assertEqual(self.run.before, self.run.after)
+        self.assertEqual(self.cr.before, self.cr.after)
         self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
         rc, log = run_grade("--expect", "fail")  # the next run still grades with the real tests
         self.assertEqual(rc, 0, log)
@@ -145,27 +150,28 @@ class TestClass(unittest.TestCase):
         self.assertEqual(escapees(), [])
 
     def test_shared_memory_is_counted(self):
-        t = self.run.tests("shm")["test_add"]
+        t = self.cr.tests("shm")["test_add"]
         self.assertIn("memory", t["output"])
 
     def test_forgeries_are_errors(self):
         for name in ("forge_xml", "forge_ctor", "forge_channel"):
-            for test, t in self.run.tests(name).items():
+            for test, t in self.cr.tests(name).items():
                 self.assertEqual(t["score"], 0, f"{name} {test}: {t}")
-        self.assertIn("forged", self.run.tests("forge_channel")["test_add"]["output"])
+        self.assertIn("forged", self.cr.tests("forge_channel")["test_add"]["output"])
 
     def test_refused_objects(self):
-        self.assertIn(".preinit_array", self.run.tests("preinit")["test_add"]["output"])
-        self.assertIn("_assert_int_equal", self.run.tests("interpose")["test_add"]["output"])
+        self.assertIn(".preinit_array", self.cr.tests("preinit")["test_add"]["output"])
+        self.assertIn("_assert_int_equal", self.cr.tests("interpose")["test_add"]["output"])
 
     def test_headers_of_the_kit_are_not_replaced(self):
-        self.assertIn("grading.h left out", self.run.rows["header"]["notes"])
-        self.assertIn("FAIL", self.run.tests("header")["test_add"]["output"])
+        self.assertIn("grading.h left out", self.cr.rows["header"]["notes"])
+        self.assertIn("FAIL", self.cr.tests("header")["test_add"]["output"])
 
     def test_junit_is_valid_xml(self):
         for name in ATTACKS:
-            ET.parse(os.path.join(self.run.out, name, "junit.xml"))
-        self.assertIn("bad bytes", open(os.path.join(self.run.out, "ctrlchars", "junit.xml")).read())
+            ET.parse(os.path.join(self.cr.out, name, "junit.xml"))
+        with open(os.path.join(self.cr.out, "ctrlchars", "junit.xml")) as f:
+            self.assertIn("bad bytes", f.read())
 
 
 class TestClassWithoutSandbox(unittest.TestCase):
@@ -177,7 +183,8 @@ class TestClassWithoutSandbox(unittest.TestCase):
         self.assertEqual(run.rc, 0, run.log)
         self.assertEqual(sorted(run.rows), sorted(names), run.log)
         self.assertEqual(run.rows["honest"]["total"], "3", run.log)
-        for name in names[1:]:
+        self.assertEqual(run.rows["setsid"]["total"], "3", run.log)
+        for name in ("rewrite", "killparent", "forge_channel"):
             self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
         self.assertEqual(run.before, run.after)
         self.assertIn("changed the kit's files", run.tests("rewrite")["test_add"]["output"])

@@ -1,5 +1,5 @@
 // Attack: kill the parent process (in an unsandboxed grader with a process pool: the whole class run).
-// Must score 0 here and every other student must still be graded.
+// Must score 0 and every other student must still be graded.
 #include <signal.h>
 #include <unistd.h>
 
@@ -7,6 +7,5 @@
 
 int lesson_add(int a, int b) {
     kill(getppid(), SIGKILL);
-    sleep(1);
-    return a + b;
+    return 0;
 }

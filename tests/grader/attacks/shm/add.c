@@ -11,7 +11,7 @@ int lesson_add(int a, int b) {
     char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p != MAP_FAILED) {
         memset(p, 1, n);
-        sleep(3);
+        sleep(1);
     }
     return a + b;
 }
