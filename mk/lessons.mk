@@ -132,3 +132,11 @@ grade-solutions: $(KIT_LIB)
 
 grade-starters: $(KIT_LIB)
 	@$(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons
+
+# ---- grader self-tests (issue 10, section 5): tests/grade.py against hostile and broken submissions, on a
+# minimal fake lesson (tests/grader/); about half a minute.
+.PHONY: test-grader
+TEST_TARGETS += test-grader
+HELP_TARGETS += test-grader
+test-grader:
+	@$(PYTHON) tests/grader/test_grader.py
