@@ -182,10 +182,12 @@ def limiter(limits, timeout, asan, cuda):
         cap(resource.RLIMIT_CPU, cpu, cpu + 5)
         cap(resource.RLIMIT_FSIZE, limits.fsize_mb << 20)  # also bounds a runaway printf loop's log
         if limits.mem_mb > 0:
-            # RLIMIT_DATA misses MAP_SHARED mappings and RLIMIT_AS breaks ASan and CUDA (huge reservations):
-            # the address space is capped where it can be, and the supervisor watches the resident memory
-            # (anonymous + shared) of the whole process tree in every case.
-            cap(resource.RLIMIT_DATA, limits.mem_mb << 20)
+            # RLIMIT_DATA misses MAP_SHARED mappings; RLIMIT_AS breaks CUDA, and both break ASan (their
+            # huge reservations of address space). So: the address space is capped where it can be, the data
+            # segment where it can be, and the supervisor watches the resident memory (anonymous + shared) of
+            # the whole process tree in every case, ASan builds included.
+            if not asan:
+                cap(resource.RLIMIT_DATA, limits.mem_mb << 20)
             if not asan and not cuda:
                 cap(resource.RLIMIT_AS, (limits.mem_mb + AS_SLACK_MB) << 20)
     return apply
@@ -801,8 +803,10 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
         status, message = PASS, ""
     output = tail(log)
     failing = sorted(r for r in tokens if verdicts.get(r) != PASS)
-    if status in (FAIL, CRASH, ERROR) and lesson.np > 1:
-        said = timeout_text(output)  # a collective that timed out says why; "a rank died" does not
+    if status in (CRASH, ERROR) and lesson.np > 1:
+        # "a rank died" alone does not say why: a collective that timed out says so on some rank; else the
+        # first line the failing rank wrote to its stderr.
+        said = timeout_text(output) or rank_story(output, failing)
         if said:
             message = said + "\n" + message
     if status == FAIL and one_line(message).startswith("("):
@@ -813,11 +817,54 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
         said = failure_text(own, failing)
         if said:
             message = said[:300] + "\n" + message
+    if "printed above" in message:  # the table shows one line: bring in what was printed above
+        message = printed_above(message, output, failing)
     if status == SKIP:  # the reason the test printed (display only)
         said = [l.split("]", 1)[1].strip() for l in output.splitlines() if "[  SKIP" in l and "]" in l]
         message = f"skipped: {said[-1]}" if said and said[-1] else message
     shutil.rmtree(scratch, ignore_errors=True)
     return result(lesson, test, status, message, output, seconds)
+
+
+def tagged_streams(output):
+    """{(rank, 'stdout'|'stderr'): [lines]} of mpirun --tag-output; {(0, 'stdout'): all lines} otherwise."""
+    streams = {}
+    for line in output.splitlines():
+        m = re.match(r"^\[\d+,(\d+)\]<(std(?:out|err))>:(.*)$", line)
+        key, text = ((int(m.group(1)), m.group(2)), m.group(3)) if m else ((0, "stdout"), line)
+        streams.setdefault(key, []).append(text)
+    return streams
+
+
+def rank_story(output, failing):
+    """'rank R: <first line R wrote to stderr>' for the rank the launcher names as the first to fail, else for
+    the first rank without a passing verdict."""
+    named = re.search(r"Process name: \[\[\d+,\d+\],(\d+)\]|process rank (\d+)", output)
+    order = ([int(named.group(1) or named.group(2))] if named else []) + sorted(failing)
+    streams = tagged_streams(output)
+    for rank in order:
+        lines = [l.strip() for l in streams.get((rank, "stderr"), [])
+                 if l.strip() and not l.lstrip().startswith(("[", "<"))]
+        if lines:
+            return f"rank {rank}: {lines[0]}"[:300]
+    return ""
+
+
+def printed_above(message, output, failing):
+    """A message that refers to a line "printed above" gets that line (the one printed just before it, on the
+    same rank and stream); without one, the reference goes."""
+    found = ""
+    streams = tagged_streams(output)
+    keys = sorted(streams, key=lambda k: (k[0] not in failing, k[1] != "stderr", k[0]))
+    for key in keys:
+        lines = [l.strip() for l in streams[key] if l.strip() and not l.lstrip().startswith(("[", "<"))]
+        for i, line in enumerate(lines):
+            if "printed above" in line and i > 0:
+                found = lines[i - 1]
+                break
+        if found:
+            break
+    return re.sub(r"\s*\([^()]*printed above\)", (": " + found.replace("\\", "/")) if found else "", message)
 
 
 def timeout_text(output):

@@ -214,6 +214,19 @@ class TestMessages(unittest.TestCase):
                "rank died or stalled (see its log)\n")
         self.assertTrue(grade.timeout_text(out).startswith("rank 0: all-reduce of 10 floats timed out"))
 
+    def test_dead_rank_says_why(self):
+        out = ("[1,0]<stdout>:process group: 2 ranks\n[1,1]<stderr>:epoch 1 starts with epoch 0's batch again\n"
+               "[1,1]<stderr>:kit/data.c:512: ds->c >= 1\n---------\n  Process name: [[2197,1],1]\n")
+        self.assertEqual(grade.rank_story(out, [0, 1]), "rank 1: epoch 1 starts with epoch 0's batch again")
+
+    def test_printed_above_is_brought_in(self):
+        msg = "the replicas stopped being identical (the first step where they differ is printed above)"
+        out = f"[1,1]<stderr>:after step 1 the replicas differ: momentum\n[1,1]<stderr>:{msg}\n"
+        self.assertEqual(grade.printed_above(msg, out, [1]),
+                         "the replicas stopped being identical: after step 1 the replicas differ: momentum")
+        self.assertEqual(grade.printed_above(msg, f"[1,0]<stderr>:{msg}\n", [0]),
+                         "the replicas stopped being identical")
+
     def test_junit_cleans_every_string(self):
         r = grade.result(type("L", (), {"num": "99", "name": "99-fake"}), ("t\x01", 1, "h\x02", None), grade.FAIL,
                          "\x1b[31m(t.c:3)", "out\x07put")
