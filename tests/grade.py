@@ -327,6 +327,7 @@ def supervise():
     os.close(log)
     statuses = {}
     deadline = time.monotonic() + cfg["timeout"]
+    nap = 0.002  # short tests end in milliseconds: poll fast at first, then every MEMORY_POLL_S
     while p.pid not in statuses:
         reap_children(statuses)
         if p.pid in statuses:
@@ -340,7 +341,8 @@ def supervise():
             if used > limits.mem_mb:
                 outcome["mem_over"] = True
                 break
-        time.sleep(MEMORY_POLL_S)
+        time.sleep(nap)
+        nap = min(MEMORY_POLL_S, nap * 2)
     left = kill_descendants(statuses)  # everything the test left behind, setsid() or not
     if p.pid in statuses:
         outcome["rc"] = os.waitstatus_to_exitcode(statuses[p.pid])

@@ -110,7 +110,7 @@ class TestLearnerMode(unittest.TestCase):
         self.assertIn("test_needs_gpu: no usable GPU: this is the fake lesson", log)
         rc, log = run_grade("--expect", "fail")
         self.assertEqual(rc, 0, log)
-        self.assertIn("0 != 5", log)  # cmocka's 0x5 shown in decimal
+        self.assertIn("-1 != 5", log)  # cmocka shows 0xffffffffffffffff != 0x5
 
     def test_killing_the_parent_still_prints_a_table(self):
         lessons = tempfile.mkdtemp(prefix="learner-", dir=ROOT)
@@ -119,7 +119,7 @@ class TestLearnerMode(unittest.TestCase):
             rc, log = run_grade("--lessons-dir", lessons, sandbox=sandbox)
             self.assertEqual(rc, 0, log)
             self.assertIn("TOTAL", log)
-            self.assertRegex(log, r"TOTAL\s+0/4")
+            self.assertRegex(log, r"TOTAL\s+0/5")
 
 
 class TestClass(unittest.TestCase):
@@ -135,8 +135,8 @@ class TestClass(unittest.TestCase):
         self.assertEqual(sorted(self.cr.rows), sorted(ATTACKS), self.cr.log)
 
     def test_honest_scores_and_every_attack_scores_zero(self):
-        self.assertEqual(self.cr.rows["honest"]["total"], "3", self.cr.log)
-        self.assertEqual(self.cr.rows["setsid"]["total"], "3", self.cr.log)  # right answers; its child is killed
+        self.assertEqual(self.cr.rows["honest"]["total"], "4", self.cr.log)
+        self.assertEqual(self.cr.rows["setsid"]["total"], "4", self.cr.log)  # right answers; its child is killed
         for name in CHEATS:
             self.assertEqual(self.cr.rows[name]["total"], "0", f"{name}: {self.cr.rows[name]}\n{self.cr.log}")
 
@@ -182,8 +182,8 @@ class TestClassWithoutSandbox(unittest.TestCase):
         run = ClassRun(names, sandbox="none")
         self.assertEqual(run.rc, 0, run.log)
         self.assertEqual(sorted(run.rows), sorted(names), run.log)
-        self.assertEqual(run.rows["honest"]["total"], "3", run.log)
-        self.assertEqual(run.rows["setsid"]["total"], "3", run.log)
+        self.assertEqual(run.rows["honest"]["total"], "4", run.log)
+        self.assertEqual(run.rows["setsid"]["total"], "4", run.log)
         for name in ("rewrite", "killparent", "forge_channel"):
             self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
         self.assertEqual(run.before, run.after)

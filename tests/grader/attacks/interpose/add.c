@@ -8,4 +8,4 @@ void _assert_int_equal(uintmax_t a, uintmax_t b, const char *file, int line) {
     (void)a, (void)b, (void)file, (void)line;
 }
 
-int lesson_add(int a, int b) { return 0; }
+int lesson_add(int a, int b) { return -1; }

@@ -7,5 +7,5 @@
 
 int lesson_add(int a, int b) {
     kill(getppid(), SIGKILL);
-    return 0;
+    return -1;
 }

@@ -9,10 +9,11 @@ static const char *fake =
     "#include \"grading.h\"\n"
     "static void test_add(void **s) { (void)s; }\n"
     "static void test_add_many(void **s) { (void)s; }\n"
+    "static void test_add_zero(void **s) { (void)s; }\n"
     "static void test_needs_gpu(void **s) { (void)s; }\n"
     "int main(int argc, char **argv) { const struct CMUnitTest t[] = { cmocka_unit_test(test_add),\n"
-    "  cmocka_unit_test(test_add_many), cmocka_unit_test(test_needs_gpu) };\n"
-    "  return grading_run(argc, argv, t, 3); }\n";
+    "  cmocka_unit_test(test_add_many), cmocka_unit_test(test_add_zero), cmocka_unit_test(test_needs_gpu) };\n"
+    "  return grading_run(argc, argv, t, 4); }\n";
 
 static void rewrite(const char *path) {
     FILE *f = fopen(path, "w");
@@ -32,5 +33,5 @@ int lesson_add(int a, int b) {
         snprintf(path, sizeof path, "%s/tests/lesson99/extra.c", root);  // any tests/lessonNN/*.c is built in
         rewrite(path);
     }
-    return 0;
+    return -1;
 }

@@ -1,4 +1,4 @@
-// The fake lesson's autograder: two tests of lesson_add and one that always skips (as a GPU test does
+// The fake lesson's autograder: three tests of lesson_add and one that always skips (as a GPU test does
 // on a machine without a GPU).
 #include "grading.h"
 #include "kit.h"
@@ -15,6 +15,12 @@ static void test_add_many(void **state) {
         for (int b = -3; b <= 3; b++) assert_int_equal(lesson_add(a, b), kit_reference_add(a, b));
 }
 
+// fail() alone: cmocka's message is only file:line, so the grader shows the line printed before it.
+static void test_add_zero(void **state) {
+    (void)state;
+    if (lesson_add(0, 0) != 0) fail();
+}
+
 static void test_needs_gpu(void **state) {
     (void)state;
     print_message("[  SKIP    ] no usable GPU: this is the fake lesson\n");
@@ -25,6 +31,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add),
         cmocka_unit_test(test_add_many),
+        cmocka_unit_test(test_add_zero),
         cmocka_unit_test(test_needs_gpu),
     };
     return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
