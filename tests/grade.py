@@ -872,11 +872,13 @@ def printed_above(message, output, failing):
 
 
 def timeout_text(output):
-    """The kit's message when a collective timed out (kit/dist.c), from whichever rank printed it."""
-    for line in output.splitlines():
-        m = re.match(r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?(.*timed out after .*)$", line)
-        if m:
-            return m.group(1).strip()[:300]
+    """The kit's message when a collective timed out (kit/dist.c), from whichever rank printed it, with the HINT
+    line that follows it on the same rank and stream."""
+    for key, lines in tagged_streams(output).items():
+        for i, line in enumerate(lines):
+            if "timed out after" in line:
+                hint = lines[i + 1].strip() if i + 1 < len(lines) and "HINT" in lines[i + 1] else ""
+                return (line.strip() + ("\n" + hint if hint else ""))[:500]
     return ""
 
 

@@ -212,7 +212,10 @@ class TestMessages(unittest.TestCase):
     def test_timeout_text(self):
         out = ("[1,0]<stdout>:banner\n[1,0]<stderr>:rank 0: all-reduce of 10 floats timed out after 7.5 s: a peer "
                "rank died or stalled (see its log)\n")
-        self.assertTrue(grade.timeout_text(out).startswith("rank 0: all-reduce of 10 floats timed out"))
+        out += "[1,1]<stdout>:banner\n[1,0]<stderr>:  HINT: every rank must call the same collectives\n"
+        said = grade.timeout_text(out).splitlines()
+        self.assertTrue(said[0].startswith("rank 0: all-reduce of 10 floats timed out"))
+        self.assertEqual(said[1], "HINT: every rank must call the same collectives")
 
     def test_dead_rank_says_why(self):
         out = ("[1,0]<stdout>:process group: 2 ranks\n[1,1]<stderr>:epoch 1 starts with epoch 0's batch again\n"
