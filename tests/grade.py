@@ -14,12 +14,10 @@ failure with its reason. Points and hints come from tests/lessonNN/hints.tsv:
     test_name<TAB>points<TAB>hint shown when it fails[<TAB>timeout seconds]
 See tests/GRADING.md. Python 3 standard library only.
 """
-import argparse
-import concurrent.futures
-import csv
 import ctypes
 import glob
 import hmac
+import html
 import json
 import os
 import re
@@ -34,7 +32,10 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from xml.sax.saxutils import escape, quoteattr
+
+# Each test starts a fresh `grade.py --supervise`: the modules only the driver needs (argparse, csv,
+# concurrent.futures) are imported where they are used, and XML is escaped with html.escape (xml.sax.saxutils
+# would pull in urllib and ssl), so that a supervisor starts in tens of milliseconds.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON_DIR = re.compile(r"^(\d\d)-[A-Za-z0-9._-]+$")
@@ -207,6 +208,7 @@ def limiter(limits, timeout, asan, cuda):
 
 AS_SLACK_MB = 1024           # address space beyond --mem-mb: thread stacks, OpenBLAS/OpenMP/MPI reservations
 MEMORY_POLL_S = 0.05         # how often the supervisor measures the test's memory
+TREE_SCAN_S = 0.25           # how often it lists the test's processes again (new ones are measured from then)
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SPAWN_LOCK = threading.Lock()
@@ -294,10 +296,10 @@ def kill_descendants(statuses, rounds=400):
     return left
 
 
-def tree_memory_mb(pid):
-    """Resident anonymous + shared memory (MAP_SHARED, /dev/shm) of pid's descendants, in MiB."""
+def memory_mb(pids):
+    """Resident anonymous + shared memory (MAP_SHARED, /dev/shm) of these processes, in MiB."""
     total_kb = 0
-    for p in descendants(pid):
+    for p in pids:
         try:
             with open(f"/proc/{p}/status", "rb") as f:
                 for line in f:
@@ -306,6 +308,13 @@ def tree_memory_mb(pid):
         except (OSError, ValueError, IndexError):
             pass
     return total_kb / 1024
+
+
+# The supervisor's command: this module imported (its compiled bytecode is cached, a script's is not), without
+# site-packages (-S: the standard library is all it needs).
+SUPERVISOR = [sys.executable, "-S", "-c",
+              f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+              f"import grade; sys.exit(grade.supervise())"]
 
 
 def supervise():
@@ -328,6 +337,7 @@ def supervise():
     statuses = {}
     deadline = time.monotonic() + cfg["timeout"]
     nap = 0.002  # short tests end in milliseconds: poll fast at first, then every MEMORY_POLL_S
+    tree, next_scan = [], 0.0
     while p.pid not in statuses:
         reap_children(statuses)
         if p.pid in statuses:
@@ -336,7 +346,10 @@ def supervise():
             outcome["timed_out"] = True
             break
         if limits.mem_mb > 0:
-            used = tree_memory_mb(os.getpid())
+            # Listing every process costs more than reading a few: the tree is listed again every TREE_SCAN_S.
+            if time.monotonic() >= next_scan:
+                tree, next_scan = descendants(os.getpid()), time.monotonic() + TREE_SCAN_S
+            used = memory_mb(tree)
             outcome["peak_mb"] = max(outcome["peak_mb"], round(used, 1))
             if used > limits.mem_mb:
                 outcome["mem_over"] = True
@@ -755,8 +768,8 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
               "limits": [limits.timeout, limits.mem_mb, limits.fsize_mb]}
     start = time.monotonic()
     outcome, status, message = None, None, None
-    sup = spawn([sys.executable, os.path.abspath(__file__), "--supervise"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    sup = spawn(SUPERVISOR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True)
     try:
         out, err = sup.communicate(json.dumps(config).encode(), timeout=timeout + 60)
         outcome = json.loads(out.decode() or "null") if sup.returncode == 0 else None
@@ -1098,11 +1111,13 @@ def junit_xml(results, suite_prefix=""):
 
 
 def xml_attr(text):
-    return quoteattr(clean_xml_text(str(text)))
+    """A quoted XML attribute value; line breaks kept as character references (a parser would fold them)."""
+    value = html.escape(clean_xml_text(str(text)), quote=True)
+    return '"' + value.replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;") + '"'
 
 
 def xml_text(text):
-    return escape(clean_xml_text(str(text)))
+    return html.escape(clean_xml_text(str(text)), quote=False)
 
 
 def clean_xml_text(text):
@@ -1251,6 +1266,8 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
 
 
 def instructor(args, lessons, make_args, limits, ctx):
+    import concurrent.futures
+    import csv
     root, subs, out = ROOT, os.path.abspath(args.submissions), os.path.abspath(args.out)
     students = sorted(d for d in os.listdir(subs) if os.path.isdir(os.path.join(subs, d)) and not d.startswith("."))
     if not students:
@@ -1298,6 +1315,7 @@ def instructor(args, lessons, make_args, limits, ctx):
 # ------------------------------------------------------------------------------------------------ main
 
 def main():
+    import argparse
     ap = argparse.ArgumentParser(description="Grade the lessons (see tests/GRADING.md).")
     ap.add_argument("--lesson", action="append", default=[], help="grade only lesson NN (repeatable)")
     ap.add_argument("--skip", action="append", default=[], help="leave lesson NN out (its needs are not met)")
