@@ -459,7 +459,7 @@ def choose_sandbox(scratch_base):
             raise SystemExit(f"grade: GRADE_SANDBOX=bwrap, but {SANDBOX_WHY}")
     if SANDBOX == "none":
         print(f"grade: note: tests run without a sandbox ({SANDBOX_WHY}): code under test runs as you; the "
-              f"grader restores tests/, kit/, scripts/, mk/, datasets/ and solutions/ when a test changes them "
+              f"grader puts back tests/, kit/, scripts/, mk/, datasets/ and solutions/ when a test changes them "
               f"(tests/GRADING.md)", flush=True)
     return SANDBOX
 
@@ -788,7 +788,8 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
         rc = -(rc - 128)  # bwrap reports a child killed by signal N as exit status 128 + N
     if changed:
         status, message = ERROR, (f"the code under test changed the kit's files ({', '.join(changed[:3])}"
-                                  f"{', ...' if len(changed) > 3 else ''}); they were put back. This test scores 0")
+                                  f"{', ...' if len(changed) > 3 else ''}): the kit's versions are back, what the "
+                                  f"test wrote is in {ctx.guard.quarantine}. This test scores 0")
     elif outcome is None:
         status, message = ERROR, (f"the test's supervisor was killed (did the code under test signal its parent "
                                   f"process?) {one_line((err or b'').decode('utf-8', 'replace'))}".strip())
@@ -1282,7 +1283,8 @@ def instructor(args, lessons, make_args, limits, ctx):
         if workers > 1:  # one student's test could change the kit while another student's build reads it
             print("grade: note: without a sandbox students are graded one at a time (--jobs 1)")
             workers = 1
-    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time")
+    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time, "
+          f"sandbox: {'bubblewrap' if ctx.sandbox == 'bwrap' else 'none'}")
     rows = {}
     jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
             for s in students]
