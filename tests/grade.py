@@ -170,8 +170,9 @@ def binary_traits(binary):
     return b"__asan_init" in data, b"libcudart" in data or b"cudaGetDeviceCount" in data
 
 
-def limiter(limits, timeout, asan, cuda):
-    """preexec_fn: resource limits for one test process (and everything it starts)."""
+def limiter(limits, timeout, asan, cuda, uid=None):
+    """preexec_fn: resource limits for one test process (and everything it starts); with `uid` (the "uid"
+    sandbox), it then runs as that unprivileged user and group, unable to gain privileges again."""
     def apply():
         def cap(which, soft, hard=None):
             try:
@@ -191,6 +192,12 @@ def limiter(limits, timeout, asan, cuda):
                 cap(resource.RLIMIT_DATA, limits.mem_mb << 20)
             if not asan and not cuda:
                 cap(resource.RLIMIT_AS, (limits.mem_mb + AS_SLACK_MB) << 20)
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            if not prctl(PR_SET_NO_NEW_PRIVS, 1):
+                os._exit(126)
     return apply
 
 
@@ -209,7 +216,7 @@ def limiter(limits, timeout, asan, cuda):
 AS_SLACK_MB = 1024           # address space beyond --mem-mb: thread stacks, OpenBLAS/OpenMP/MPI reservations
 MEMORY_POLL_S = 0.05         # how often the supervisor measures the test's memory
 TREE_SCAN_S = 0.25           # how often it lists the test's processes again (new ones are measured from then)
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SPAWN_LOCK = threading.Lock()
 _OUR_CHILDREN = set()        # pids the grader started and still waits for (never swept)
@@ -327,8 +334,8 @@ def supervise():
     outcome = {"rc": None, "timed_out": False, "mem_over": False, "peak_mb": 0.0, "error": None}
     try:
         p = subprocess.Popen(cfg["cmd"], cwd=cfg["cwd"], env=cfg["env"], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=log, preexec_fn=limiter(limits, cfg["timeout"], cfg["asan"], cfg["cuda"]),
-                             start_new_session=True)
+                             stderr=log, preexec_fn=limiter(limits, cfg["timeout"], cfg["asan"], cfg["cuda"],
+                                                            cfg["uid"]), start_new_session=True)
     except OSError as e:
         outcome["error"] = f"could not start the test: {e}"
         print(json.dumps(outcome))
@@ -436,14 +443,16 @@ def bwrap_command(work, readable, hidden, mem_mb):
 
 
 def choose_sandbox(scratch_base):
+    """bwrap where it works; else, as root, "uid" (each test as an unprivileged user of its own); else "none".
+    GRADE_SANDBOX=auto|bwrap|uid|none chooses (tests/GRADING.md)."""
     global SANDBOX, SANDBOX_WHY
     if SANDBOX is not None:
         return SANDBOX
     want = os.environ.get("GRADE_SANDBOX", "auto")
-    if want not in ("auto", "bwrap", "none"):
-        raise SystemExit(f"grade: GRADE_SANDBOX={want}: expected auto, bwrap or none")
-    SANDBOX, SANDBOX_WHY = "none", "GRADE_SANDBOX=none"
-    if want != "none":
+    if want not in ("auto", "bwrap", "uid", "none"):
+        raise SystemExit(f"grade: GRADE_SANDBOX={want}: expected auto, bwrap, uid or none")
+    SANDBOX, SANDBOX_WHY = "none", f"GRADE_SANDBOX={want}"
+    if want in ("auto", "bwrap"):
         if not shutil.which("bwrap"):
             SANDBOX_WHY = "bubblewrap (bwrap) is not installed: run make deps"
         else:
@@ -457,11 +466,114 @@ def choose_sandbox(scratch_base):
             shutil.rmtree(work, ignore_errors=True)
         if want == "bwrap" and SANDBOX != "bwrap":
             raise SystemExit(f"grade: GRADE_SANDBOX=bwrap, but {SANDBOX_WHY}")
+    if SANDBOX == "none" and want in ("auto", "uid"):
+        why = uid_sandbox_problem()
+        if not why:
+            SANDBOX = "uid"
+            print(f"grade: note: no bubblewrap ({SANDBOX_WHY}); as root, each test runs as an unprivileged user "
+                  f"of its own (uid {UID_BASE} and up): the kit is protected by its file permissions", flush=True)
+        elif want == "uid":
+            raise SystemExit(f"grade: GRADE_SANDBOX=uid, but {why}")
+        else:
+            SANDBOX_WHY += f"; {why}"
     if SANDBOX == "none":
         print(f"grade: note: tests run without a sandbox ({SANDBOX_WHY}): code under test runs as you; the "
               f"grader puts back tests/, kit/, scripts/, mk/, datasets/ and solutions/ when a test changes them "
               f"(tests/GRADING.md)", flush=True)
     return SANDBOX
+
+
+# The "uid" sandbox: root without bubblewrap (a container whose seccomp profile forbids namespaces, say). Each
+# running test gets a user and group id of its own that no account uses, so it cannot signal the grader, its
+# supervisor or another test, nor write the kit (its files must not be writable by others: checked).
+UID_BASE, UID_SLOTS = 64200, 64
+_UIDS_IN_USE = set()
+
+
+def uid_sandbox_problem():
+    """Why the uid sandbox cannot be used here, or "" when it can."""
+    import grp
+    import pwd
+    if os.geteuid() != 0:
+        return "not root, so no other user to run tests as"
+    free = 0
+    for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            free += 1
+    if not free:
+        return f"every uid {UID_BASE}..{UID_BASE + UID_SLOTS - 1} belongs to an account"
+    # What the test needs to read: every folder from / down to the repository, and its tests, kit, scripts.
+    path = ROOT
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return f"{path} cannot be entered by other users (chmod o+x)"
+        if path == os.path.dirname(path):
+            break
+        path = os.path.dirname(path)
+    launch = os.path.join(ROOT, "scripts", "launch.sh")
+    if os.path.exists(launch) and (os.stat(launch).st_mode & 0o005) != 0o005:
+        return f"{launch} cannot be run by other users (chmod o+rx)"
+    for sub in ("tests", "kit", "scripts", "datasets", "mk", "solutions"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, sub)):
+            for name in dirnames + filenames:
+                mode = os.lstat(os.path.join(dirpath, name)).st_mode
+                if not stat.S_ISLNK(mode) and mode & stat.S_IWOTH:
+                    return f"{os.path.join(dirpath, name)} is writable by every user (chmod o-w)"
+    return ""
+
+
+def take_uid():
+    import grp
+    import pwd
+    with _SPAWN_LOCK:
+        for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+            if uid in _UIDS_IN_USE:
+                continue
+            try:
+                pwd.getpwuid(uid)
+                continue
+            except KeyError:
+                pass
+            try:
+                grp.getgrgid(uid)
+                continue
+            except KeyError:
+                _UIDS_IN_USE.add(uid)
+                return uid
+    raise RuntimeError("no free uid for the test")
+
+
+def give_uid(uid):
+    """Deletes what the test's user left in the shared temporary folders, and frees the uid."""
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                if os.lstat(path).st_uid == uid:
+                    remove_path(path)
+            except OSError:
+                pass
+    with _SPAWN_LOCK:
+        _UIDS_IN_USE.discard(uid)
+
+
+def open_to(path, uid, mode=0o711):
+    """Lets the test's user reach `path` (a grader folder, mode 0700 from mkdtemp), or own it (uid given)."""
+    os.chmod(path, mode)
+    if uid is not None:
+        os.chown(path, uid, uid)
 
 
 class Guard:
@@ -744,11 +856,18 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
     log = os.path.join(scratch, "output.log")
     channel = os.path.join(work, ".grading")
     os.mkdir(channel, 0o700)
+    uid = take_uid() if ctx.sandbox == "uid" else None
     tokens = {r: secrets.token_hex(16) for r in range(lesson.np)}
     for r, token in tokens.items():
         fd = os.open(os.path.join(channel, f"token.{r}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, token.encode())
         os.close(fd)
+        if uid is not None:
+            os.chown(os.path.join(channel, f"token.{r}"), uid, uid)
+    if uid is not None:  # the test's user may enter the scratch folder, and owns only its working directory
+        open_to(scratch, None)
+        open_to(work, uid, 0o700)
+        open_to(channel, uid, 0o700)
     # SLURM_*: a test runs here, through mpirun, even inside an allocation: ranks that srun started would be
     # children of slurmd, outside the supervisor and the sandbox.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CMOCKA_", "GRADING_", "SLURM_"))}
@@ -765,7 +884,7 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
                             limits.mem_mb) + cmd
     asan, cuda = binary_traits(binary)
     config = {"cmd": cmd, "cwd": work, "env": env, "log": log, "timeout": timeout, "asan": asan, "cuda": cuda,
-              "limits": [limits.timeout, limits.mem_mb, limits.fsize_mb]}
+              "limits": [limits.timeout, limits.mem_mb, limits.fsize_mb], "uid": uid}
     start = time.monotonic()
     outcome, status, message = None, None, None
     sup = spawn(SUPERVISOR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -779,6 +898,8 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
     finally:
         forget(sup)
     sweep_strays()  # the supervisor's test, should the supervisor have been killed
+    if uid is not None:
+        give_uid(uid)
     seconds = time.monotonic() - start
     changed = ctx.guard.check() if ctx.guard else []
     rc = outcome["rc"] if outcome else None
@@ -1236,6 +1357,8 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
     os.makedirs(out_dir, exist_ok=True)
     results, notes = [], []
     work = tempfile.mkdtemp(prefix="student-", dir=ctx.scratch)
+    if ctx.sandbox == "uid":
+        open_to(work, None)  # the tests' users read the student's build and sources
     try:
         stage = os.path.join(work, "lessons")
         os.makedirs(stage)
@@ -1280,11 +1403,12 @@ def instructor(args, lessons, make_args, limits, ctx):
     workers = max(1, args.jobs)
     if ctx.guard:
         ctx.guard.check()
+    if ctx.sandbox == "none":
         if workers > 1:  # one student's test could change the kit while another student's build reads it
             print("grade: note: without a sandbox students are graded one at a time (--jobs 1)")
             workers = 1
     print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time, "
-          f"sandbox: {'bubblewrap' if ctx.sandbox == 'bwrap' else 'none'}")
+          f"sandbox: {dict(bwrap='bubblewrap', uid='a user per test').get(ctx.sandbox, 'none')}")
     rows = {}
     jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
             for s in students]
@@ -1353,8 +1477,10 @@ def main():
     scratch = tempfile.mkdtemp(prefix="grade-")
     try:
         sandbox = choose_sandbox(scratch)
+        if sandbox == "uid":
+            open_to(scratch, None)
         guard = None
-        if sandbox == "none":
+        if sandbox in ("none", "uid"):  # "uid": a backstop behind the file permissions
             quarantine = os.path.join(ROOT, args.build, "grade-quarantine")
             guard = Guard(ROOT, quarantine, [args.submissions] if args.submissions else [])
         ctx = Context(scratch, sandbox, guard)
@@ -1381,6 +1507,8 @@ def learner(args, lessons, make_args, limits, ctx):
                 results += [result(lesson, t, MISSING, f"{label} does not exist") for t in lesson.tests]
                 continue
             stage = tempfile.mkdtemp(prefix="lessons-", dir=ctx.scratch)
+            if ctx.sandbox == "uid":
+                open_to(stage, None)
             staged, notes = stage_lesson(ROOT, lesson, found, stage)
             for n in notes:
                 print(f"grade: note: {args.lessons_dir}/{lesson.name}/{n}")

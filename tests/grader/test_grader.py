@@ -175,7 +175,7 @@ class TestClass(unittest.TestCase):
 
 
 class TestClassWithoutSandbox(unittest.TestCase):
-    """GRADE_SANDBOX=none (no bubblewrap): the supervisor, the guard and the channel still hold."""
+    """GRADE_SANDBOX=none (no bubblewrap, not root): the supervisor, the guard and the channel still hold."""
 
     def test_attacks(self):
         names = ["honest", "rewrite", "setsid", "killparent", "forge_channel"]
@@ -189,6 +189,24 @@ class TestClassWithoutSandbox(unittest.TestCase):
         self.assertEqual(run.before, run.after)
         self.assertIn("changed the kit's files", run.tests("rewrite")["test_add"]["output"])
         self.assertIn("supervisor was killed", run.tests("killparent")["test_add"]["output"])
+        self.assertEqual(escapees(), [])
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the uid sandbox is for root without bubblewrap")
+class TestClassUidSandbox(unittest.TestCase):
+    """GRADE_SANDBOX=uid (root without bubblewrap): every test as an unprivileged user of its own."""
+
+    def test_attacks(self):
+        names = ["honest", "rewrite", "setsid", "killparent", "forge_channel", "shm"]
+        run = ClassRun(names, sandbox="uid")
+        self.assertEqual(run.rc, 0, run.log)
+        self.assertIn("sandbox: a user per test", run.log)
+        self.assertEqual(run.rows["honest"]["total"], "4", run.log)
+        self.assertEqual(run.rows["setsid"]["total"], "4", run.log)
+        for name in ("rewrite", "killparent", "forge_channel", "shm"):
+            self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
+        self.assertEqual(run.before, run.after)
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
         self.assertEqual(escapees(), [])
 
 
