@@ -7,8 +7,8 @@ Instructor:
     tests/grade.py --submissions DIR --out OUTDIR [--lesson NN] [--jobs N]
 
 Each test runs as `test_lessonNN --only NAME` under its own supervisor process, in a sandbox when one is
-available (bubblewrap: everything read-only but the test's scratch folder, its own PID namespace), with a
-timeout and resource limits. Its verdict comes through a channel with a secret token per run (tests/grading.h),
+available (bubblewrap: everything read-only but the test's scratch folder, its own PID namespace; as root
+without it: an unprivileged user per test), with a timeout and resource limits. Its verdict comes through a channel with a secret token per run (tests/grading.h),
 never from what the program prints nor from a file it could write. A crash, a timeout or a missing verdict is a
 failure with its reason. Points and hints come from tests/lessonNN/hints.tsv:
     test_name<TAB>points<TAB>hint shown when it fails[<TAB>timeout seconds]
@@ -210,8 +210,9 @@ def limiter(limits, timeout, asan, cuda, uid=None):
 # supervisor, which the grader notices; the grader is a subreaper too and sweeps what is left.
 # With bubblewrap (SANDBOX = "bwrap") the test also gets its own PID namespace (it can see and signal only its
 # own processes), a read-only view of the whole file system except its scratch folder, private /tmp and
-# /dev/shm, and no network; without it (SANDBOX = "none"), a guard compares tests/, kit/, scripts/, mk/,
-# datasets/ and solutions/ before and after every test and puts back what changed.
+# /dev/shm, and no network. As root without bubblewrap (SANDBOX = "uid") each test runs as an unprivileged
+# user of its own. In that case and without any sandbox (SANDBOX = "none"), a guard compares tests/, kit/,
+# scripts/, mk/, datasets/ and solutions/ before and after every test and puts back what changed.
 
 AS_SLACK_MB = 1024           # address space beyond --mem-mb: thread stacks, OpenBLAS/OpenMP/MPI reservations
 MEMORY_POLL_S = 0.05         # how often the supervisor measures the test's memory
@@ -577,7 +578,7 @@ def open_to(path, uid, mode=0o711):
 
 
 class Guard:
-    """Without a sandbox only: what the code under test must never change, the kit's own files. Snapshots them
+    """Without bubblewrap: what the code under test must never change, the kit's own files. Snapshots them
     (content kept in memory) and after each test puts back anything changed or deleted, and moves anything
     added (a tests/lessonNN/*.c would be compiled into the next build) to a quarantine folder, where the
     changed versions go too: nothing is lost should a person edit the kit while a grading runs."""
