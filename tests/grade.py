@@ -424,19 +424,23 @@ SANDBOX = None
 SANDBOX_WHY = ""
 
 
-def bwrap_command(work, readable, hidden, mem_mb):
+def bwrap_command(work, root, readable, hidden, mem_mb):
     """bubblewrap around one test: the file system read-only except `work`; /tmp, /var/tmp, /dev/shm and the
-    grader's scratch folders (`hidden`) replaced by empty private ones; `readable` (the binary, the sources)
-    mounted read-only again on top; its own PID, IPC, UTS and network namespaces; no capabilities."""
+    grader's scratch folders (`hidden`) replaced by empty private ones; the repository (`root`, which may
+    itself live in /tmp) and then `readable` (the binary, the sources) mounted read-only again on top; its own
+    PID, IPC, UTS and network namespaces; no capabilities."""
     size = [] if mem_mb <= 0 else ["--size", str(mem_mb << 20)]
     cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
            "--unshare-net", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):  # GPUs stay usable
         cmd += ["--dev-bind", dev, dev]
     cmd += size + ["--tmpfs", "/dev/shm"]
-    for d in ["/tmp", "/var/tmp"] + list(hidden):
+    for d in ("/tmp", "/var/tmp"):
         if os.path.isdir(d):
             cmd += size + ["--tmpfs", d]
+    cmd += ["--ro-bind", root, root]  # in this order: a scratch folder inside the repository stays hidden
+    for d in hidden:
+        cmd += size + ["--tmpfs", d]
     for d in readable:
         if os.path.exists(d):
             cmd += ["--ro-bind", d, d]
@@ -458,7 +462,7 @@ def choose_sandbox(scratch_base):
             SANDBOX_WHY = "bubblewrap (bwrap) is not installed: run make deps"
         else:
             work = tempfile.mkdtemp(prefix="probe-", dir=scratch_base)
-            rc, out = run_command(bwrap_command(work, [], [scratch_base], 64) + ["/bin/true"], 60,
+            rc, out = run_command(bwrap_command(work, ROOT, [], [scratch_base], 64) + ["/bin/true"], 60,
                                   stderr=subprocess.STDOUT)
             if rc == 0:
                 SANDBOX, SANDBOX_WHY = "bwrap", ""
@@ -881,7 +885,7 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
         # mpirun: tag each line with its rank, so failure_text can tell them apart
         env["LAUNCH_ARGS"] = (env.get("LAUNCH_ARGS", "") + " --tag-output").strip()
     if ctx.sandbox == "bwrap":
-        cmd = bwrap_command(work, [os.path.dirname(os.path.abspath(binary)), source_dir], [ctx.scratch],
+        cmd = bwrap_command(work, root, [os.path.dirname(os.path.abspath(binary)), source_dir], [ctx.scratch],
                             limits.mem_mb) + cmd
     asan, cuda = binary_traits(binary)
     config = {"cmd": cmd, "cwd": work, "env": env, "log": log, "timeout": timeout, "asan": asan, "cuda": cuda,
