@@ -40,6 +40,7 @@ import xml.etree.ElementTree as ET
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON_DIR = re.compile(r"^(\d\d)-[A-Za-z0-9._-]+$")
 OUTPUT_TAIL = 4000          # characters of a test's own output kept for the report
+LOG_SCAN = 1 << 20          # bytes of a test's output searched for the failing rank's message
 BUILD_TIMEOUT = 600         # seconds to build one lesson's autograder
 SOURCE_SUFFIXES = (".c", ".h", ".cu")
 
@@ -828,6 +829,14 @@ def read_channel(channel, tokens, name):
     return verdicts, problem
 
 
+def head(path, limit):
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def tail(path, limit=OUTPUT_TAIL):
     try:
         with open(path, "rb") as f:
@@ -948,9 +957,10 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
     output = tail(log)
     failing = sorted(r for r in tokens if verdicts.get(r) != PASS)
     if status in (CRASH, ERROR) and lesson.np > 1:
-        # "a rank died" alone does not say why: a collective that timed out says so on some rank; else the
-        # first line the failing rank wrote to its stderr.
-        said = timeout_text(output) or rank_story(output, failing)
+        # "a rank died" alone does not say why: a collective that timed out says so on some rank; else what the
+        # failing rank wrote to its stderr. Read from the start of the log: a backtrace can fill the tail.
+        whole = head(log, LOG_SCAN) + "\n" + output
+        said = timeout_text(whole) or rank_story(whole, failing)
         if said:
             message = said + "\n" + message
     if status == FAIL and (one_line(message).startswith("(") or message == "assertion failed"):
@@ -981,14 +991,19 @@ def tagged_streams(output):
 
 
 def rank_story(output, failing):
-    """'rank R: <first line R wrote to stderr>' for the rank the launcher names as the first to fail, else for
-    the first rank without a passing verdict."""
+    """What the rank that failed said: the launcher names the first rank to fail, else the first rank without a
+    passing verdict. Its kit error ("rank R: file:line: call" with its error and HINT lines, kit/check.h) when
+    there is one, else the first line it wrote to stderr."""
     named = re.search(r"Process name: \[\[\d+,\d+\],(\d+)\]|process rank (\d+)", output)
     order = ([int(named.group(1) or named.group(2))] if named else []) + sorted(failing)
     streams = tagged_streams(output)
     for rank in order:
         lines = [l.strip() for l in streams.get((rank, "stderr"), [])
                  if l.strip() and not l.lstrip().startswith(("[", "<"))]
+        kit = next((i for i, l in enumerate(lines) if re.match(rf"rank {rank}: ", l)), None)
+        if kit is not None:
+            said = [lines[kit]] + [l for l in lines[kit + 1:kit + 3] if l.startswith(("error:", "HINT:"))]
+            return "\n".join(said)[:500]
         if lines:
             return f"rank {rank}: {lines[0]}"[:300]
     return ""

@@ -239,6 +239,11 @@ class TestMessages(unittest.TestCase):
         out = ("[1,0]<stdout>:process group: 2 ranks\n[1,1]<stderr>:epoch 1 starts with epoch 0's batch again\n"
                "[1,1]<stderr>:kit/data.c:512: ds->c >= 1\n---------\n  Process name: [[2197,1],1]\n")
         self.assertEqual(grade.rank_story(out, [0, 1]), "rank 1: epoch 1 starts with epoch 0's batch again")
+        kit = ("[1,1]<stderr>:MPI Error in NBC subrequest 0x5653 : 15\n[1,1]<stderr>:rank 1: kit/dist.c:150: "
+               "MPI_Test(req)\n[1,1]<stderr>:  error: MPI_ERR_TRUNCATE\n[1,1]<stderr>:  HINT: a peer rank died\n"
+               "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 11\n")
+        self.assertEqual(grade.rank_story(kit, [0, 1]).splitlines(),
+                         ["rank 1: kit/dist.c:150: MPI_Test(req)", "error: MPI_ERR_TRUNCATE", "HINT: a peer rank died"])
 
     def test_printed_above_is_brought_in(self):
         msg = "the replicas stopped being identical (the first step where they differ is printed above)"
