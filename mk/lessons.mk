@@ -150,3 +150,11 @@ test-lesson$(2):
 endif
 endef
 $(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))
+
+# ---- grader self-tests (issue 10, section 5): tests/grade.py against hostile and broken submissions, on a
+# minimal fake lesson (tests/grader/); about half a minute.
+.PHONY: test-grader
+TEST_TARGETS += test-grader
+HELP_TARGETS += test-grader
+test-grader:
+	@$(PYTHON) tests/grader/test_grader.py

@@ -6,31 +6,41 @@ Learner / CI:
 Instructor:
     tests/grade.py --submissions DIR --out OUTDIR [--lesson NN] [--jobs N]
 
-Each test runs as `test_lessonNN --only NAME` with a timeout and resource limits; its verdict is read from the
-cmocka XML file the driver asked for, never from what the program prints. A crash, a timeout or a missing XML
-file is a failure with its reason. Points and hints come from tests/lessonNN/hints.tsv:
+Each test runs as `test_lessonNN --only NAME` under its own supervisor process, in a sandbox when one is
+available (bubblewrap: everything read-only but the test's scratch folder, its own PID namespace; as root
+without it: an unprivileged user per test), with a timeout and resource limits. Its verdict comes through a channel with a secret token per run (tests/grading.h),
+never from what the program prints nor from a file it could write. A crash, a timeout or a missing verdict is a
+failure with its reason. Points and hints come from tests/lessonNN/hints.tsv:
     test_name<TAB>points<TAB>hint shown when it fails[<TAB>timeout seconds]
 See tests/GRADING.md. Python 3 standard library only.
 """
-import argparse
-import concurrent.futures
-import csv
+import ctypes
+import glob
+import hmac
+import html
 import json
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
-from xml.sax.saxutils import escape, quoteattr
+
+# Each test starts a fresh `grade.py --supervise`: the modules only the driver needs (argparse, csv,
+# concurrent.futures) are imported where they are used, and XML is escaped with html.escape (xml.sax.saxutils
+# would pull in urllib and ssl), so that a supervisor starts in tens of milliseconds.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON_DIR = re.compile(r"^(\d\d)-[A-Za-z0-9._-]+$")
 OUTPUT_TAIL = 4000          # characters of a test's own output kept for the report
+LOG_SCAN = 1 << 20          # bytes of a test's output searched for the failing rank's message
 BUILD_TIMEOUT = 600         # seconds to build one lesson's autograder
 SOURCE_SUFFIXES = (".c", ".h", ".cu")
 
@@ -114,13 +124,11 @@ def make_env():
 def build(root, build_dir, target, make_args, log_path=None):
     """Runs make for one target. Returns (ok, log text)."""
     cmd = ["make", "--no-print-directory", f"-j{os.cpu_count() or 1}", f"BUILD={build_dir}", *make_args, target]
-    try:
-        p = subprocess.run(cmd, cwd=root, env=make_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
-        ok, log = p.returncode == 0, p.stdout.decode("utf-8", "replace")
-        log = "".join(l for l in log.splitlines(keepends=True) if not l.startswith("config: "))
-    except subprocess.TimeoutExpired as e:
-        ok, log = False, (e.stdout or b"").decode("utf-8", "replace") + f"\nbuild timed out after {BUILD_TIMEOUT} s"
+    rc, out = run_command(cmd, BUILD_TIMEOUT, cwd=root, env=make_env(), stderr=subprocess.STDOUT)
+    ok, log = rc == 0, (out or b"").decode("utf-8", "replace")
+    log = "".join(l for l in log.splitlines(keepends=True) if not l.startswith("config: "))
+    if rc is None:
+        log += f"\nbuild timed out after {BUILD_TIMEOUT} s"
     if log_path:
         with open(log_path, "w", encoding="utf-8") as f:
             f.write("$ " + " ".join(cmd) + "\n" + log)
@@ -137,12 +145,12 @@ def first_error(log):
 
 
 def list_tests(binary):
+    """The test names the binary holds (run outside the sandbox: only for the solutions, under --expect)."""
     try:
-        p = subprocess.run([binary, "--list"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, timeout=30)
-        return p.stdout.decode("utf-8", "replace").split() if p.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
+        rc, out = run_command([binary, "--list"], 30, stderr=subprocess.DEVNULL)
+    except OSError:
         return None
+    return out.decode("utf-8", "replace").split() if rc == 0 else None
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -154,7 +162,7 @@ class Limits:
 
 def binary_traits(binary):
     """Whether the binary uses AddressSanitizer or CUDA: both reserve huge virtual address ranges,
-    so an address-space limit would break them (the data-segment limit is used instead for CUDA)."""
+    so an address-space limit would break them (the supervisor's memory watch covers them instead)."""
     try:
         with open(binary, "rb") as f:
             data = f.read()
@@ -163,8 +171,9 @@ def binary_traits(binary):
     return b"__asan_init" in data, b"libcudart" in data or b"cudaGetDeviceCount" in data
 
 
-def limiter(limits, timeout, asan, cuda):
-    """preexec_fn: resource limits for one test process (and everything it starts)."""
+def limiter(limits, timeout, asan, cuda, uid=None):
+    """preexec_fn: resource limits for one test process (and everything it starts); with `uid` (the "uid"
+    sandbox), it then runs as that unprivileged user and group, unable to gain privileges again."""
     def apply():
         def cap(which, soft, hard=None):
             try:
@@ -175,37 +184,561 @@ def limiter(limits, timeout, asan, cuda):
         cpu = int(timeout * max(1, os.cpu_count() or 1)) + 10  # CPU seconds over all threads: a backstop
         cap(resource.RLIMIT_CPU, cpu, cpu + 5)
         cap(resource.RLIMIT_FSIZE, limits.fsize_mb << 20)  # also bounds a runaway printf loop's log
-        if limits.mem_mb > 0 and not asan:
-            cap(resource.RLIMIT_DATA if cuda else resource.RLIMIT_AS, limits.mem_mb << 20)
+        if limits.mem_mb > 0:
+            # RLIMIT_DATA misses MAP_SHARED mappings; RLIMIT_AS breaks CUDA, and both break ASan (their
+            # huge reservations of address space). So: the address space is capped where it can be, the data
+            # segment where it can be, and the supervisor watches the resident memory (anonymous + shared) of
+            # the whole process tree in every case, ASan builds included.
+            if not asan:
+                cap(resource.RLIMIT_DATA, limits.mem_mb << 20)
+            if not asan and not cuda:
+                cap(resource.RLIMIT_AS, (limits.mem_mb + AS_SLACK_MB) << 20)
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            if not prctl(PR_SET_NO_NEW_PRIVS, 1):
+                os._exit(126)
     return apply
 
 
-def kill_tree(leader, leader_alive):
-    """Kills everything the test started: its session (mpirun puts each rank in its own process group, but
-    they stay in the session) and, while the leader is alive (not yet reaped, so its pid cannot have been
-    reused), the leader and every descendant, found before any of them dies and gets re-parented."""
-    procs = {}
+# ------------------------------------------------------------------------------------------------ containment
+#
+# Every test runs under a supervisor: `grade.py --supervise`, a separate process that is a child subreaper
+# (PR_SET_CHILD_SUBREAPER): whatever the test starts stays its descendant even after fork() + setsid() and
+# the death of the parent, so the supervisor can kill the whole tree when the test ends or times out. The test
+# never runs in the grader itself: killing its parent (kill(getppid(), SIGKILL)) kills at most that
+# supervisor, which the grader notices; the grader is a subreaper too and sweeps what is left.
+# With bubblewrap (SANDBOX = "bwrap") the test also gets its own PID namespace (it can see and signal only its
+# own processes), a read-only view of the whole file system except its scratch folder, private /tmp and
+# /dev/shm, and no network. As root without bubblewrap (SANDBOX = "uid") each test runs as an unprivileged
+# user of its own. In that case and without any sandbox (SANDBOX = "none"), a guard compares tests/, kit/,
+# scripts/, mk/, datasets/ and solutions/ before and after every test and puts back what changed.
+
+AS_SLACK_MB = 1024           # address space beyond --mem-mb: thread stacks, OpenBLAS/OpenMP/MPI reservations
+MEMORY_POLL_S = 0.05         # how often the supervisor measures the test's memory
+TREE_SCAN_S = 0.25           # how often it lists the test's processes again (new ones are measured from then)
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SPAWN_LOCK = threading.Lock()
+_OUR_CHILDREN = set()        # pids the grader started and still waits for (never swept)
+
+
+def prctl(option, value):
+    return _LIBC.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0)) == 0
+
+
+def process_table():
+    """{pid: (parent pid, state letter)} of every process in /proc."""
+    table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
-                procs[int(entry)] = (int(fields[1]), int(fields[3]))  # (parent, session)
+                table[int(entry)] = (int(fields[1]), fields[0].decode())
             except (OSError, IndexError, ValueError):
                 pass
-    doomed = {pid for pid, (_, sid) in procs.items() if sid == leader}
-    if leader_alive:
-        doomed.add(leader)
-    grew = leader_alive
-    while grew:
-        more = {pid for pid, (ppid, _) in procs.items() if ppid in doomed} - doomed
-        doomed |= more
-        grew = bool(more)
-    for pid in doomed:
+    return table
+
+
+def descendants(pid, table=None):
+    table = process_table() if table is None else table
+    children = {}
+    for p, (pp, _) in table.items():
+        children.setdefault(pp, []).append(p)
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def reap_children(statuses):
+    """Collects every ended child (orphans come back to a subreaper): statuses[pid] = wait status.
+    Only for the supervisor: the grader itself must not reap the children its Popen objects wait for."""
+    while True:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        statuses[pid] = status
+
+
+def tree_of(roots, table):
+    children = {}
+    for p, (pp, _) in table.items():
+        children.setdefault(pp, []).append(p)
+    found, todo = [], list(roots)
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def kill_all(pids, table):
+    for p in pids:
+        if table.get(p, (0, "Z"))[1] not in "ZX":
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def kill_descendants(statuses, rounds=400):
+    """Supervisor: kills and reaps every descendant. This process is a subreaper, so a process that left its
+    session (setsid) or lost its parent is still its descendant. Returns the pids still there after `rounds`."""
+    left = []
+    for _ in range(rounds):
+        table = process_table()
+        left = tree_of([p for p, (pp, _) in table.items() if pp == os.getpid()], table)
+        kill_all(left, table)
+        reap_children(statuses)
+        if not left:
+            return []
+        time.sleep(0.005)
+    return left
+
+
+def memory_mb(pids):
+    """Resident anonymous + shared memory (MAP_SHARED, /dev/shm) of these processes, in MiB."""
+    total_kb = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status", "rb") as f:
+                for line in f:
+                    if line.startswith((b"RssAnon:", b"RssShmem:")):
+                        total_kb += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
             pass
+    return total_kb / 1024
+
+
+# The supervisor's command: this module imported (its compiled bytecode is cached, a script's is not), without
+# site-packages (-S: the standard library is all it needs).
+SUPERVISOR = [sys.executable, "-S", "-c",
+              f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+              f"import grade; sys.exit(grade.supervise())"]
+
+
+def supervise():
+    """`grade.py --supervise`: runs one test as described by the JSON on stdin, prints the outcome as JSON."""
+    cfg = json.load(sys.stdin)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)  # the test (same user without a sandbox) may not read this process's memory
+    limits = Limits(*cfg["limits"])
+    log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    outcome = {"rc": None, "timed_out": False, "mem_over": False, "peak_mb": 0.0, "error": None}
+    try:
+        p = subprocess.Popen(cfg["cmd"], cwd=cfg["cwd"], env=cfg["env"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=log, preexec_fn=limiter(limits, cfg["timeout"], cfg["asan"], cfg["cuda"],
+                                                            cfg["uid"]), start_new_session=True)
+    except OSError as e:
+        outcome["error"] = f"could not start the test: {e}"
+        print(json.dumps(outcome))
+        return 0
+    os.close(log)
+    statuses = {}
+    deadline = time.monotonic() + cfg["timeout"]
+    nap = 0.002  # short tests end in milliseconds: poll fast at first, then every MEMORY_POLL_S
+    tree, next_scan = [], 0.0
+    while p.pid not in statuses:
+        reap_children(statuses)
+        if p.pid in statuses:
+            break
+        if time.monotonic() >= deadline:
+            outcome["timed_out"] = True
+            break
+        if limits.mem_mb > 0:
+            # Listing every process costs more than reading a few: the tree is listed again every TREE_SCAN_S.
+            if time.monotonic() >= next_scan:
+                tree, next_scan = descendants(os.getpid()), time.monotonic() + TREE_SCAN_S
+            used = memory_mb(tree)
+            outcome["peak_mb"] = max(outcome["peak_mb"], round(used, 1))
+            if used > limits.mem_mb:
+                outcome["mem_over"] = True
+                break
+        time.sleep(nap)
+        nap = min(MEMORY_POLL_S, nap * 2)
+    left = kill_descendants(statuses)  # everything the test left behind, setsid() or not
+    if p.pid in statuses:
+        outcome["rc"] = os.waitstatus_to_exitcode(statuses[p.pid])
+    if left:
+        outcome["error"] = f"{len(left)} processes of the test could not be killed"
+    p.returncode = outcome["rc"] if outcome["rc"] is not None else -9  # reaped above
+    print(json.dumps(outcome))
+    return 0
+
+
+def spawn(cmd, **kwargs):
+    """Popen, remembering the child so that a sweep of strays never kills it."""
+    with _SPAWN_LOCK:
+        p = subprocess.Popen(cmd, **kwargs)
+        _OUR_CHILDREN.add(p.pid)
+    return p
+
+
+def forget(p):
+    with _SPAWN_LOCK:
+        _OUR_CHILDREN.discard(p.pid)
+
+
+def run_command(cmd, timeout, **kwargs):
+    """subprocess.run for the grader's own commands (make, --list). Returns (returncode, stdout bytes)."""
+    p = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, **kwargs)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        return None, out
+    finally:
+        forget(p)
+
+
+def sweep_strays(rounds=200):
+    """Grader: kills what came back to it (it is a subreaper) because a test killed its supervisor: every
+    child it did not start through spawn(), with all their descendants."""
+    for _ in range(rounds):
+        with _SPAWN_LOCK:
+            table = process_table()
+            strays = [p for p, (pp, _) in table.items() if pp == os.getpid() and p not in _OUR_CHILDREN]
+            kill_all(tree_of(strays, table), table)
+            for p in strays:
+                try:
+                    os.waitpid(p, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        if not strays:
+            return
+        time.sleep(0.005)
+
+
+# The sandbox: chosen once (GRADE_SANDBOX=auto|bwrap|none; auto = bwrap when it works here).
+SANDBOX = None
+SANDBOX_WHY = ""
+
+
+def bwrap_command(work, root, readable, hidden, mem_mb):
+    """bubblewrap around one test: the file system read-only except `work`; /tmp, /var/tmp, /dev/shm and the
+    grader's scratch folders (`hidden`) replaced by empty private ones; the repository (`root`, which may
+    itself live in /tmp) and then `readable` (the binary, the sources) mounted read-only again on top; its own
+    PID, IPC, UTS and network namespaces; no capabilities."""
+    size = [] if mem_mb <= 0 else ["--size", str(mem_mb << 20)]
+    cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+           "--unshare-net", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):  # GPUs stay usable
+        cmd += ["--dev-bind", dev, dev]
+    cmd += size + ["--tmpfs", "/dev/shm"]
+    for d in ("/tmp", "/var/tmp"):
+        if os.path.isdir(d):
+            cmd += size + ["--tmpfs", d]
+    cmd += ["--ro-bind", root, root]  # in this order: a scratch folder inside the repository stays hidden
+    for d in hidden:
+        cmd += size + ["--tmpfs", d]
+    for d in readable:
+        if os.path.exists(d):
+            cmd += ["--ro-bind", d, d]
+    return cmd + ["--bind", work, work, "--chdir", work, "--"]
+
+
+def choose_sandbox(scratch_base):
+    """bwrap where it works; else, as root, "uid" (each test as an unprivileged user of its own); else "none".
+    GRADE_SANDBOX=auto|bwrap|uid|none chooses (tests/GRADING.md)."""
+    global SANDBOX, SANDBOX_WHY
+    if SANDBOX is not None:
+        return SANDBOX
+    want = os.environ.get("GRADE_SANDBOX", "auto")
+    if want not in ("auto", "bwrap", "uid", "none"):
+        raise SystemExit(f"grade: GRADE_SANDBOX={want}: expected auto, bwrap, uid or none")
+    SANDBOX, SANDBOX_WHY = "none", f"GRADE_SANDBOX={want}"
+    if want in ("auto", "bwrap"):
+        if not shutil.which("bwrap"):
+            SANDBOX_WHY = "bubblewrap (bwrap) is not installed: run make deps"
+        else:
+            work = tempfile.mkdtemp(prefix="probe-", dir=scratch_base)
+            rc, out = run_command(bwrap_command(work, ROOT, [], [scratch_base], 64) + ["/bin/true"], 60,
+                                  stderr=subprocess.STDOUT)
+            if rc == 0:
+                SANDBOX, SANDBOX_WHY = "bwrap", ""
+            else:
+                SANDBOX_WHY = "bwrap does not work here: " + (out or b"").decode("utf-8", "replace").strip()[:200]
+            shutil.rmtree(work, ignore_errors=True)
+        if want == "bwrap" and SANDBOX != "bwrap":
+            raise SystemExit(f"grade: GRADE_SANDBOX=bwrap, but {SANDBOX_WHY}")
+    if SANDBOX == "none" and want in ("auto", "uid"):
+        why = uid_sandbox_problem()
+        if not why:
+            SANDBOX = "uid"
+            print(f"grade: note: no bubblewrap ({SANDBOX_WHY}); as root, each test runs as an unprivileged user "
+                  f"of its own (uid {UID_BASE} and up): the kit is protected by its file permissions", flush=True)
+        elif want == "uid":
+            raise SystemExit(f"grade: GRADE_SANDBOX=uid, but {why}")
+        else:
+            SANDBOX_WHY += f"; {why}"
+    if SANDBOX == "none":
+        print(f"grade: note: tests run without a sandbox ({SANDBOX_WHY}): code under test runs as you; the "
+              f"grader puts back tests/, kit/, scripts/, mk/, datasets/ and solutions/ when a test changes them "
+              f"(tests/GRADING.md)", flush=True)
+    return SANDBOX
+
+
+# The "uid" sandbox: root without bubblewrap (a container whose seccomp profile forbids namespaces, say). Each
+# running test gets a user and group id of its own that no account uses, so it cannot signal the grader, its
+# supervisor or another test, nor write the kit (its files must not be writable by others: checked).
+UID_BASE, UID_SLOTS = 64200, 64
+_UIDS_IN_USE = set()
+
+
+def uid_sandbox_problem():
+    """Why the uid sandbox cannot be used here, or "" when it can."""
+    import grp
+    import pwd
+    if os.geteuid() != 0:
+        return "not root, so no other user to run tests as"
+    free = 0
+    for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            free += 1
+    if not free:
+        return f"every uid {UID_BASE}..{UID_BASE + UID_SLOTS - 1} belongs to an account"
+    # What the test needs to read: every folder from / down to the repository, and its tests, kit, scripts.
+    path = ROOT
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return f"{path} cannot be entered by other users (chmod o+x)"
+        if path == os.path.dirname(path):
+            break
+        path = os.path.dirname(path)
+    launch = os.path.join(ROOT, "scripts", "launch.sh")
+    if os.path.exists(launch) and (os.stat(launch).st_mode & 0o005) != 0o005:
+        return f"{launch} cannot be run by other users (chmod o+rx)"
+    for sub in ("tests", "kit", "scripts", "datasets", "mk", "solutions"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, sub)):
+            for name in dirnames + filenames:
+                mode = os.lstat(os.path.join(dirpath, name)).st_mode
+                if not stat.S_ISLNK(mode) and mode & stat.S_IWOTH:
+                    return f"{os.path.join(dirpath, name)} is writable by every user (chmod o-w)"
+    return ""
+
+
+def take_uid():
+    import grp
+    import pwd
+    with _SPAWN_LOCK:
+        for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+            if uid in _UIDS_IN_USE:
+                continue
+            try:
+                pwd.getpwuid(uid)
+                continue
+            except KeyError:
+                pass
+            try:
+                grp.getgrgid(uid)
+                continue
+            except KeyError:
+                _UIDS_IN_USE.add(uid)
+                return uid
+    raise RuntimeError("no free uid for the test")
+
+
+def give_uid(uid):
+    """Deletes what the test's user left in the shared temporary folders, and frees the uid."""
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                if os.lstat(path).st_uid == uid:
+                    remove_path(path)
+            except OSError:
+                pass
+    with _SPAWN_LOCK:
+        _UIDS_IN_USE.discard(uid)
+
+
+def open_to(path, uid, mode=0o711):
+    """Lets the test's user reach `path` (a grader folder, mode 0700 from mkdtemp), or own it (uid given)."""
+    os.chmod(path, mode)
+    if uid is not None:
+        os.chown(path, uid, uid)
+
+
+class Guard:
+    """Without bubblewrap: what the code under test must never change, the kit's own files. Snapshots them
+    (content kept in memory) and after each test puts back anything changed or deleted, and moves anything
+    added (a tests/lessonNN/*.c would be compiled into the next build) to a quarantine folder, where the
+    changed versions go too: nothing is lost should a person edit the kit while a grading runs."""
+
+    DIRS = ("tests", "kit", "scripts", "mk", "datasets", "solutions")
+    SKIP = ("datasets/data",)
+    MAX_BYTES = 8 << 20
+
+    def __init__(self, root, quarantine, extra_dirs=()):
+        self.root, self.quarantine = root, quarantine
+        self.lock = threading.Lock()
+        self.tops = [os.path.join(root, d) for d in self.DIRS] + [os.path.join(root, "Makefile")]
+        self.tops += [os.path.abspath(d) for d in extra_dirs]
+        self.files = self.scan(with_content=True)
+
+    def walk(self):
+        for top in self.tops:
+            if os.path.isfile(top) or os.path.islink(top):
+                yield top
+            for dirpath, dirnames, filenames in os.walk(top):
+                rel = os.path.relpath(dirpath, self.root)
+                dirnames[:] = [d for d in dirnames if os.path.join(rel, d) not in self.SKIP]
+                for fn in filenames:
+                    yield os.path.join(dirpath, fn)
+
+    def scan(self, with_content):
+        files = {}
+        for path in self.walk():
+            try:
+                st = os.lstat(path)
+                data = None
+                if with_content and stat_regular(st) and st.st_size <= self.MAX_BYTES:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                files[path] = ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode), data)
+            except OSError:
+                pass
+        return files
+
+    def check(self):
+        """Puts back what changed since the snapshot. Returns the paths that had changed (relative to root)."""
+        with self.lock:
+            now = self.scan(with_content=False)
+            changed = [p for p, (sig, _) in now.items() if p not in self.files or self.files[p][0] != sig]
+            changed += [p for p in self.files.keys() - now.keys()]
+            for path in changed:
+                if path in now:
+                    self.move_aside(path)
+                if path in self.files:
+                    self.restore(path)
+            return sorted(os.path.relpath(p, self.root) for p in changed)
+
+    def move_aside(self, path):
+        dest = os.path.join(self.quarantine, time.strftime("%Y%m%d-%H%M%S"), os.path.relpath(path, self.root))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(path, dest)
+        except OSError:
+            remove_path(path)
+
+    def restore(self, path):
+        sig, data = self.files[path]
+        if data is None:
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, sig[3] & 0o7777)
+        os.utime(path, ns=(sig[1], sig[1]))
+        st = os.lstat(path)
+        self.files[path] = ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode), data)
+
+
+def stat_regular(st):
+    return stat.S_ISREG(st.st_mode)
+
+
+def remove_path(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ object checks
+
+_LIB_SYMBOLS = {}
+
+
+def defined_symbols(path, dynamic=False):
+    """Global symbols an object or library defines (nm)."""
+    cmd = ["nm", "-g", "--defined-only"] + (["-D"] if dynamic else []) + [path]
+    rc, out = run_command(cmd, 60, stderr=subprocess.DEVNULL)
+    names = set()
+    for line in (out or b"").decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and len(parts[-2]) == 1:
+            names.add(parts[-1].split("@")[0])
+    return names
+
+
+def linked_libraries(binary):
+    """Paths of the shared libraries the binary names (NEEDED), found through its RUNPATH and ldconfig."""
+    rc, out = run_command(["readelf", "-dW", binary], 60, stderr=subprocess.DEVNULL)
+    text = (out or b"").decode("utf-8", "replace")
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", text)
+    rpath = [d for m in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[([^\]]+)\]", text)
+             for d in m.split(":")]
+    rc, out = run_command(["/sbin/ldconfig", "-p"], 60, stderr=subprocess.DEVNULL)
+    cache = {}
+    entries = re.findall(r"^\s*(\S+) \(([^)]*)\) => (\S+)", (out or b"").decode("utf-8", "replace"), re.M)
+    for name, arch, path in sorted(entries, key=lambda e: "x86-64" not in e[1]):  # this machine's first
+        cache.setdefault(name, path)
+    paths = []
+    for name in needed:
+        found = next((os.path.join(d, name) for d in rpath if os.path.exists(os.path.join(d, name))), None)
+        found = found or cache.get(name)
+        if found:
+            paths.append(found)
+    return paths
+
+
+def check_objects(binary, objects, kit_libs, shown_as):
+    """The learner's objects may not run code before the test harness (.preinit_array) nor replace a function
+    of the C library, cmocka, another linked library or the kit (which the harness and the tests call).
+    Returns a reason, or None when they are fine."""
+    reserved = {}
+    for lib in linked_libraries(binary):
+        if lib not in _LIB_SYMBOLS:
+            _LIB_SYMBOLS[lib] = defined_symbols(lib, dynamic=True)
+        for name in _LIB_SYMBOLS[lib]:
+            reserved.setdefault(name, os.path.basename(lib))
+    for lib in kit_libs:
+        if os.path.exists(lib):
+            for name in defined_symbols(lib):
+                reserved.setdefault(name, "the kit")
+    for obj in objects:
+        source = shown_as(obj)
+        rc, out = run_command(["readelf", "-SW", obj], 60, stderr=subprocess.DEVNULL)
+        if re.search(rb"\.preinit_array", out or b""):
+            return (f"{source} puts code in .preinit_array, which would run before the test harness; "
+                    f"graded code may not do that")
+        # Names that are not C identifiers (DW.ref.__gxx_personality_v0 from nvcc) are the compiler's own.
+        clash = sorted(n for n in defined_symbols(obj) if n in reserved and re.fullmatch(r"[A-Za-z_]\w*", n))
+        if clash:
+            names = ", ".join(f"{n} ({reserved[n]})" for n in clash[:5])
+            return (f"{source} defines {names}, already defined by a library the test uses; graded code may not "
+                    f"replace them: rename or make them static")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ running
 
 
 def signal_name(number):
@@ -233,17 +766,21 @@ def crash_reason(sig):
     return f"crashed with {name}" + (f" ({why})" if why else "")
 
 
-def read_verdict(xml_paths, name):
-    """The cmocka verdict for test `name` from the XML files: (status, message) or None when absent."""
+def read_xml_messages(xml_paths, name):
+    """The cmocka XML's (status, message) for test `name`, worst over the files, or None. For DISPLAY only:
+    the test can write these files, so the verdict never comes from them."""
     worst = None
     for path in xml_paths:
+        data = read_private(path, 1 << 20)
+        if data is None:
+            continue
         try:
-            tree = ET.parse(path)
-        except (OSError, ET.ParseError):
-            return None
+            tree = ET.ElementTree(ET.fromstring(data))
+        except ET.ParseError:
+            continue
         cases = [c for c in tree.iter("testcase") if c.get("name") == name]
         if len(cases) != 1:
-            return None
+            continue
         case = cases[0]
         failure = case.find("failure")
         if failure is None:
@@ -261,6 +798,45 @@ def read_verdict(xml_paths, name):
     return worst
 
 
+def read_private(path, limit):
+    """A file the test may have tampered with: no symlinks followed, regular files only, at most `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat_regular(os.fstat(fd)):
+            return None
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def read_channel(channel, tokens, name):
+    """The verdict lines the harness appended (tests/grading.h). Returns ({rank: status}, problem or None)."""
+    data = read_private(os.path.join(channel, "verdict"), 1 << 16) or b""
+    verdicts, problem = {}, None
+    for line in data.decode("utf-8", "replace").splitlines():
+        parts = line.split(" ", 3)
+        ok = (len(parts) == 4 and parts[1].isdigit() and int(parts[1]) in tokens and parts[3] == name
+              and parts[2] in (PASS, FAIL, SKIP) and hmac.compare_digest(parts[0], tokens[int(parts[1])]))
+        if not ok:
+            problem = "a verdict line that the test harness did not write (a forged result?)"
+        elif int(parts[1]) in verdicts:
+            problem = f"two verdicts for rank {parts[1]} (a forged result?)"
+        else:
+            verdicts[int(parts[1])] = parts[2]
+    return verdicts, problem
+
+
+def head(path, limit):
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def tail(path, limit=OUTPUT_TAIL):
     try:
         with open(path, "rb") as f:
@@ -273,87 +849,200 @@ def tail(path, limit=OUTPUT_TAIL):
         return ""
 
 
-def scratch_dir(root):
-    """A fresh working directory for one test, with links so paths like tests/fixtures/... still work."""
-    d = tempfile.mkdtemp(prefix="grade-")
+def scratch_dir(root, base):
+    """A fresh folder for one test: `work` (the test's working directory, the only place it may write, with
+    links so that paths like tests/fixtures/... still work) and, beside it, what only the grader sees."""
+    d = tempfile.mkdtemp(prefix="test-", dir=base)
+    work = os.path.join(d, "work")
+    os.mkdir(work)
     for sub in ("tests", "datasets", "kit", "scripts"):
         if os.path.exists(os.path.join(root, sub)):
-            os.symlink(os.path.join(root, sub), os.path.join(d, sub))
-    return d
+            os.symlink(os.path.join(root, sub), os.path.join(work, sub))
+    return d, work
 
 
-def run_test(root, binary, lesson, test, limits, source_dir):
-    """Runs one test in its own process (group). Returns a result dict."""
+def run_test(root, binary, lesson, test, limits, source_dir, ctx):
+    """Runs one test under its supervisor (in the sandbox when there is one). Returns a result dict."""
     name, points, hint, own_timeout = test
     timeout = own_timeout or limits.timeout
-    work = scratch_dir(root)
+    scratch, work = scratch_dir(root, ctx.scratch)
     xml = os.path.join(work, "result.xml")
-    log = os.path.join(work, "output.log")
-    env = os.environ.copy()
-    for k in [k for k in env if k.startswith("CMOCKA_")]:
-        del env[k]
-    env.update(CMOCKA_MESSAGE_OUTPUT="XML", CMOCKA_XML_FILE=xml, GRADING_ROOT=root,
-               GRADING_LESSON_DIR=source_dir, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
+    log = os.path.join(scratch, "output.log")
+    channel = os.path.join(work, ".grading")
+    os.mkdir(channel, 0o700)
+    uid = take_uid() if ctx.sandbox == "uid" else None
+    tokens = {r: secrets.token_hex(16) for r in range(lesson.np)}
+    for r, token in tokens.items():
+        fd = os.open(os.path.join(channel, f"token.{r}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, token.encode())
+        os.close(fd)
+        if uid is not None:
+            os.chown(os.path.join(channel, f"token.{r}"), uid, uid)
+    if uid is not None:  # the test's user may enter the scratch folder, and owns only its working directory
+        open_to(scratch, None)
+        open_to(work, uid, 0o700)
+        open_to(channel, uid, 0o700)
+    # SLURM_*: a test runs here, through mpirun, even inside an allocation: ranks that srun started would be
+    # children of slurmd, outside the supervisor and the sandbox.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMOCKA_", "GRADING_", "SLURM_"))}
+    env.update(CMOCKA_MESSAGE_OUTPUT="XML", CMOCKA_XML_FILE=xml, GRADING_ROOT=root, GRADING_CHANNEL=channel,
+               GRADING_LESSON_DIR=source_dir, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+               TMPDIR=work)
     cmd = [os.path.abspath(binary), "--only", name]
     if lesson.np > 1:
         cmd = [os.path.join(root, "scripts", "launch.sh"), str(lesson.np)] + cmd
-        if not env.get("SLURM_JOB_ID"):  # mpirun: tag each line with its rank, so failure_text can tell them apart
-            env["LAUNCH_ARGS"] = (env.get("LAUNCH_ARGS", "") + " --tag-output").strip()
+        # mpirun: tag each line with its rank, so failure_text can tell them apart
+        env["LAUNCH_ARGS"] = (env.get("LAUNCH_ARGS", "") + " --tag-output").strip()
+    if ctx.sandbox == "bwrap":
+        cmd = bwrap_command(work, root, [os.path.dirname(os.path.abspath(binary)), source_dir], [ctx.scratch],
+                            limits.mem_mb) + cmd
     asan, cuda = binary_traits(binary)
+    config = {"cmd": cmd, "cwd": work, "env": env, "log": log, "timeout": timeout, "asan": asan, "cuda": cuda,
+              "limits": [limits.timeout, limits.mem_mb, limits.fsize_mb], "uid": uid}
     start = time.monotonic()
-    status = message = None
-    rc = None
-    with open(log, "wb") as out:
-        try:
-            p = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, preexec_fn=limiter(limits, timeout, asan, cuda),
-                                 start_new_session=True)
-        except OSError as e:
-            status, message = ERROR, f"could not start the test: {e}"
-        else:
-            try:
-                rc = p.wait(timeout=timeout)
-                kill_tree(p.pid, leader_alive=False)  # anything it left running in the background
-            except subprocess.TimeoutExpired:
-                status, message = TIMEOUT, f"timed out after {timeout:g} s (an endless loop, or waiting forever?)"
-                kill_tree(p.pid, leader_alive=True)
-                p.wait()
+    outcome, status, message = None, None, None
+    sup = spawn(SUPERVISOR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True)
+    try:
+        out, err = sup.communicate(json.dumps(config).encode(), timeout=timeout + 60)
+        outcome = json.loads(out.decode() or "null") if sup.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError):
+        sup.kill()
+        sup.communicate()
+    finally:
+        forget(sup)
+    sweep_strays()  # the supervisor's test, should the supervisor have been killed
+    if uid is not None:
+        give_uid(uid)
     seconds = time.monotonic() - start
-    if status is None:
-        xmls = [xml] + [f"{xml}.rank{r}" for r in range(1, lesson.np)]
-        verdict = read_verdict(xmls, name)
-        if rc is not None and rc < 0:
-            status, message = CRASH, crash_reason(-rc)
-        elif rc is not None and rc >= 128 + 1 and lesson.np > 1 and verdict is None:
-            status, message = CRASH, f"a rank died (launcher exit status {rc})"
-        elif verdict is None:
-            status, message = ERROR, (f"exited with status {rc} before reporting a result "
-                                      f"(exit() or a fatal error inside the code under test?)")
-        elif verdict[0] == PASS and rc != 0:
-            status, message = ERROR, f"reported success but exited with status {rc}"
-        else:
-            status, message = verdict
+    changed = ctx.guard.check() if ctx.guard else []
+    rc = outcome["rc"] if outcome else None
+    verdicts, forged = read_channel(channel, tokens, name)
+    xml_verdict = read_xml_messages([xml] + [f"{xml}.rank{r}" for r in range(1, lesson.np)], name)
+    if ctx.sandbox == "bwrap" and rc is not None and rc > 128 and not verdicts:
+        rc = -(rc - 128)  # bwrap reports a child killed by signal N as exit status 128 + N
+    if changed:
+        status, message = ERROR, (f"the code under test changed the kit's files ({', '.join(changed[:3])}"
+                                  f"{', ...' if len(changed) > 3 else ''}): the kit's versions are back, what the "
+                                  f"test wrote is in {ctx.guard.quarantine}. This test scores 0")
+    elif outcome is None:
+        status, message = ERROR, (f"the test's supervisor was killed (did the code under test signal its parent "
+                                  f"process?) {one_line((err or b'').decode('utf-8', 'replace'))}".strip())
+    elif outcome["error"]:
+        status, message = ERROR, outcome["error"]
+    elif outcome["timed_out"]:
+        status, message = TIMEOUT, f"timed out after {timeout:g} s (an endless loop, or waiting forever?)"
+    elif outcome["mem_over"]:
+        status, message = CRASH, (f"killed for using more than {limits.mem_mb} MiB of memory "
+                                  f"(--mem-mb; {outcome['peak_mb']:.0f} MiB seen)")
+    elif forged:
+        status, message = ERROR, forged + "; this test scores 0"
+    elif rc is not None and rc < 0 and len(verdicts) < lesson.np:
+        status, message = CRASH, crash_reason(-rc)
+    elif len(verdicts) < lesson.np and lesson.np > 1 and rc is not None and rc >= 129:
+        status, message = CRASH, f"a rank died (launcher exit status {rc})"
+    elif len(verdicts) < lesson.np:
+        status, message = ERROR, (f"exited with status {rc} before reporting a result "
+                                  f"(exit() or a fatal error inside the code under test?)")
+    elif FAIL in verdicts.values():
+        status, message = FAIL, "assertion failed"
+        if xml_verdict and xml_verdict[0] in (FAIL, CRASH):
+            status, message = xml_verdict
+    elif SKIP in verdicts.values():
+        status, message = SKIP, "skipped"
+    elif rc != 0:
+        status, message = ERROR, f"reported success but exited with status {rc}"
+    else:
+        status, message = PASS, ""
     output = tail(log)
-    if status == FAIL and one_line(message).startswith("("):
+    failing = sorted(r for r in tokens if verdicts.get(r) != PASS)
+    if status in (CRASH, ERROR) and lesson.np > 1:
+        # "a rank died" alone does not say why: a collective that timed out says so on some rank; else what the
+        # failing rank wrote to its stderr. Read from the start of the log: a backtrace can fill the tail.
+        whole = head(log, LOG_SCAN) + "\n" + output
+        said = timeout_text(whole) or rank_story(whole, failing)
+        if said:
+            message = said + "\n" + message
+    if status == FAIL and (one_line(message).startswith("(") or message == "assertion failed"):
         # cmocka 1.1 keeps print_error() text (e.g. assert_close's "max relative error ...") out of the XML;
-        # show the test's last printed line with the location. Display only: the status came from the XML.
+        # show the test's last printed line with the location. Display only: the status came from the channel.
         # Under mpirun the launcher's report of a failed rank (a box of dashes) follows the ranks' output.
         own = re.split(r"^-{20,}$", output, maxsplit=1, flags=re.M)[0] if lesson.np > 1 else output
-        said = failure_text(own)
+        said = failure_text(own, failing)
         if said:
             message = said[:300] + "\n" + message
-    if status == SKIP:  # the reason the test printed (display only; the status came from the XML)
+    if "printed above" in message:  # the table shows one line: bring in what was printed above
+        message = printed_above(message, output, failing)
+    if status == SKIP:  # the reason the test printed (display only)
         said = [l.split("]", 1)[1].strip() for l in output.splitlines() if "[  SKIP" in l and "]" in l]
         message = f"skipped: {said[-1]}" if said and said[-1] else message
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return result(lesson, test, status, message, output, seconds)
 
 
-def failure_text(output):
+def tagged_streams(output):
+    """{(rank, 'stdout'|'stderr'): [lines]} of mpirun --tag-output; {(0, 'stdout'): all lines} otherwise."""
+    streams = {}
+    for line in output.splitlines():
+        m = re.match(r"^\[\d+,(\d+)\]<(std(?:out|err))>:(.*)$", line)
+        key, text = ((int(m.group(1)), m.group(2)), m.group(3)) if m else ((0, "stdout"), line)
+        streams.setdefault(key, []).append(text)
+    return streams
+
+
+def rank_story(output, failing):
+    """What the rank that failed said: the launcher names the first rank to fail, else the first rank without a
+    passing verdict. Its kit error ("rank R: file:line: call" with its error and HINT lines, kit/check.h) when
+    there is one, else the first line it wrote to stderr."""
+    named = re.search(r"Process name: \[\[\d+,\d+\],(\d+)\]|process rank (\d+)", output)
+    order = ([int(named.group(1) or named.group(2))] if named else []) + sorted(failing)
+    streams = tagged_streams(output)
+    for rank in order:
+        lines = [l.strip() for l in streams.get((rank, "stderr"), [])
+                 if l.strip() and not l.lstrip().startswith(("[", "<"))]
+        kit = next((i for i, l in enumerate(lines) if re.match(rf"rank {rank}: ", l)), None)
+        if kit is not None:
+            said = [lines[kit]] + [l for l in lines[kit + 1:kit + 3] if l.startswith(("error:", "HINT:"))]
+            return "\n".join(said)[:500]
+        if lines:
+            return f"rank {rank}: {lines[0]}"[:300]
+    return ""
+
+
+def printed_above(message, output, failing):
+    """A message that refers to a line "printed above" gets that line (the one printed just before it, on the
+    same rank and stream); without one, the reference goes."""
+    found = ""
+    streams = tagged_streams(output)
+    keys = sorted(streams, key=lambda k: (k[0] not in failing, k[1] != "stderr", k[0]))
+    for key in keys:
+        lines = [l.strip() for l in streams[key] if l.strip() and not l.lstrip().startswith(("[", "<"))]
+        for i, line in enumerate(lines):
+            if "printed above" in line and i > 0:
+                found = lines[i - 1]
+                break
+        if found:
+            break
+    return re.sub(r"\s*\([^()]*printed above\)", (": " + found.replace("\\", "/")) if found else "", message)
+
+
+def timeout_text(output):
+    """The kit's message when a collective timed out (kit/dist.c), from whichever rank printed it, with the HINT
+    line that follows it on the same rank and stream."""
+    for key, lines in tagged_streams(output).items():
+        for i, line in enumerate(lines):
+            if "timed out after" in line:
+                hint = lines[i + 1].strip() if i + 1 < len(lines) and "HINT" in lines[i + 1] else ""
+                return (line.strip() + ("\n" + hint if hint else ""))[:500]
+    return ""
+
+
+def failure_text(output, failing=()):
     """The line a failed test printed to explain itself: the text cmocka shows right after its first
     "[  ERROR   ] ---" marker, else the last plain line printed before that marker, else the last plain line.
     Under mpirun the ranks' lines interleave in any order; with --tag-output ("[job,rank]<stdout>:text")
-    each rank's streams are looked at on their own, and the first one with an error marker is the one shown."""
+    each rank's streams are looked at on their own: those of the ranks in `failing` (whose verdict was not a
+    pass) first, stderr before stdout, and a stream with an error marker before one without."""
     tagged = [re.match(r"^\[\d+,(\d+)\]<(std(?:out|err))>:(.*)$", l) for l in output.splitlines()]
     if any(tagged):
         # One stream of one rank at a time: mpirun forwards stdout and stderr separately, so only lines of
@@ -362,7 +1051,7 @@ def failure_text(output):
         for m in tagged:
             if m:
                 streams.setdefault((int(m.group(1)), m.group(2)), []).append(m.group(3))
-        keys = sorted(streams)
+        keys = sorted(streams, key=lambda k: (k[0] not in failing, k[1] != "stderr", k[0]))
         marked = [failure_text_of(streams[k]) for k in keys if any("[  ERROR   ] ---" in l for l in streams[k])]
         plain = [failure_text_of(streams[k]) for k in keys]
         return next((t for t in marked + plain if t), "")
@@ -389,28 +1078,41 @@ def result(lesson, test, status, message, output="", seconds=0.0):
             "hint": hint if status not in (PASS, SKIP) else "", "output": output, "seconds": round(seconds, 3)}
 
 
-def grade_lesson(root, build_dir, lesson, source, make_args, limits, grade_out=None, lessons_dir=None,
-                 log_path=None, strict_names=False):
-    """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons'. Returns (results, build log)."""
+class Context:
+    """What every test of one grading run shares: the grader's scratch folder, the sandbox, the guard."""
+
+    def __init__(self, scratch, sandbox, guard):
+        self.scratch, self.sandbox, self.guard = scratch, sandbox, guard
+
+
+def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_out=None, lessons_dir=None,
+                 log_path=None, strict_names=False, shown_dir=None):
+    """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons' (then lessons_dir is a staged
+    private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log)."""
     args = list(make_args)
     if source == "solutions":
         binary = os.path.join(build_dir, "grade-solutions", f"test_lesson{lesson.num}")
         source_dir = os.path.join(root, "solutions", lesson.name)
+        obj_dir = os.path.join(build_dir, "grade-solutions", lesson.name)
     else:
         out = grade_out or os.path.join(build_dir, "grade-lessons")
         binary = os.path.join(out, f"test_lesson{lesson.num}")
         lessons_dir = lessons_dir or "lessons"
         args += [f"GRADE_LESSONS_OUT={out}", f"LESSONS_DIR={lessons_dir}"]
         source_dir = os.path.join(root, lessons_dir, lesson.name)
+        obj_dir = os.path.join(out, lesson.name)
     if not os.path.isdir(source_dir):
         return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in lesson.tests], ""
+    if ctx.guard:
+        ctx.guard.check()  # builds only from the kit's own files
     ok, log = build(root, build_dir, binary, args, log_path)
     if lessons_dir and os.path.isabs(lessons_dir):  # a staged copy: show paths as the student knows them
-        log = log.replace(lessons_dir.rstrip("/") + "/", "")
+        log = log.replace(lessons_dir.rstrip("/") + "/", (shown_dir.rstrip("/") + "/") if shown_dir else "")
     if not ok:
         why = "does not compile: " + first_error(log)
         return [result(lesson, t, NOBUILD, why, log[-OUTPUT_TAIL:]) for t in lesson.tests], log
     binary = os.path.join(root, binary) if not os.path.isabs(binary) else binary
+    obj_dir = os.path.join(root, obj_dir) if not os.path.isabs(obj_dir) else obj_dir
     if strict_names:
         listed = list_tests(binary)
         named = [t[0] for t in lesson.tests]
@@ -420,7 +1122,22 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, grade_out=N
         if extra or absent:
             raise SystemExit(f"grade: tests/lesson{lesson.num}/hints.tsv and the test binary disagree: "
                              f"not in hints.tsv: {extra or '-'}; not in the binary: {absent or '-'}")
-    return [run_test(root, binary, lesson, t, limits, source_dir) for t in lesson.tests], log
+    # The objects built from the graded sources: <stem>.o and <stem>.cu.o for the files of the lesson folder.
+    objects = []
+    for fn in sorted(os.listdir(source_dir)):
+        stem, ext = os.path.splitext(fn)
+        obj = os.path.join(obj_dir, stem + (".o" if ext == ".c" else ".cu.o"))
+        if ext in (".c", ".cu") and os.path.exists(obj):
+            objects.append(obj)
+    shown_base = os.path.join(shown_dir, lesson.name) if shown_dir else lesson.name if lessons_dir else source_dir
+    shown = lambda obj: os.path.join(shown_base, re.sub(r"\.cu\.o$", ".cu", re.sub(r"(?<!\.cu)\.o$", ".c",
+                                                                                   os.path.basename(obj))))
+    kit_libs = [os.path.join(root, build_dir, n) if not os.path.isabs(build_dir) else os.path.join(build_dir, n)
+                for n in ("libkit.a", "libkit_dist.a")]
+    refused = check_objects(binary, objects, kit_libs, shown)
+    if refused:
+        return [result(lesson, t, ERROR, refused) for t in lesson.tests], log
+    return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in lesson.tests], log
 
 
 # ------------------------------------------------------------------------------------------------ reports
@@ -430,16 +1147,28 @@ def fmt_points(x):
 
 
 def one_line(message, limit=160):
-    """A failure message on one line: cmocka's 'file:line: error: Failure!' becomes '(file:line)'."""
+    """A failure message on one line: cmocka's 'file:line: error: Failure!' becomes '(file:line)', and its
+    integer comparisons ('0xa != 0x14') are shown in decimal ('10 != 20')."""
     where, said = "", []
     for line in message.splitlines():
         m = re.match(r"^(\S+:\d+): error: Failure!$", line.strip())
         if m:
             where = where or m.group(1)
         elif line.strip():
-            said.append(line.strip())
+            said.append(decimal_counts(line.strip()))
     text = ("; ".join(said) + (f" ({where})" if where else "")).strip()
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def decimal_counts(text):
+    """cmocka 1.1 prints assert_int_equal & co. as "%#lx != %#lx"; integers read better in decimal
+    (a value with the top bit set is a negative number)."""
+    def dec(m):
+        v = int(m.group(0), 16)
+        return str(v - (1 << 64) if v >= 1 << 63 else v)
+    if not re.search(r"\b(0x[0-9a-f]+|0) (!=|==|<|>|<=|>=|is not in range|is in range) ", text):
+        return text
+    return re.sub(r"\b0x[0-9a-f]+\b", dec, text)
 
 
 def print_table(results, title, out=sys.stdout):
@@ -461,8 +1190,21 @@ def print_table(results, title, out=sys.stdout):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     print(f"{'TOTAL':<7}{'':<{width + 2}}{fmt_points(total) + '/' + fmt_points(most):>8}  ({summary})", file=out)
-    if counts.get(SKIP):
-        print("(skipped tests need what this machine lacks, e.g. a GPU; they score 0 here)", file=out)
+    unverified = not_verified(results)
+    if unverified:
+        print("Not verified on this machine (0 points here, graded where it can run):", file=out)
+        for line in unverified:
+            print(f"  {line}", file=out)
+
+
+def not_verified(results):
+    """One line per skipped test: what it needs that this machine lacks, in the test's own words."""
+    lines = []
+    for r in results:
+        if r["status"] == SKIP:
+            why = re.sub(r"^skipped:\s*", "", one_line(r["message"])) or "skipped"
+            lines.append(f"lesson {r['lesson']} {r['test']}: {why}")
+    return lines
 
 
 def gradescope_json(results, extra_output=""):
@@ -481,6 +1223,8 @@ def gradescope_json(results, extra_output=""):
 
 
 def junit_xml(results, suite_prefix=""):
+    """JUnit XML. Every string goes through xml_attr / xml_text: test output and messages may hold anything,
+    control characters included."""
     by_lesson = {}
     for r in results:
         by_lesson.setdefault(r["lesson"], []).append(r)
@@ -489,23 +1233,33 @@ def junit_xml(results, suite_prefix=""):
         failures = sum(r["status"] not in (PASS, SKIP) for r in rs)
         skipped = sum(r["status"] == SKIP for r in rs)
         suite = f"{suite_prefix}lesson{num}"
-        lines.append(f"  <testsuite name={quoteattr(suite)} tests=\"{len(rs)}\" failures=\"{failures}\" "
+        lines.append(f"  <testsuite name={xml_attr(suite)} tests=\"{len(rs)}\" failures=\"{failures}\" "
                      f"skipped=\"{skipped}\" time=\"{sum(r['seconds'] for r in rs):.3f}\">")
         for r in rs:
-            lines.append(f"    <testcase classname={quoteattr(suite)} name={quoteattr(r['test'])} "
+            lines.append(f"    <testcase classname={xml_attr(suite)} name={xml_attr(r['test'])} "
                          f"time=\"{r['seconds']:.3f}\">")
             if r["status"] == SKIP:
-                lines.append(f"      <skipped message={quoteattr(r['message'])}/>")
+                lines.append(f"      <skipped message={xml_attr(r['message'])}/>")
             elif r["status"] != PASS:
                 body = r["message"] + (f"\nHint: {r['hint']}" if r["hint"] else "")
-                lines.append(f"      <failure message={quoteattr(r['status'] + ': ' + r['message'][:200])} "
-                             f"type={quoteattr(r['status'])}>{escape(body)}</failure>")
+                lines.append(f"      <failure message={xml_attr(r['status'] + ': ' + r['message'][:200])} "
+                             f"type={xml_attr(r['status'])}>{xml_text(body)}</failure>")
                 if r["output"].strip():
-                    lines.append(f"      <system-out>{escape(clean_xml_text(r['output']))}</system-out>")
+                    lines.append(f"      <system-out>{xml_text(r['output'])}</system-out>")
             lines.append("    </testcase>")
         lines.append("  </testsuite>")
     lines.append("</testsuites>")
     return "\n".join(lines) + "\n"
+
+
+def xml_attr(text):
+    """A quoted XML attribute value; line breaks kept as character references (a parser would fold them)."""
+    value = html.escape(clean_xml_text(str(text)), quote=True)
+    return '"' + value.replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;") + '"'
+
+
+def xml_text(text):
+    return html.escape(clean_xml_text(str(text)), quote=False)
 
 
 def clean_xml_text(text):
@@ -544,51 +1298,101 @@ def check_expectation(results, expect):
 
 # ------------------------------------------------------------------------------------------------ instructor
 
-def stage_submission(root, student_dir, lesson, stage_root):
-    """Copies the kit's starter of the lesson, then the student's source files over it.
-    Returns the staged folder, or None when the student did not hand in this lesson."""
-    found = None
+_INCLUDE_ROOTS = None
+
+
+def include_roots(root):
+    """Where the compiler looks for headers: the C compiler's own list, the kit's folders, MPI's and CUDA's.
+    A learner's header with a name found there would replace that header inside the TEST's own source."""
+    global _INCLUDE_ROOTS
+    if _INCLUDE_ROOTS is None:
+        roots = [os.path.join(root, "kit"), os.path.join(root, "tests"), "/usr/local/cuda/include"]
+        try:
+            rc, out = run_command([os.environ.get("CC", "cc"), "-xc", "-E", "-v", "-"], 60,
+                                  stderr=subprocess.STDOUT)
+            text = (out or b"").decode("utf-8", "replace")
+            m = re.search(r"search starts here:\n(.*?)End of search list", text, re.S)
+            roots += [l.strip().split(" (")[0] for l in (m.group(1) if m else "").splitlines() if l.startswith(" ")]
+            rc, out = run_command(["mpicc", "--showme:incdirs"], 60, stderr=subprocess.DEVNULL)
+            roots += (out or b"").decode().split() if rc == 0 else []
+        except OSError:
+            pass
+        _INCLUDE_ROOTS = [r for r in roots if os.path.isdir(r)]
+    return _INCLUDE_ROOTS
+
+
+def find_submitted_lesson(student_dir, lesson):
     for base in (student_dir, os.path.join(student_dir, "lessons")):
         if not os.path.isdir(base):
             continue
         for name in sorted(os.listdir(base)):
             if os.path.isdir(os.path.join(base, name)) and (name == lesson.name or name.startswith(lesson.num + "-")
                                                             or name == lesson.num):
-                found = os.path.join(base, name)
-                break
-        if found:
-            break
-    if not found:
-        return None
+                return os.path.join(base, name)
+    return None
+
+
+def stage_lesson(root, lesson, found, stage_root, starter_dir=None):
+    """The private copy that gets built: the kit's starter of the lesson (instructor mode: a missing file is
+    graded as the untouched starter), the learner's .c/.cu/.h files over it, and the lesson's own headers
+    (lesson.h) from the kit, so that the test, which includes them, is compiled against the kit's and not the
+    learner's. A learner's header named like one of the kit, the tests or the system is left out too.
+    Symbolic links are never followed. Returns (staged folder, notes)."""
     dest = os.path.join(stage_root, lesson.name)
-    shutil.copytree(os.path.join(root, "lessons", lesson.name), dest)
-    for dirpath, _, filenames in os.walk(found):
+    if starter_dir:
+        shutil.copytree(starter_dir, dest, symlinks=True)
+    else:
+        os.makedirs(dest)
+    pristine = {}
+    for path in sorted(glob.glob(os.path.join(root, "solutions", lesson.name, "*.h"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if "BEGIN SOLUTION" not in f.read():
+                pristine[os.path.basename(path)] = path
+    test_dir = os.path.join(root, "tests", f"lesson{lesson.num}")
+    notes = []
+    for dirpath, dirnames, filenames in os.walk(found):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for fn in filenames:
-            if fn.endswith(SOURCE_SUFFIXES):
-                src = os.path.join(dirpath, fn)
-                rel = os.path.relpath(src, found)
-                os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
-                shutil.copyfile(src, os.path.join(dest, rel))
-    return dest
+            src = os.path.join(dirpath, fn)
+            rel = os.path.relpath(src, found)
+            if not fn.endswith(SOURCE_SUFFIXES) or os.path.islink(src) or not os.path.isfile(src):
+                continue
+            if fn.endswith(".h"):
+                if rel in pristine:
+                    continue  # the kit's copy is put in below
+                if any(os.path.exists(os.path.join(d, rel)) for d in include_roots(root) + [test_dir]):
+                    notes.append(f"{rel} left out: the kit, the tests or the system have a header of that name")
+                    continue
+            target = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(src, target)  # keeps the time stamp: make rebuilds only what changed
+    for name, path in pristine.items():
+        shutil.copy2(path, os.path.join(dest, name))
+    return dest, notes
 
 
-def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits):
+def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits, ctx):
     """Grades one student into out_dir (results.json, junit.xml, build logs). Never raises."""
     student = os.path.basename(student_dir.rstrip("/"))
     os.makedirs(out_dir, exist_ok=True)
     results, notes = [], []
-    work = tempfile.mkdtemp(prefix=f"grade-{student}-")
+    work = tempfile.mkdtemp(prefix="student-", dir=ctx.scratch)
+    if ctx.sandbox == "uid":
+        open_to(work, None)  # the tests' users read the student's build and sources
     try:
         stage = os.path.join(work, "lessons")
         os.makedirs(stage)
         for lesson in lessons:
             try:
-                staged = stage_submission(root, student_dir, lesson, stage)
-                if staged is None:
+                found = find_submitted_lesson(student_dir, lesson)
+                if found is None:
                     results += [result(lesson, t, MISSING, "not submitted") for t in lesson.tests]
                     notes.append(f"lesson {lesson.num}: not submitted")
                     continue
-                rs, _ = grade_lesson(root, build_dir, lesson, "lessons", make_args, limits,
+                staged, staged_notes = stage_lesson(root, lesson, found, stage,
+                                                    os.path.join(root, "lessons", lesson.name))
+                notes += [f"lesson {lesson.num}: {n}" for n in staged_notes]
+                rs, _ = grade_lesson(root, build_dir, lesson, "lessons", make_args, limits, ctx,
                                      grade_out=os.path.join(work, "build"), lessons_dir=stage,
                                      log_path=os.path.join(out_dir, f"build-lesson{lesson.num}.log"))
                 if rs and rs[0]["status"] == NOBUILD:
@@ -605,7 +1409,9 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
     return student, results, summary
 
 
-def instructor(args, lessons, make_args, limits):
+def instructor(args, lessons, make_args, limits, ctx):
+    import concurrent.futures
+    import csv
     root, subs, out = ROOT, os.path.abspath(args.submissions), os.path.abspath(args.out)
     students = sorted(d for d in os.listdir(subs) if os.path.isdir(os.path.join(subs, d)) and not d.startswith("."))
     if not students:
@@ -614,12 +1420,21 @@ def instructor(args, lessons, make_args, limits):
     ok, log = build(root, args.build, os.path.join(args.build, "libkit.a"), make_args)
     if not ok:
         raise SystemExit("grade: the kit itself does not build:\n" + log[-3000:])
-    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {args.jobs} at a time")
+    workers = max(1, args.jobs)
+    if ctx.guard:
+        ctx.guard.check()
+    if ctx.sandbox == "none":
+        if workers > 1:  # one student's test could change the kit while another student's build reads it
+            print("grade: note: without a sandbox students are graded one at a time (--jobs 1)")
+            workers = 1
+    print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time, "
+          f"sandbox: {dict(bwrap='bubblewrap', uid='a user per test').get(ctx.sandbox, 'none')}")
     rows = {}
-    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits)
+    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
             for s in students]
-    # Processes, not threads: each test is started with a preexec_fn, which is only safe in a one-thread parent.
-    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    # Threads: each test runs in its own supervisor process (tests never run inside the grader), so nothing
+    # a student's code does to its parent process reaches the grader or another student.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(grade_student, *j): j[3] for j in jobs}
         for fut in concurrent.futures.as_completed(futures):
             s = os.path.basename(futures[fut])
@@ -646,6 +1461,7 @@ def instructor(args, lessons, make_args, limits):
 # ------------------------------------------------------------------------------------------------ main
 
 def main():
+    import argparse
     ap = argparse.ArgumentParser(description="Grade the lessons (see tests/GRADING.md).")
     ap.add_argument("--lesson", action="append", default=[], help="grade only lesson NN (repeatable)")
     ap.add_argument("--skip", action="append", default=[], help="leave lesson NN out (its needs are not met)")
@@ -663,27 +1479,61 @@ def main():
     ap.add_argument("--out", help="instructor: where per-student results and class.csv go")
     ap.add_argument("--jobs", type=int, default=1, help="instructor: students graded at the same time")
     args = ap.parse_args()
+    # The grader is a subreaper: a test that kills its supervisor leaves its processes to the grader, which
+    # sweeps them (sweep_strays). Its own memory is not readable by a test running as the same user.
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)
 
     wanted = [w.zfill(2) for w in args.lesson]
     skipped = [s.zfill(2) for s in args.skip]
     lessons = find_lessons(ROOT, wanted, skipped)
     limits = Limits(args.timeout, args.mem_mb, args.fsize_mb)
     make_args = list(args.make_arg)
-    if args.submissions:
-        if not args.out:
-            ap.error("--submissions needs --out")
-        return instructor(args, lessons, make_args, limits)
+    if args.submissions and not args.out:
+        ap.error("--submissions needs --out")
     if not lessons:
         print("grade: no lesson has an autograder yet (solutions/NN-name + tests/lessonNN/test_lessonNN.c)")
         return 0
+    scratch = tempfile.mkdtemp(prefix="grade-")
+    try:
+        sandbox = choose_sandbox(scratch)
+        if sandbox == "uid":
+            open_to(scratch, None)
+        guard = None
+        if sandbox in ("none", "uid"):  # "uid": a backstop behind the file permissions
+            quarantine = os.path.join(ROOT, args.build, "grade-quarantine")
+            guard = Guard(ROOT, quarantine, [args.submissions] if args.submissions else [])
+        ctx = Context(scratch, sandbox, guard)
+        if args.submissions:
+            return instructor(args, lessons, make_args, limits, ctx)
+        return learner(args, lessons, make_args, limits, ctx)
+    finally:
+        sweep_strays()
+        shutil.rmtree(scratch, ignore_errors=True)
 
+
+def learner(args, lessons, make_args, limits, ctx):
     source = "solutions" if args.solutions else "lessons"
     results = []
     for lesson in lessons:
         label = f"{source}/{lesson.name}" if source == "solutions" else f"{args.lessons_dir}/{lesson.name}"
         print(f"grade: building and testing {label} ({len(lesson.tests)} tests)", flush=True)
-        rs, log = grade_lesson(ROOT, args.build, lesson, source, make_args, limits, lessons_dir=args.lessons_dir,
-                               strict_names=args.expect is not None)
+        if source == "solutions":
+            rs, log = grade_lesson(ROOT, args.build, lesson, source, make_args, limits, ctx,
+                                   strict_names=args.expect is not None)
+        else:
+            found = os.path.join(ROOT, args.lessons_dir, lesson.name)
+            if not os.path.isdir(found):
+                results += [result(lesson, t, MISSING, f"{label} does not exist") for t in lesson.tests]
+                continue
+            stage = tempfile.mkdtemp(prefix="lessons-", dir=ctx.scratch)
+            if ctx.sandbox == "uid":
+                open_to(stage, None)
+            staged, notes = stage_lesson(ROOT, lesson, found, stage)
+            for n in notes:
+                print(f"grade: note: {args.lessons_dir}/{lesson.name}/{n}")
+            rs, log = grade_lesson(ROOT, args.build, lesson, source, make_args, limits, ctx, lessons_dir=stage,
+                                   strict_names=args.expect is not None, shown_dir=args.lessons_dir)
         if rs and rs[0]["status"] == NOBUILD:
             print(f"grade: {label} does not compile; the build said:\n" + log[-3000:].rstrip() + "\n")
         results += rs
@@ -704,4 +1554,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--supervise"]:
+        sys.exit(supervise())
     sys.exit(main())

@@ -9,13 +9,28 @@
 //   (no options)   run every test, cmocka's usual output
 //   --list         print the test names, one per line, and exit
 //   --only NAME    run only the test NAME (exit 2 when there is no such test)
-// The grading driver (tests/grade.py) runs each test in its own process with --only and reads the
-// result from the XML file it names (CMOCKA_MESSAGE_OUTPUT=XML, CMOCKA_XML_FILE=path), never from stdout.
-// Under mpirun/srun, rank r > 0 writes its XML to "<path>.rank<r>" so ranks do not overwrite each other.
+// The grading driver (tests/grade.py) runs each test in its own process with --only. The VERDICT comes
+// through the channel below, never from stdout nor from the cmocka XML (which a test can overwrite: the
+// driver reads the XML only for the failure message it shows). Under mpirun/srun, rank r > 0 writes its XML
+// to "<path>.rank<r>" so ranks do not overwrite each other.
 // The exit status is the number of failed tests (0 = all passed), 2 for a usage error.
+//
+// The verdict channel (GRADING_CHANNEL=dir, set by the driver; absent when a person runs the binary):
+//   dir/token.<rank>  a secret the driver wrote for this rank. It is read and DELETED before any code of the
+//                     program's own objects runs: in .preinit_array, which the dynamic loader runs before every
+//                     constructor (of the libraries and of the program). The driver rejects a learner object
+//                     that brings its own .preinit_array or redefines a C library / cmocka function, so only
+//                     this code and the C library run here. The token is never in the environment nor argv.
+//   dir/ready.<rank>  made once the token is consumed; every rank waits until all ranks' exist, so no rank runs
+//                     learner code while another rank's token file is still on disk.
+//   dir/verdict       one line per rank, appended in one write() after the test: "<token> <rank> PASS|FAIL|SKIP
+//                     <test>". A line with a wrong token, or a missing or second line, makes the test an ERROR.
+// What this does not stop: code running inside this process can read its memory, and so the token.
+// tests/GRADING.md says what is guaranteed and how.
 #ifndef GRADING_H
 #define GRADING_H
 
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -34,6 +51,103 @@ static inline int grading_launcher_rank(void) {
         if (v && *v) return atoi(v);
     }
     return 0;
+}
+
+// ---------------------------------------------------------------- the verdict channel
+
+#define GRADING_TOKEN_MAX 64
+#define GRADING_PATH_MAX 4096
+#define GRADING_READY_WAIT_S 30  // every rank of one test starts within this, or the test fails
+
+static char grading_token[GRADING_TOKEN_MAX + 1];  // empty: not read (no channel, or no token file)
+static char grading_channel[GRADING_PATH_MAX];     // empty: the binary was not started by the driver
+static int grading_channel_rank;
+
+// getenv() from the envp the loader passes: .preinit_array runs before libc has set up everything else.
+static const char *grading_envp_get(char **envp, const char *name) {
+    size_t len = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+    return NULL;
+}
+
+static int grading_envp_int(char **envp, const char *const *names, size_t n, int fallback) {
+    for (size_t i = 0; i < n; i++) {
+        const char *v = grading_envp_get(envp, names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return fallback;
+}
+
+// Fails the process before any test code runs; the driver shows this line.
+static void grading_channel_die(const char *what) {
+    const char *pre = "grading: ";
+    (void)!write(2, pre, strlen(pre));
+    (void)!write(2, what, strlen(what));
+    (void)!write(2, "\n", 1);
+    _exit(3);
+}
+
+// Runs from .preinit_array: takes this rank's token, then waits until every rank has taken its own.
+static void grading_channel_open(int argc, char **argv, char **envp) {
+    (void)argc;
+    (void)argv;
+    const char *dir = grading_envp_get(envp, "GRADING_CHANNEL");
+    if (!dir || !*dir) return;
+    if (strlen(dir) + 32 > sizeof grading_channel) grading_channel_die("GRADING_CHANNEL is too long");
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"};
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS", "PMI_SIZE"};
+    int rank = grading_envp_int(envp, rank_vars, 4, 0);
+    int world = grading_envp_int(envp, size_vars, 4, 1);
+    strcpy(grading_channel, dir);
+    grading_channel_rank = rank;
+    char path[GRADING_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/token.%d", dir, rank);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) grading_channel_die("no token for this rank (started twice, or not by tests/grade.py?)");
+    ssize_t n = read(fd, grading_token, GRADING_TOKEN_MAX);
+    close(fd);
+    if (unlink(path) != 0 || n <= 0) grading_channel_die("could not take this rank's token");
+    grading_token[n] = '\0';
+    snprintf(path, sizeof path, "%s/ready.%d", dir, rank);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) grading_channel_die("could not mark this rank ready");
+    close(fd);
+    // Wait for every rank's ready.<r> (2 ms polls): only then may learner code run anywhere.
+    for (int r = 0; r < world; r++) {
+        snprintf(path, sizeof path, "%s/ready.%d", dir, r);
+        for (long waited_ms = 0; access(path, F_OK) != 0; waited_ms += 2) {
+            if (waited_ms > GRADING_READY_WAIT_S * 1000L) grading_channel_die("another rank did not start in time");
+            struct timespec nap = {0, 2 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+__attribute__((used, section(".preinit_array"))) static void (*grading_channel_hook)(int, char **, char **) =
+    grading_channel_open;
+
+// Appends this rank's verdict in one write, then forgets the token.
+static void grading_channel_report(const char *status, const char *test) {
+    if (!grading_channel[0] || !grading_token[0]) return;
+    char path[GRADING_PATH_MAX + 32], line[GRADING_TOKEN_MAX + 512];
+    snprintf(path, sizeof path, "%s/verdict", grading_channel);
+    int len = snprintf(line, sizeof line, "%s %d %s %s\n", grading_token, grading_channel_rank, status, test);
+    memset(grading_token, 0, sizeof grading_token);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || len <= 0 || len >= (int)sizeof line || write(fd, line, (size_t)len) != len)
+        grading_channel_die("could not write the verdict");
+    close(fd);
+}
+
+// The one test --only runs, wrapped so that a normal return is told apart from a skip (cmocka leaves the
+// test by longjmp on fail() and skip(), and counts only failures).
+static void (*grading_test_func)(void **state);
+static int grading_test_returned;
+
+static void grading_wrapped_test(void **state) {
+    grading_test_func(state);
+    grading_test_returned = 1;
 }
 
 // Gives ranks other than 0 their own XML file, so every rank's verdict reaches the driver.
@@ -82,8 +196,13 @@ static inline int grading_run(int argc, char **argv, const struct CMUnitTest *te
             fprintf(stderr, "%s: no test named '%s' (--list shows the names)\n", argv[0], only);
             return 2;
         }
-        // cmocka's filter is a glob; test names are C identifiers, so the exact name matches only itself.
-        cmocka_set_test_filter(only);
+        grading_split_xml_by_rank();
+        struct CMUnitTest one = tests[t];
+        grading_test_func = one.test_func;
+        one.test_func = grading_wrapped_test;
+        int failed = _cmocka_run_group_tests(grading_group_name(argv[0]), &one, 1, NULL, NULL);
+        grading_channel_report(failed ? "FAIL" : grading_test_returned ? "PASS" : "SKIP", only);
+        return failed;
     }
     grading_split_xml_by_rank();
     return _cmocka_run_group_tests(grading_group_name(argv[0]), tests, n, NULL, NULL);

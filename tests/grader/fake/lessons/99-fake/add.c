@@ -1,0 +1,3 @@
+#include "lesson.h"
+
+int lesson_add(int a, int b) { return -1; }  // TODO

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Tests of the grading driver (tests/grade.py) against hostile and broken submissions.
+
+A minimal kit with one lesson (tests/grader/fake: lesson 99, `lesson_add`) is copied to a temporary folder
+with the real tests/grade.py and tests/grading.h, then graded: its solution and starter (learner mode), and a
+class of submissions (tests/grader/attacks/<name>/add.c, instructor mode), each with one attack or mistake.
+Every attack must end with 0 points and a clear reason, the kit's files unchanged, no process left behind,
+and every other student graded. Run by `make test-grader` (part of `make test`); Python 3 standard library.
+"""
+import csv
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+sys.path.insert(0, TESTS)
+import grade  # noqa: E402  (the pure functions are tested directly)
+
+ROOT = None  # the temporary kit
+
+
+def setUpModule():
+    global ROOT
+    ROOT = tempfile.mkdtemp(prefix="grader-test-")
+    shutil.copytree(os.path.join(HERE, "fake"), ROOT, dirs_exist_ok=True)
+    for f in ("grade.py", "grading.h"):
+        shutil.copy2(os.path.join(TESTS, f), os.path.join(ROOT, "tests", f))
+
+
+def tearDownModule():
+    shutil.rmtree(ROOT, ignore_errors=True)
+
+
+def run_grade(*args, sandbox=None, timeout=300):
+    env = dict(os.environ)
+    env.pop("MAKEFLAGS", None)
+    if sandbox:
+        env["GRADE_SANDBOX"] = sandbox
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "grade.py"), *args], cwd=ROOT, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+def kit_digest():
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "**"), recursive=True)
+                       + glob.glob(os.path.join(ROOT, "kit", "*"))):
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                h.update(path.encode() + f.read())
+    return h.hexdigest()
+
+
+def escapees():
+    found = []
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            with open(comm) as f:
+                name = f.read().strip()
+            if name == "grader-escapee":
+                found.append(comm.split("/")[2])
+        except OSError:
+            pass
+    return found
+
+
+def submissions(names):
+    d = tempfile.mkdtemp(prefix="class-", dir=ROOT)
+    for n in names:
+        shutil.copytree(os.path.join(HERE, "attacks", n), os.path.join(d, n, "99"))
+    return d
+
+
+class ClassRun:
+    """One instructor-mode run over some of the attacks; results per student."""
+
+    def __init__(self, names, sandbox=None):
+        self.before = kit_digest()
+        subs = submissions(names)
+        self.out = os.path.join(ROOT, f"graded-{sandbox or 'auto'}")
+        self.rc, self.log = run_grade("--submissions", subs, "--out", self.out, "--jobs", "2", "--mem-mb", "128",
+                                      sandbox=sandbox)
+        self.after = kit_digest()
+        with open(os.path.join(self.out, "class.csv"), newline="") as f:
+            self.rows = {r["student"]: r for r in csv.DictReader(f)}
+
+    def tests(self, student):
+        with open(os.path.join(self.out, student, "results.json")) as f:
+            return {t["name"].split(": ")[1]: t for t in json.load(f)["tests"]}
+
+
+ATTACKS = ["honest", "wrong", "rewrite", "setsid", "shm", "ctrlchars", "killparent", "forge_xml", "forge_ctor",
+           "forge_channel", "preinit", "interpose", "header"]
+CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid")]  # every one of these must score 0
+
+
+class TestLearnerMode(unittest.TestCase):
+    def test_solution_passes_and_starter_fails(self):
+        rc, log = run_grade("--solutions", "--expect", "pass")
+        self.assertEqual(rc, 0, log)
+        self.assertIn("Not verified on this machine", log)
+        self.assertIn("test_needs_gpu: no usable GPU: this is the fake lesson", log)
+        rc, log = run_grade("--expect", "fail")
+        self.assertEqual(rc, 0, log)
+        self.assertIn("-1 != 5", log)  # cmocka shows 0xffffffffffffffff != 0x5
+
+    def test_killing_the_parent_still_prints_a_table(self):
+        lessons = tempfile.mkdtemp(prefix="learner-", dir=ROOT)
+        shutil.copytree(os.path.join(HERE, "attacks", "killparent"), os.path.join(lessons, "99-fake"))
+        for sandbox in ("none", None):
+            rc, log = run_grade("--lessons-dir", lessons, sandbox=sandbox)
+            self.assertEqual(rc, 0, log)
+            self.assertIn("TOTAL", log)
+            self.assertRegex(log, r"TOTAL\s+0/5")
+
+
+class TestClass(unittest.TestCase):
+    """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
+    cr = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cr = ClassRun(ATTACKS)
+
+    def test_run_completes_for_everyone(self):
+        self.assertEqual(self.cr.rc, 0, self.cr.log)
+        self.assertEqual(sorted(self.cr.rows), sorted(ATTACKS), self.cr.log)
+
+    def test_honest_scores_and_every_attack_scores_zero(self):
+        self.assertEqual(self.cr.rows["honest"]["total"], "4", self.cr.log)
+        self.assertEqual(self.cr.rows["setsid"]["total"], "4", self.cr.log)  # right answers; its child is killed
+        for name in CHEATS:
+            self.assertEqual(self.cr.rows[name]["total"], "0", f"{name}: {self.cr.rows[name]}\n{self.cr.log}")
+
+    def test_kit_files_unchanged(self):
+        self.assertEqual(self.cr.before, self.cr.after)
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
+        rc, log = run_grade("--expect", "fail")  # the next run still grades with the real tests
+        self.assertEqual(rc, 0, log)
+
+    def test_no_process_left_behind(self):
+        self.assertEqual(escapees(), [])
+
+    def test_shared_memory_is_counted(self):
+        t = self.cr.tests("shm")["test_add"]
+        self.assertIn("memory", t["output"])
+
+    def test_forgeries_are_errors(self):
+        for name in ("forge_xml", "forge_ctor", "forge_channel"):
+            for test, t in self.cr.tests(name).items():
+                self.assertEqual(t["score"], 0, f"{name} {test}: {t}")
+        self.assertIn("forged", self.cr.tests("forge_channel")["test_add"]["output"])
+
+    def test_refused_objects(self):
+        self.assertIn(".preinit_array", self.cr.tests("preinit")["test_add"]["output"])
+        self.assertIn("_assert_int_equal", self.cr.tests("interpose")["test_add"]["output"])
+
+    def test_headers_of_the_kit_are_not_replaced(self):
+        self.assertIn("grading.h left out", self.cr.rows["header"]["notes"])
+        self.assertIn("FAIL", self.cr.tests("header")["test_add"]["output"])
+
+    def test_junit_is_valid_xml(self):
+        for name in ATTACKS:
+            ET.parse(os.path.join(self.cr.out, name, "junit.xml"))
+        with open(os.path.join(self.cr.out, "ctrlchars", "junit.xml")) as f:
+            self.assertIn("bad bytes", f.read())
+
+
+class TestClassWithoutSandbox(unittest.TestCase):
+    """GRADE_SANDBOX=none (no bubblewrap, not root): the supervisor, the guard and the channel still hold."""
+
+    def test_attacks(self):
+        names = ["honest", "rewrite", "setsid", "killparent", "forge_channel"]
+        run = ClassRun(names, sandbox="none")
+        self.assertEqual(run.rc, 0, run.log)
+        self.assertEqual(sorted(run.rows), sorted(names), run.log)
+        self.assertEqual(run.rows["honest"]["total"], "4", run.log)
+        self.assertEqual(run.rows["setsid"]["total"], "4", run.log)
+        for name in ("rewrite", "killparent", "forge_channel"):
+            self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
+        self.assertEqual(run.before, run.after)
+        self.assertIn("changed the kit's files", run.tests("rewrite")["test_add"]["output"])
+        self.assertIn("supervisor was killed", run.tests("killparent")["test_add"]["output"])
+        self.assertEqual(escapees(), [])
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the uid sandbox is for root without bubblewrap")
+class TestClassUidSandbox(unittest.TestCase):
+    """GRADE_SANDBOX=uid (root without bubblewrap): every test as an unprivileged user of its own."""
+
+    def test_attacks(self):
+        names = ["honest", "rewrite", "setsid", "killparent", "forge_channel", "shm"]
+        run = ClassRun(names, sandbox="uid")
+        self.assertEqual(run.rc, 0, run.log)
+        self.assertIn("sandbox: a user per test", run.log)
+        self.assertEqual(run.rows["honest"]["total"], "4", run.log)
+        self.assertEqual(run.rows["setsid"]["total"], "4", run.log)
+        for name in ("rewrite", "killparent", "forge_channel", "shm"):
+            self.assertEqual(run.rows[name]["total"], "0", f"{name}: {run.rows[name]}\n{run.log}")
+        self.assertEqual(run.before, run.after)
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
+        self.assertEqual(escapees(), [])
+
+
+class TestMessages(unittest.TestCase):
+    def test_decimal_counts(self):
+        self.assertEqual(grade.one_line("0xa != 0x14\nt.c:3: error: Failure!"), "10 != 20 (t.c:3)")
+        self.assertEqual(grade.one_line("0 != 0xffffffffffffffff"), "0 != -1")
+        self.assertEqual(grade.one_line("checksum 0xdeadbeef"), "checksum 0xdeadbeef")
+
+    def test_failing_rank_own_stderr(self):
+        out = "\n".join([
+            "[1,0]<stdout>:lesson 03: 2 ranks, device cpu",
+            "[1,1]<stdout>:lesson 03: rank 1 ready",
+            "[1,1]<stderr>:the gradient on rank 1 is 2x the global mean",
+            "[1,1]<stderr>:[  ERROR   ] --- ",
+        ])
+        self.assertEqual(grade.failure_text(out, failing=[1]), "the gradient on rank 1 is 2x the global mean")
+        died = "[1,0]<stdout>:banner of rank 0\n[1,1]<stderr>:rank 1: out of memory in pg_allreduce"
+        self.assertEqual(grade.failure_text(died, failing=[1]), "rank 1: out of memory in pg_allreduce")
+
+    def test_timeout_text(self):
+        out = ("[1,0]<stdout>:banner\n[1,0]<stderr>:rank 0: all-reduce of 10 floats timed out after 7.5 s: a peer "
+               "rank died or stalled (see its log)\n")
+        out += "[1,1]<stdout>:banner\n[1,0]<stderr>:  HINT: every rank must call the same collectives\n"
+        said = grade.timeout_text(out).splitlines()
+        self.assertTrue(said[0].startswith("rank 0: all-reduce of 10 floats timed out"))
+        self.assertEqual(said[1], "HINT: every rank must call the same collectives")
+
+    def test_dead_rank_says_why(self):
+        out = ("[1,0]<stdout>:process group: 2 ranks\n[1,1]<stderr>:epoch 1 starts with epoch 0's batch again\n"
+               "[1,1]<stderr>:kit/data.c:512: ds->c >= 1\n---------\n  Process name: [[2197,1],1]\n")
+        self.assertEqual(grade.rank_story(out, [0, 1]), "rank 1: epoch 1 starts with epoch 0's batch again")
+        kit = ("[1,1]<stderr>:MPI Error in NBC subrequest 0x5653 : 15\n[1,1]<stderr>:rank 1: kit/dist.c:150: "
+               "MPI_Test(req)\n[1,1]<stderr>:  error: MPI_ERR_TRUNCATE\n[1,1]<stderr>:  HINT: a peer rank died\n"
+               "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 11\n")
+        self.assertEqual(grade.rank_story(kit, [0, 1]).splitlines(),
+                         ["rank 1: kit/dist.c:150: MPI_Test(req)", "error: MPI_ERR_TRUNCATE", "HINT: a peer rank died"])
+
+    def test_printed_above_is_brought_in(self):
+        msg = "the replicas stopped being identical (the first step where they differ is printed above)"
+        out = f"[1,1]<stderr>:after step 1 the replicas differ: momentum\n[1,1]<stderr>:{msg}\n"
+        self.assertEqual(grade.printed_above(msg, out, [1]),
+                         "the replicas stopped being identical: after step 1 the replicas differ: momentum")
+        self.assertEqual(grade.printed_above(msg, f"[1,0]<stderr>:{msg}\n", [0]),
+                         "the replicas stopped being identical")
+
+    def test_junit_cleans_every_string(self):
+        r = grade.result(type("L", (), {"num": "99", "name": "99-fake"}), ("t\x01", 1, "h\x02", None), grade.FAIL,
+                         "\x1b[31m(t.c:3)", "out\x07put")
+        ET.fromstring(grade.junit_xml([r]))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
