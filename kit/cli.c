@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "dist.h"
 #include "model.h"
 
 void cli_usage(FILE *out, unsigned groups) {
@@ -34,7 +35,8 @@ void cli_usage(FILE *out, unsigned groups) {
                 "  --backend NAME      auto|mpi|nccl (default auto: nccl with one GPU per rank, else mpi)\n"
                 "  --bucket-mb X       all-reduce gradients in buckets of X MB during backward (default 25;\n"
                 "                      0 = one all-reduce of the whole buffer after backward)\n"
-                "  --timeout S         seconds a collective may wait for a peer before the job stops (default 60)\n");
+                "  --timeout S         seconds a collective may wait for a peer before the job stops (default %.0f)\n",
+                PG_DEFAULT_TIMEOUT_S);
     if (groups & CLI_CKPT) fprintf(out, "  --checkpoint FILE   save to FILE every epoch; resume from it when it exists\n");
     fprintf(out, "  --help              this text\n");
 }
@@ -89,7 +91,7 @@ bool cli_name_in_list(const char *name, const char *list) {
 void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     *o = (TrainOptions){.dataset = "synthetic", .data_dir = "datasets/data", .device = "auto", .batch_size = 128,
                         .warmup_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .seed = 1,
-                        .devices = 2, .backend = "auto", .bucket_mb = 25.0, .timeout_s = 60.0};
+                        .devices = 2, .backend = "auto", .bucket_mb = 25.0, .timeout_s = PG_DEFAULT_TIMEOUT_S};
     usage_groups = groups;
     static const struct option longopts[] = {
         {"dataset", required_argument, 0, 'd'},      {"data-dir", required_argument, 0, 'D'},

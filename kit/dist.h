@@ -15,8 +15,8 @@
 // Buffers given to a collective live on the pg's device, except where a name says "host".
 //
 // Timeouts: every wait polls with a deadline (pg's timeout_s). When a peer rank dies or stalls, the
-// others print one line (rank, collective, size, seconds waited) and abort the job with a non-zero
-// exit status, instead of hanging. The environment variable KIT_PG_TIMEOUT (seconds) overrides the
+// others print one line (rank, collective and its number, size, seconds waited, and WHICH ranks did not
+// join it) and abort the job with a non-zero exit status, instead of hanging. The environment variable KIT_PG_TIMEOUT (seconds) overrides the
 // value given to pg_init.
 //
 // This header does not include <mpi.h>: only kit/dist.c needs MPI's flags, and a program that does
@@ -47,7 +47,9 @@ typedef struct {
 } PgRequest;
 #define PG_MAX_INFLIGHT 64
 
-#define PG_DEFAULT_TIMEOUT_S 60.0
+// 25 s: a stalled job ends within 30 s (the timeout, a 1.5 s grace to hear which ranks arrived, the abort);
+// kit/dist.c explains the cost (false timeouts when one rank legitimately works longer than that alone).
+#define PG_DEFAULT_TIMEOUT_S 25.0
 
 // ---------------------------------------------------------------- setup
 // Initialises MPI (reading mpirun's / srun's environment), finds rank, world size and local rank
@@ -118,6 +120,10 @@ bool pg_choose_backend(const char *requested, Device dev, bool nccl_built, int r
 // The most times one string occurs among n fixed-width strings (ids + i * stride): ranks per GPU
 // from the gathered PCI bus ids.
 int pg_max_duplicates(const char *ids, int n, size_t stride);
+// The stalled-rank report (kit/dist.c): seen[r] is the number of the collective rank r last said it was waiting
+// in (a rank says so after waiting a moment), seq the collective this rank `me` timed out in. Writes which
+// ranks never joined it ("rank 2 did not join it ...") and which waited in a later one.
+void pg_describe_absent(const long long *seen, int world, int me, long long seq, char *out, size_t len);
 
 // ---------------------------------------------------------------- gradient buckets
 // Splits a flat gradient buffer into buckets of about bucket_bytes (25 MB by default, as PyTorch DDP),

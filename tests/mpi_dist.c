@@ -13,6 +13,7 @@
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
 //   stall         the last rank sleeps instead of joining the all-reduce
+//   sigstop       the last rank stops itself (SIGSTOP) instead of joining: the others must name it
 //   exit          the last rank exits with status 3 before the all-reduce
 //   mark-twice    a bucket view marked ready twice in one step
 //   mark-partial  a marked range that ends inside a view
@@ -350,6 +351,8 @@ static void case_failure(const char *which) {
         raise(SIGKILL);
     } else if (pg_rank(pg) == last && strcmp(which, "stall") == 0) {
         sleep(3600);
+    } else if (pg_rank(pg) == last && strcmp(which, "sigstop") == 0) {
+        raise(SIGSTOP);  // MPI_Abort's SIGKILL still ends a stopped process
     } else if (strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0) {
         TensorView views[16];
         size_t total = 0;
@@ -396,7 +399,7 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "buckets") == 0) case_buckets();
     else if (strcmp(which, "hash") == 0) case_hash();
     else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
-             strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
+             strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
         case_failure(which);
     else pg_abort(pg, "unknown case: see the comment at the top of tests/mpi_dist.c");
     pg_barrier(pg);
