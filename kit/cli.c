@@ -5,6 +5,8 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "dist.h"
@@ -76,6 +78,31 @@ static double parse_double(const char *name, const char *s, double lo, double hi
     return v;
 }
 
+// --metrics FILE is written after the first epoch, which may be an hour away: check now that it can be,
+// without creating anything (parsing has no side effects): its folder exists and is writable, and the
+// file, if it exists, is a writable regular file. Returns NULL when fine, else why not.
+static const char *metrics_unwritable(const char *path, char *why, size_t len) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';  // "/file": the root folder
+    else *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, len, "its folder '%s' does not exist (create it first)", dir);
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(why, len, "its folder '%s' is not writable: %s", dir, strerror(errno));
+    } else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(why, len, "it is not a regular file");
+    } else if (stat(path, &st) == 0 && access(path, W_OK) != 0) {
+        snprintf(why, len, "the file is not writable: %s", strerror(errno));
+    } else {
+        return NULL;
+    }
+    return why;
+}
+
 bool cli_name_in_list(const char *name, const char *list) {
     size_t len = strlen(name);
     const char *p = list;
@@ -142,6 +169,12 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->model && !cli_name_in_list(o->model, model_names())) usage_error("unknown model '%s'", o->model);
     if (!cli_name_in_list(o->device, "auto|cpu|cuda")) usage_error("--device must be auto, cpu or cuda, got '%s'", o->device);
     if (!cli_name_in_list(o->backend, "auto|mpi|nccl")) usage_error("--backend must be auto, mpi or nccl, got '%s'", o->backend);
+    char why[4200];
+    if (o->metrics && metrics_unwritable(o->metrics, why, sizeof why)) {
+        char msg[4400];
+        snprintf(msg, sizeof msg, "--metrics '%%s' cannot be written: %s", why);
+        usage_error(msg, o->metrics);
+    }
 }
 
 void cli_apply_dataset_defaults(TrainOptions *o) {
