@@ -18,6 +18,7 @@ include mk/kit.mk         # builds kit/ into $(BUILD)/libkit.a and the kit's uni
 -include mk/lesson03.mk   # lesson 03's multi-rank checks (world sizes 1-4, a killed rank)
 -include mk/extras.mk     # run, slides, plots
 -include mk/bench.mk      # CPU benchmark against PyTorch
+-include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool (issue 10)
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)
