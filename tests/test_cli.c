@@ -59,7 +59,7 @@ static void test_defaults_and_values(void **state) {
     cli_apply_dataset_defaults(&o);
     assert_string_equal(o.model, "fmnist");
     assert_int_equal(o.epochs, 7);
-    assert_float_equal(o.lr, 0.2f, 1e-7);
+    assert_float_equal(o.lr, 0.2f, 1e-7);  // "0.2" parsed and rounded to float once: 0.2f to within u * 0.2
     assert_true(o.nesterov);
     assert_int_equal(o.devices, 3);
 }
