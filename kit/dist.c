@@ -158,29 +158,31 @@ static double note_after(const ProcessGroup *pg) {
 }
 
 // Tells every peer "I am waiting in collective #seq". A peer whose previous note is still in flight (it is
-// not reading: stopped or dead) is skipped rather than given a second one.
+// not reading: stopped or dead) is skipped rather than given a second one. The notes are advice for the error
+// message: an MPI error here (a dead peer's connection) skips that peer instead of stopping the job with a less
+// useful message than the timeout's.
 static void note_send(ProcessGroup *pg, long long seq) {
     for (int r = 0; r < pg->world; r++) {
         if (r == pg->rank) continue;
         if (pg->note_req[r] != MPI_REQUEST_NULL) {
             int done = 0;
-            MPI_CHECK(MPI_Test(&pg->note_req[r], &done, MPI_STATUS_IGNORE));
-            if (!done) continue;
+            if (MPI_Test(&pg->note_req[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) continue;
         }
         pg->note_buf[r] = seq;
-        MPI_CHECK(MPI_Isend(&pg->note_buf[r], 1, MPI_LONG_LONG, r, 0, pg->note_comm, &pg->note_req[r]));
+        if (MPI_Isend(&pg->note_buf[r], 1, MPI_LONG_LONG, r, 0, pg->note_comm, &pg->note_req[r]) != MPI_SUCCESS)
+            pg->note_req[r] = MPI_REQUEST_NULL;
     }
 }
 
-// Reads every note that has arrived into pg->seen.
+// Reads every note that has arrived into pg->seen. Called at the start of every wait too, so the notes of a
+// rank that never waits itself (the slowest one, which the others note every step) do not pile up.
 static void note_drain(ProcessGroup *pg) {
     for (;;) {
         int flag = 0;
         MPI_Status st;
-        MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, 0, pg->note_comm, &flag, &st));
-        if (!flag) return;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, 0, pg->note_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
         long long v = 0;
-        MPI_CHECK(MPI_Recv(&v, 1, MPI_LONG_LONG, st.MPI_SOURCE, 0, pg->note_comm, MPI_STATUS_IGNORE));
+        if (MPI_Recv(&v, 1, MPI_LONG_LONG, st.MPI_SOURCE, 0, pg->note_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
         if (v > pg->seen[st.MPI_SOURCE]) pg->seen[st.MPI_SOURCE] = v;
     }
 }
@@ -208,6 +210,7 @@ static void wait_until(ProcessGroup *pg, PollFn done, void *ctx, const char *wha
     const long long seq = ++pg->seq;
     const double start = now_s(), quiet = note_after(pg);
     bool noted = false;
+    note_drain(pg);  // one MPI_Iprobe when nothing came
     for (;;) {
         if (done(pg, ctx)) return;
         double waited = now_s() - start;

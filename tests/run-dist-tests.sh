@@ -70,6 +70,8 @@ must_fail() {
 for np in $worlds; do
   must_pass "collectives, buckets == flat, model hook, hash compare: world $np" "$np" "$bin" all
 done
+# A rank 1.5 s late (others send their arrival notes) is slow, not stalled: the job completes.
+must_pass "3 ranks, one 1.5 s late at every all-reduce (timeout 10 s)" 3 "$bin" slow --timeout 10
 # With a GPU: device buffers through MPI (staged via the host; 2 ranks may share a GPU) and NCCL
 # (one rank per GPU).
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
