@@ -25,7 +25,8 @@ supported() {
   esac
 }
 core_of() { OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=${1:-} "$build/tests/test_ops" --help 2>&1 | sed -n 's/^Core: //p' | tail -n 1; }
-default=$(core_of "")
+# The kernel `make test` ran under: the caller's OPENBLAS_CORETYPE when set (then the CPU's own is one of the others).
+default=$(core_of "${OPENBLAS_CORETYPE:-}")
 # The AVX-512 kernels of SkylakeX are also Cooperlake's and Sapphire Rapids' for float32.
 case $default in Cooperlake|SapphireRapids) default_family=SkylakeX ;; *) default_family=$default ;; esac
 
