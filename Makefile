@@ -15,6 +15,7 @@ include mk/config.mk      # finds the compilers and libraries, prints what it fo
 include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit, CUDA, process group)
 include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
 include mk/extras.mk      # run, slides, plots, benchmarks
+include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

@@ -6,8 +6,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kit/data.h"
+#include "kit/dist.h"
 #include "kit/model.h"
 
 // ---------------------------------------------------------------- the option table
@@ -32,6 +35,8 @@ typedef struct {
 } CliOption;
 
 #define FIELD(f) offsetof(TrainOptions, f)
+#define TEXT_OF_(x) #x
+#define TEXT_OF(x) TEXT_OF_(x)  // a macro's value as a string: TEXT_OF(PG_DEFAULT_TIMEOUT_S) is "25"
 static const CliOption OPTIONS[] = {
     {"dataset", "NAME", CLI_BASE, OPT_STRING, FIELD(dataset), "synthetic", 0, 0, dataset_names, ""},
     {"data-dir", "DIR", CLI_BASE, OPT_STRING, FIELD(data_dir), "datasets/data", 0, 0, NULL,
@@ -64,7 +69,7 @@ static const CliOption OPTIONS[] = {
      "; auto: nccl with one GPU per rank, else mpi"},
     {"bucket-mb", "X", CLI_DIST, OPT_DOUBLE, FIELD(bucket_mb), "25", 0.0, 4096.0, NULL,
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
-    {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), "60", 0.1, 86400.0, NULL,
+    {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,
      "seconds a collective may wait for a peer before the job stops"},
 };
 #undef FIELD
@@ -171,6 +176,31 @@ static void option_set(TrainOptions *o, const CliOption *opt, const char *value)
     }
 }
 
+// --metrics FILE is written after the first epoch, which may be an hour away: check now that it can be,
+// without creating anything (parsing has no side effects): its folder exists and is writable, and the
+// file, if it exists, is a writable regular file. Returns NULL when fine, else why not.
+static const char *metrics_unwritable(const char *path, char *why, size_t len) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';  // "/file": the root folder
+    else *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, len, "its folder '%s' does not exist (create it first)", dir);
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(why, len, "its folder '%s' is not writable: %s", dir, strerror(errno));
+    } else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(why, len, "it is not a regular file");
+    } else if (stat(path, &st) == 0 && access(path, W_OK) != 0) {
+        snprintf(why, len, "the file is not writable: %s", strerror(errno));
+    } else {
+        return NULL;
+    }
+    return why;
+}
+
 bool cli_name_in_list(const char *name, const char *list) {
     size_t len = strlen(name);
     const char *p = list;
@@ -209,6 +239,12 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         option_set(o, opt, optarg);
     }
     if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+    char why[4200];
+    if (o->metrics && metrics_unwritable(o->metrics, why, sizeof why)) {
+        char msg[4400];
+        snprintf(msg, sizeof msg, "--metrics '%%s' cannot be written: %s", why);
+        usage_error(msg, o->metrics);
+    }
 }
 
 void cli_apply_dataset_defaults(TrainOptions *o) {

@@ -82,6 +82,12 @@ struct ProcessGroup {
     PgBackend backend;
     double timeout_s;
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
+    // Arrival notes, for naming the rank a timed-out collective waits for (see wait_until).
+    MPI_Comm note_comm;      // another duplicate: notes never match a collective's messages
+    long long seq;           // collectives this rank has waited for, counted from 1 (the same on every rank)
+    long long *seen;         // (world) the collective each rank last said it was waiting in (0: none yet)
+    long long *note_buf;     // (world) send buffers of this rank's notes, one per peer
+    MPI_Request *note_req;   // (world) their requests (MPI_REQUEST_NULL when none is pending)
     Slot slots[PG_MAX_INFLIGHT];
     float *stage;        // (stage_cap) staging for blocking broadcast / all-gather on CUDA + MPI
     size_t stage_cap;
@@ -125,29 +131,113 @@ void pg_abort(ProcessGroup *pg, const char *msg) {
     _exit(1);
 }
 
-static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, double waited)
-    __attribute__((noreturn));
-static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, double waited) {
-    char msg[512];
+// ---------------------------------------------------------------- waiting, and naming the missing rank
+//
+// A non-blocking collective that does not complete says nothing about WHICH rank is missing. So a rank that
+// has waited PG_NOTE_AFTER_S in collective #k tells every peer "I am waiting in #k" (one small message each,
+// on a communicator of its own), and listens for the peers' notes. When the deadline passes, it listens a
+// little longer (the notes of ranks that arrived in the last PG_NOTE_AFTER_S are still to come), and the
+// ranks that never said "#k" are the ones that did not join: stopped (SIGSTOP, a debugger), dead, or still
+// computing. Cost: nothing in a step whose collectives complete within PG_NOTE_AFTER_S (no note is sent);
+// after that, world - 1 messages of 8 bytes per rank and collective, and an MPI_Iprobe per poll.
+//
+// The default timeout (PG_DEFAULT_TIMEOUT_S, dist.h) is short enough that a stalled job ends within 30 s, as
+// the design asks: timeout + the grace period below + MPI_Abort's cleanup. The price is false timeouts: any
+// legitimate wait longer than that at a collective (one rank saving a large checkpoint or evaluating alone
+// while the others wait in the next all-reduce, a first CUDA step compiling kernels, an oversubscribed node)
+// ends the job with the same message. The message says so and names the fix: --timeout or KIT_PG_TIMEOUT.
+#define PG_NOTE_AFTER_S 1.0
+
+static double note_after(const ProcessGroup *pg) {
+    return pg->timeout_s / 4 < PG_NOTE_AFTER_S ? pg->timeout_s / 4 : PG_NOTE_AFTER_S;
+}
+
+// Tells every peer "I am waiting in collective #seq". A peer whose previous note is still in flight (it is
+// not reading: stopped or dead) is skipped rather than given a second one. The notes are advice for the error
+// message: an MPI error here (a dead peer's connection) skips that peer instead of stopping the job with a less
+// useful message than the timeout's.
+static void note_send(ProcessGroup *pg, long long seq) {
+    for (int r = 0; r < pg->world; r++) {
+        if (r == pg->rank) continue;
+        if (pg->note_req[r] != MPI_REQUEST_NULL) {
+            int done = 0;
+            if (MPI_Test(&pg->note_req[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) continue;
+        }
+        pg->note_buf[r] = seq;
+        if (MPI_Isend(&pg->note_buf[r], 1, MPI_LONG_LONG, r, 0, pg->note_comm, &pg->note_req[r]) != MPI_SUCCESS)
+            pg->note_req[r] = MPI_REQUEST_NULL;
+    }
+}
+
+// Reads every note that has arrived into pg->seen. Called at the start of every wait too, so the notes of a
+// rank that never waits itself (the slowest one, which the others note every step) do not pile up.
+static void note_drain(ProcessGroup *pg) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, 0, pg->note_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+        long long v = 0;
+        if (MPI_Recv(&v, 1, MPI_LONG_LONG, st.MPI_SOURCE, 0, pg->note_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        if (v > pg->seen[st.MPI_SOURCE]) pg->seen[st.MPI_SOURCE] = v;
+    }
+}
+
+static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, long long seq,
+                         double waited) __attribute__((noreturn));
+static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, long long seq,
+                         double waited) {
+    char who[384], msg[1024];
+    pg->seen[pg->rank] = seq;
+    pg_describe_absent(pg->seen, pg->world, pg->rank, seq, who, sizeof who);
     snprintf(msg, sizeof msg,
-             "%s of %zu %s timed out after %.1f s: a peer rank died or stalled (see its log)\n"
+             "%s #%lld of %zu %s timed out after %.1f s (limit %.0f s): %s\n"
              "  HINT: every rank must call the same collectives in the same order; if one step is just slow, "
-             "raise the limit with KIT_PG_TIMEOUT=<seconds>",
-             what, n, unit, waited);
+             "raise the limit with --timeout or KIT_PG_TIMEOUT=<seconds>",
+             what, seq, n, unit, waited, pg->timeout_s, who);
     pg_abort(pg, msg);
+}
+
+// Polls `done` until it says the collective completed, or stops the job when the deadline passes; the
+// arrival notes above run meanwhile. Every collective's wait goes through here, so pg->seq counts them.
+typedef bool (*PollFn)(ProcessGroup *pg, void *ctx);
+
+static void wait_until(ProcessGroup *pg, PollFn done, void *ctx, const char *what, size_t n, const char *unit) {
+    const long long seq = ++pg->seq;
+    const double start = time_now(), quiet = note_after(pg);
+    bool noted = false;
+    note_drain(pg);  // one MPI_Iprobe when nothing came
+    for (;;) {
+        if (done(pg, ctx)) return;
+        double waited = time_now() - start;
+        if (waited > quiet) {
+            if (!noted) note_send(pg, seq);
+            noted = true;
+            note_drain(pg);
+        }
+        if (waited > pg->timeout_s) {
+            // A rank that arrived less than `quiet` ago has not sent its note yet: hear it before judging.
+            // The collective may still complete meanwhile; then the job goes on.
+            const double judge = time_now() + quiet + 0.5;
+            while (time_now() < judge) {
+                if (done(pg, ctx)) return;
+                note_drain(pg);
+                poll_pause(waited);
+            }
+            timeout_fail(pg, what, n, unit, seq, time_now() - start);
+        }
+        poll_pause(waited);
+    }
+}
+
+static bool mpi_done(ProcessGroup *pg, void *req) {
+    int done = 0;
+    MPI_CHECK(MPI_Test((MPI_Request *)req, &done, MPI_STATUS_IGNORE));
+    return done != 0;
 }
 
 // Completes an MPI request, or stops the job when the deadline passes.
 static void mpi_wait(ProcessGroup *pg, MPI_Request *req, const char *what, size_t n, const char *unit) {
-    double start = time_now();
-    for (;;) {
-        int done = 0;
-        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-        if (done) return;
-        double waited = time_now() - start;
-        if (waited > pg->timeout_s) timeout_fail(pg, what, n, unit, waited);
-        poll_pause(waited);
-    }
+    wait_until(pg, mpi_done, req, what, n, unit);
 }
 
 // MPI counts are int: larger buffers would need chunking, which no lesson needs.
@@ -172,14 +262,15 @@ static bool staged(const ProcessGroup *pg) { return pg->backend == PG_BACKEND_MP
 // ---------------------------------------------------------------- NCCL helpers
 #ifdef KIT_NCCL
 // A non-blocking communicator may answer ncclInProgress: poll until the call has settled.
+static bool nccl_settled(ProcessGroup *pg, void *r) {
+    ncclResult_t *res = r;
+    if (*res != ncclInProgress) return true;
+    NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, res));
+    return *res != ncclInProgress;
+}
+
 static void nccl_settle(ProcessGroup *pg, ncclResult_t r, const char *what, size_t n) {
-    double start = time_now();
-    while (r == ncclInProgress) {
-        double waited = time_now() - start;
-        if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
-        poll_pause(waited);
-        NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &r));
-    }
+    wait_until(pg, nccl_settled, &r, what, n, "floats");
     NCCL_CHECK(r);
 }
 
@@ -191,25 +282,33 @@ static void nccl_after_compute(ProcessGroup *pg) {
     CUDA_CHECK(cudaStreamWaitEvent(pg->stream, pg->inputs_ready, 0));
 }
 
+typedef struct {
+    cudaEvent_t ev;
+    const char *what;
+    size_t n;
+} EventWait;
+
+// An event on NCCL's stream has completed; NCCL's own errors stop the job.
+static bool nccl_event_done(ProcessGroup *pg, void *ctx) {
+    const EventWait *w = ctx;
+    cudaError_t e = cudaEventQuery(w->ev);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) CUDA_CHECK(e);
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s of %zu floats failed in NCCL: %s\n  HINT: %s", w->what, w->n,
+                 ncclGetErrorString(async), nccl_hint(async));
+        pg_abort(pg, msg);
+    }
+    return false;
+}
+
 // Waits for an event on NCCL's stream, watching NCCL's error state and the deadline.
 static void nccl_wait_event(ProcessGroup *pg, cudaEvent_t ev, const char *what, size_t n) {
-    double start = time_now();
-    for (;;) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) CUDA_CHECK(e);
-        ncclResult_t async = ncclSuccess;
-        NCCL_CHECK(ncclCommGetAsyncError(pg->nccl, &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s of %zu floats failed in NCCL: %s\n  HINT: %s", what, n,
-                     ncclGetErrorString(async), nccl_hint(async));
-            pg_abort(pg, msg);
-        }
-        double waited = time_now() - start;
-        if (waited > pg->timeout_s) timeout_fail(pg, what, n, "floats", waited);
-        poll_pause(waited);
-    }
+    EventWait w = {ev, what, n};
+    wait_until(pg, nccl_event_done, &w, what, n, "floats");
 }
 
 static cudaEvent_t slot_event(Slot *s) {
@@ -329,6 +428,11 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     MPI_CHECK(MPI_Comm_set_errhandler(pg->comm, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(pg->comm, &pg->rank));
     MPI_CHECK(MPI_Comm_size(pg->comm, &pg->world));
+    MPI_CHECK(MPI_Comm_dup(pg->comm, &pg->note_comm));
+    pg->seen = xcalloc((size_t)pg->world, sizeof *pg->seen);
+    pg->note_buf = xcalloc((size_t)pg->world, sizeof *pg->note_buf);
+    pg->note_req = xmalloc((size_t)pg->world * sizeof *pg->note_req);
+    for (int r = 0; r < pg->world; r++) pg->note_req[r] = MPI_REQUEST_NULL;
 
     MPI_Comm node;
     find_local_rank(pg, &node);
@@ -377,6 +481,15 @@ void pg_finalize(ProcessGroup *pg) {
         CUDA_CHECK(cudaStreamDestroy(pg->stream));
     }
 #endif
+    // Notes of slow steps that nobody read: read them, and complete this rank's own (every rank is here, after
+    // the barrier above, so the notes sent to it before are on their way or arrived).
+    note_drain(pg);
+    for (int r = 0; r < pg->world; r++)
+        if (pg->note_req[r] != MPI_REQUEST_NULL) MPI_CHECK(MPI_Request_free(&pg->note_req[r]));
+    free(pg->seen);
+    free(pg->note_buf);
+    free(pg->note_req);
+    MPI_CHECK(MPI_Comm_free(&pg->note_comm));
     MPI_CHECK(MPI_Comm_free(&pg->comm));
     free(pg);
     MPI_Finalize();

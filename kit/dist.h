@@ -16,8 +16,8 @@
 // Buffers given to a collective live on the pg's device, except where a name says "host".
 //
 // Timeouts: every wait polls with a deadline (pg's timeout_s). When a peer rank dies or stalls, the
-// others print one line (rank, collective, size, seconds waited) and abort the job with a non-zero
-// exit status, instead of hanging. The environment variable KIT_PG_TIMEOUT (seconds) overrides the
+// others print one line (rank, collective and its number, size, seconds waited, and WHICH ranks did not
+// join it) and abort the job with a non-zero exit status, instead of hanging. The environment variable KIT_PG_TIMEOUT (seconds) overrides the
 // value given to pg_init.
 //
 // This header does not include <mpi.h>: only kit/dist.c needs MPI's flags, and a program that does
@@ -40,7 +40,9 @@ typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1 } PgBackend;
 
 typedef struct ProcessGroup ProcessGroup;
 
-#define PG_DEFAULT_TIMEOUT_S 60.0
+// 25 s: a stalled job ends within 30 s (the timeout, a 1.5 s grace to hear which ranks arrived, the abort);
+// kit/dist.c explains the cost (false timeouts when one rank legitimately works longer than that alone).
+#define PG_DEFAULT_TIMEOUT_S 25  // seconds; a bare integer so that kit/cli.c can also spell it as text
 
 // ---------------------------------------------------------------- setup
 // Initialises MPI (reading mpirun's / srun's environment), finds rank, world size and local rank

@@ -47,6 +47,10 @@ bool pg_choose_backend(const char *requested, Device dev, bool nccl_built, int r
 // The most times one string occurs among n fixed-width strings (ids + i * stride): ranks per GPU
 // from the gathered PCI bus ids.
 int pg_max_duplicates(const char *ids, int n, size_t stride);
+// The stalled-rank report (kit/dist.c): seen[r] is the number of the collective rank r last said it was waiting
+// in (a rank says so after waiting a moment), seq the collective this rank `me` timed out in. Writes which
+// ranks never joined it ("rank 2 did not join it ...") and which waited in a later one.
+void pg_describe_absent(const long long *seen, int world, int me, long long seq, char *out, size_t len);
 
 // ---------------------------------------------------------------- buckets, driven by hand
 // The plan alone (pure): fills buckets (room for n_views entries) and view_bucket (n_views: the bucket

@@ -142,3 +142,35 @@ int buckets_plan(const TensorView *views, int n_views, size_t total, size_t buck
     free(order);
     return nb;
 }
+
+// ---------------------------------------------------------------- who is missing from a collective
+
+// Appends "r" or ", r" to a list of ranks in buf.
+static void append_rank(char *buf, size_t len, int *count, int r) {
+    size_t used = strlen(buf);
+    if (used < len) snprintf(buf + used, len - used, "%s%d", *count ? ", " : "", r);
+    (*count)++;
+}
+
+void pg_describe_absent(const long long *seen, int world, int me, long long seq, char *out, size_t len) {
+    char missing[256] = "", ahead[256] = "";
+    int n_missing = 0, n_ahead = 0;
+    for (int r = 0; r < world; r++) {
+        if (r == me) continue;
+        if (seen[r] < seq) append_rank(missing, sizeof missing, &n_missing, r);
+        else if (seen[r] > seq) append_rank(ahead, sizeof ahead, &n_ahead, r);
+    }
+    out[0] = '\0';
+    if (n_missing > 0)
+        snprintf(out, len, "rank%s %s did not join it (stopped, dead, or still computing)", n_missing == 1 ? "" : "s",
+                 missing);
+    if (n_ahead > 0) {
+        size_t used = strlen(out);
+        if (used < len)
+            snprintf(out + used, len - used, "%srank%s %s waited in a LATER collective (one more call on %s)",
+                     n_missing ? "; " : "", n_ahead == 1 ? "" : "s", ahead, n_ahead == 1 ? "that rank" : "those ranks");
+    }
+    if (n_missing == 0 && n_ahead == 0)
+        snprintf(out, len, "every rank joined it, yet it did not complete (a collective of another size or kind "
+                           "on some rank?)");
+}

@@ -13,6 +13,8 @@
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
 //   stall         the last rank sleeps instead of joining the all-reduce
+//   (slow, which must PASS: the last rank arrives 1.5 s late at 3 all-reduces, within the timeout)
+//   sigstop       the last rank stops itself (SIGSTOP) instead of joining: the others must name it
 //   exit          the last rank exits with status 3 before the all-reduce
 //   mark-twice    a bucket view marked ready twice in one step
 //   mark-partial  a marked range that ends inside a view
@@ -333,6 +335,26 @@ static void case_hash(void) {
     free(h);
 }
 
+// A slow rank is not a stalled one: the last rank arrives 1.5 s late at 3 all-reduces (the others wait long
+// enough to send their arrival notes, kit/dist.c), and everything completes with the right sums.
+static void case_slow(void) {
+    int last = pg_world(pg) - 1;
+    float *h = xcalloc(1000, sizeof(float));
+    float *d = to_device(h, 1000);
+    for (int k = 0; k < 3; k++) {
+        if (pg_rank(pg) == last) usleep(1500 * 1000);
+        for (int i = 0; i < 1000; i++) h[i] = 1.0f;
+        device_copy_to(dev, d, h, 1000 * sizeof(float));
+        pg_allreduce_sum(pg, d, 1000);
+        device_copy_from(dev, h, d, 1000 * sizeof(float));
+        for (int i = 0; i < 1000; i++)
+            EXPECT(h[i] == (float)pg_world(pg), "slow rank, all-reduce %d: element %d is %g, expected %d", k, i,
+                   (double)h[i], pg_world(pg));
+    }
+    device_free(dev, d);
+    free(h);
+}
+
 // ---------------------------------------------------------------- failures (the script checks them)
 
 static void case_failure(const char *which) {
@@ -350,6 +372,8 @@ static void case_failure(const char *which) {
         raise(SIGKILL);
     } else if (pg_rank(pg) == last && strcmp(which, "stall") == 0) {
         sleep(3600);
+    } else if (pg_rank(pg) == last && strcmp(which, "sigstop") == 0) {
+        raise(SIGSTOP);  // MPI_Abort's SIGKILL still ends a stopped process
     } else if (strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0) {
         TensorView views[16];
         size_t total = 0;
@@ -395,8 +419,9 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "model") == 0) case_model();
     else if (strcmp(which, "buckets") == 0) case_buckets();
     else if (strcmp(which, "hash") == 0) case_hash();
+    else if (strcmp(which, "slow") == 0) case_slow();
     else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
-             strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
+             strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
         case_failure(which);
     else pg_abort(pg, "unknown case: see the comment at the top of tests/mpi_dist.c");
     pg_barrier(pg);

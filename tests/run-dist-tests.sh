@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the process group's tests (tests/mpi_dist.c) under mpirun: the collectives for world sizes 1..4
 # (more ranks than cores run oversubscribed), then the failures that must stop the job fast with a
-# message: a rank killed with SIGKILL, a rank that stalls, a rank that exits, replicas that differ,
+# message: a rank killed with SIGKILL, a rank that stalls or is stopped (the message names it), a rank
+# that exits, replicas that differ,
 # and NCCL asked for where it cannot run.
 #
 # Usage: tests/run-dist-tests.sh BUILD/tests/mpi_dist      (DIST_WORLDS="1 2 3 4" to choose sizes)
@@ -69,6 +70,8 @@ must_fail() {
 for np in $worlds; do
   must_pass "collectives, buckets == flat, model hook, hash compare: world $np" "$np" "$bin" all
 done
+# A rank 1.5 s late (others send their arrival notes) is slow, not stalled: the job completes.
+must_pass "3 ranks, one 1.5 s late at every all-reduce (timeout 10 s)" 3 "$bin" slow --timeout 10
 # With a GPU: device buffers through MPI (staged via the host; 2 ranks may share a GPU) and NCCL
 # (one rank per GPU).
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -81,11 +84,15 @@ must_fail "rank killed with SIGKILL" "exited on signal 9|timed out after" 2 "$bi
 na=$(no_abort_flag)
 if [ -n "$na" ]; then
   LAUNCH_ARGS="$na" must_fail "rank killed, survivors time out themselves" \
-    "all-reduce of [0-9]+ floats timed out after [0-9.]+ s" 2 "$bin" kill --timeout 3
+    "all-reduce #[0-9]+ of [0-9]+ floats timed out after [0-9.]+ s .*rank 1 did not join it" 2 "$bin" kill --timeout 3
 fi
-must_fail "rank stalls (sleep)" "rank 0: all-reduce of [0-9]+ floats timed out after [0-9.]+ s: a peer rank died or stalled" \
+# The survivors name the rank that never arrived (kit/dist.c's arrival notes).
+must_fail "rank stalls (sleep)" "rank 0: all-reduce #[0-9]+ of [0-9]+ floats timed out after [0-9.]+ s \(limit 3 s\): rank 1 did not join it" \
   2 "$bin" stall --timeout 3
-must_fail "3 ranks, one stalls" "all-reduce of [0-9]+ floats timed out after" 3 "$bin" stall --timeout 3
+must_fail "3 ranks, one stalls" "all-reduce #[0-9]+ of [0-9]+ floats timed out after [0-9.]+ s \(limit 3 s\): rank 2 did not join it" \
+  3 "$bin" stall --timeout 3
+must_fail "3 ranks, one stopped (SIGSTOP)" "rank [01]: all-reduce #[0-9]+ of [0-9]+ floats timed out .*: rank 2 did not join it" \
+  3 "$bin" sigstop --timeout 3
 must_fail "rank exits with status 3" "exited with non-zero status|timed out after" 2 "$bin" exit --timeout 3
 must_fail "replicas differ (pg_check_identical)" "test parameters \([0-9]+ floats\) differ across ranks" \
   2 "$bin" check-fail --timeout 3

@@ -59,7 +59,7 @@ static void test_defaults_and_values(void **state) {
     cli_apply_dataset_defaults(&o);
     assert_string_equal(o.model, "fmnist");
     assert_int_equal(o.epochs, 7);
-    assert_float_equal(o.lr, 0.2f, 1e-7);
+    assert_float_equal(o.lr, 0.2f, 1e-7);  // "0.2" parsed and rounded to float once: 0.2f to within u * 0.2
     assert_true(o.nesterov);
     assert_int_equal(o.devices, 3);
 }
@@ -90,6 +90,27 @@ static void test_mistakes_are_usage_errors(void **state) {
     check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi or nccl, got 'gloo'");
 }
 
+// --metrics to a place that cannot be written is an error at start-up (exit 2), not after the first epoch; a
+// writable path is accepted and nothing is created while parsing.
+static void test_metrics_path_checked_at_start(void **state) {
+    char *missing_dir[] = {"train", "--metrics", "/nonexistent-kit-dir/run.csv", NULL};
+    check_error(CLI_BASE, 3, missing_dir, 2, "its folder '/nonexistent-kit-dir' does not exist");
+    char *a_dir[] = {"train", "--metrics", "/tmp", NULL};
+    check_error(CLI_BASE, 3, a_dir, 2, "not a regular file");
+    char dir[] = "/tmp/kit-test-cli-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/run.csv", dir);
+    char *ok[] = {"train", "--metrics", path, NULL};
+    TrainOptions o = parse(CLI_BASE, 3, ok);
+    assert_string_equal(o.metrics, path);
+    assert_int_equal(access(path, F_OK), -1);  // parsing created nothing
+    char *bare[] = {"train", "--metrics", "run-in-cwd.csv", NULL};  // no folder part: the current folder
+    o = parse(CLI_BASE, 3, bare);
+    assert_string_equal(o.metrics, "run-in-cwd.csv");
+    assert_int_equal(rmdir(dir), 0);
+}
+
 // --device cuda where no GPU is usable: a clear error (status 1), not a silent fallback to the CPU.
 static void test_device_cuda_without_gpu(void **state) {
     if (device_cuda_usable(NULL)) skip();  // on a GPU machine there is nothing to refuse
@@ -114,6 +135,7 @@ int main(void) {
         cmocka_unit_test(test_defaults_and_values),
         cmocka_unit_test(test_mistakes_are_usage_errors),
         cmocka_unit_test(test_device_cuda_without_gpu),
+        cmocka_unit_test(test_metrics_path_checked_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,6 +233,26 @@ static void test_hash_matches_on_gpu(void **state) {
     free(x);
 }
 
+// The stalled-rank report names exactly the ranks that never said they were waiting in collective #seq.
+static void test_describe_absent(void **state) {
+    (void)state;
+    char out[512];
+    const long long one_stalled[4] = {1834, 1834, 1833, 1834};  // rank 2 is still before #1834
+    pg_describe_absent(one_stalled, 4, 0, 1834, out, sizeof out);
+    assert_non_null(strstr(out, "rank 2 did not join it"));
+    assert_null(strstr(out, "LATER"));
+    const long long two[4] = {1834, 0, 1834, 7};  // ranks 1 and 3 never waited long enough to say
+    pg_describe_absent(two, 4, 2, 1834, out, sizeof out);
+    assert_non_null(strstr(out, "ranks 1, 3 did not join it"));
+    const long long ahead[3] = {5, 6, 5};  // rank 1 is one collective further: a rank made an extra call
+    pg_describe_absent(ahead, 3, 0, 5, out, sizeof out);
+    assert_non_null(strstr(out, "rank 1 waited in a LATER collective"));
+    assert_null(strstr(out, "did not join"));
+    const long long all[2] = {9, 9};
+    pg_describe_absent(all, 2, 1, 9, out, sizeof out);
+    assert_non_null(strstr(out, "every rank joined it"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_mpi_always_possible),
@@ -247,6 +267,7 @@ int main(void) {
         cmocka_unit_test(test_plan_rejects_gap),
         cmocka_unit_test(test_hash_sees_one_bit),
         cmocka_unit_test(test_hash_matches_on_gpu),
+        cmocka_unit_test(test_describe_absent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

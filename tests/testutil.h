@@ -51,6 +51,30 @@ static inline double max_rel_error(const float *a, const float *b, size_t n, dou
         }                                                                                    \
     } while (0)
 
+// Rounding bound for float32 sums (Higham, Accuracy and Stability, Thm 3.5): a sum of k terms (a dot product of
+// length k), in ANY order, blocking or FMA pattern, is off by at most gamma_k * sum|terms|, with
+// gamma_k = k u / (1 - k u) and u = 2^-24. It holds for every IEEE float32 BLAS kernel, which one machine's
+// measurement does not.
+static inline double gamma_k(double k) {
+    const double u = 0x1p-24;
+    return k * u / (1.0 - k * u);
+}
+
+// Asserts |a_i - b_i| <= gamma_k(k) * abs_i for every i: abs_i is sum|terms| of element i (computed by running
+// the same operation on |inputs|, whose terms are then all |term|), k the number of roundings on the longer
+// path from the exact value to either side.
+#define assert_within_rounding(a, b, abs, n, k)                                                             \
+    do {                                                                                                     \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                                                        \
+            double d_ = fabs((double)(a)[i_] - (double)(b)[i_]), bound_ = gamma_k(k) * (double)(abs)[i_];     \
+            if (!(d_ <= bound_)) {                                                                           \
+                print_error("%s vs %s: |difference| %.3g > gamma_%d * sum|terms| = %.3g at [%zu]: %.9g vs %.9g\n", \
+                            #a, #b, d_, (int)(k), bound_, i_, (double)(a)[i_], (double)(b)[i_]);               \
+                fail();                                                                                      \
+            }                                                                                                \
+        }                                                                                                    \
+    } while (0)
+
 // Skips the calling test (cmocka's skip) with the reason when no GPU is usable.
 #define skip_without_gpu()                                                   \
     do {                                                                     \

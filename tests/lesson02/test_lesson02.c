@@ -20,14 +20,57 @@
 
 enum { IMAGE = 3 * 32 * 32 };
 
-// Parameters after a few SGD steps: DataParallel vs its reference. They run the same float32 operations on the
-// same numbers except for the ORDER of some sums: a weight gradient is a sum over the batch's images, which the
-// reference adds up in one pass and DataParallel as N partial sums (one per chunk, each with its own OpenMP
-// split) added on the master. Reordering a float32 sum changes it by a few units in the last place
-// (~1e-7 relative); over 4 steps with momentum this stays below 1e-6 (measured: at most 2e-7 without BN,
-// 5e-7 with BN). Errors
-// that matter are far larger: a gradient scaled by 1/chunk instead of 1/(global batch), a missing replica or a
-// replica with stale weights moves parameters by ~1e-3 or more. Relative to max(|value|, 1e-2).
+// Each SGD step of DataParallel vs its reference, taken from the SAME parameters, momentum and BN statistics
+// (the master's): both run the same float32 operations on the same numbers except for the ORDER of some sums
+// (a weight gradient is a sum over the batch's images, which the reference adds up in one pass and DataParallel
+// as N partial sums, one per chunk, each with its own OpenMP split, added on the master). So they differ by
+// rounding, which is compared as the error of the step's move, ||p_dp - p_ref||_2 / ||p_ref - p_before||_2.
+//
+// Why per step and not after 4 steps side by side: the net is piecewise linear (ReLU, max-pool); two runs that
+// differ by rounding now and then put an activation on different sides of a kink and from there follow
+// different paths, by 1e-5 or more, on some BLAS kernels and not others (lesson 03's test comment and
+// bench/ddp_drift.c show it). From identical state nothing accumulates.
+//
+// STEP_TOL: both sides compute v' = momentum*v + g + wd*p and p' = p - lr*v' with the same operations on the
+// same p, v; they differ through g only, whose elements are float32 sums of at most k = B*H*W = 16*32*32 = 16384
+// products in some order: |error| <= gamma_k sum|terms| (gamma_k = k u / (1 - k u) = 1e-3, u = 2^-24) in the
+// worst case, and lambda sqrt(k) u sum|terms| = 6 * 128 * 6e-8 = 4.6e-5 sum|terms| with probability 1 - 1e-8
+// per element (Higham & Mary 2019). In the 2-norm, which weighs the large gradients where the images agree
+// (sum|terms| a few times |g|), 1e-3 leaves a margin of 10 over that and over a kink crossed by the forward's
+// own rounding; every mistake is off by 0.3 or more (a gradient scaled by 1/chunk instead of 1/B: (n-1);
+// a missing replica: 1/n of the move; stale weights on a replica: O(1)).
+#define STEP_TOL 1e-3
+
+// ||a - b||_2 / ||b - before||_2: the error of a step's move.
+static double move_error(const float *a, const float *b, const float *before, size_t n) {
+    double e2 = 0.0, m2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i], mv = (double)b[i] - before[i];
+        e2 += d * d;
+        m2 += mv * mv;
+    }
+    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
+}
+
+// The samples whose two largest logits are closer than `gap`: their argmax may go either way under rounding.
+static int near_ties(const Model *m, int n, double gap) {
+    const Layer *last = &m->layers[m->n_layers - 1];
+    const float *logits = m->acts + last->act_offset * (size_t)m->max_batch;  // (n, classes)
+    int k = m->cfg.classes, ties = 0;
+    for (int i = 0; i < n; i++) {
+        double top = -INFINITY, second = -INFINITY;
+        for (int c = 0; c < k; c++) {
+            double v = logits[(size_t)i * k + c];
+            if (v > top) second = top, top = v;
+            else if (v > second) second = v;
+        }
+        ties += top - second < gap;
+    }
+    return ties;
+}
+
+// The previous rule, for the BN test's lower bound (DataParallel with plain BN differs from one model on the
+// whole batch by far more than rounding): relative to max(|value|, 1e-2).
 #define PARAM_TOL 1e-5
 #define PARAM_FLOOR 1e-2
 
@@ -149,7 +192,8 @@ static void test_reduce_sums_onto_master(void **state) {
         for (size_t j = 0; j < n; j++) expect[j] += dp->replicas[i]->grads[j];
     }
     dp_reduce_to_master(dp);
-    // Three O(1) numbers summed in float32 in any order: within a few 1e-7 of each other.
+    // Three numbers in [-1, 1] summed in float32 in any order: |error| <= gamma_2 * sum|g| <= 2u * 3 = 3.6e-7 each
+    // (floor 1.0: absolute); a mean instead of the sum or the master's own twice is off by 0.1 or more.
     assert_close(dp->replicas[0]->grads, expect, n, 1e-6, 1.0);
     free(expect);
     dp_free(dp);
@@ -157,8 +201,8 @@ static void test_reduce_sums_onto_master(void **state) {
 
 // ---------------------------------------------------------------- TODO 4: the whole step
 
-// DataParallel over n replicas vs ONE model on the same global batches (BN-free model): same metrics at every
-// step (measured before the update), same parameters and velocity after `steps` steps.
+// DataParallel over n replicas vs ONE model on the same global batches (BN-free model): at every step, from the
+// master's parameters and momentum, the same metrics (measured before the update) and the same move.
 static void check_dp_equals_one_model(int n) {
     enum { BATCH = 16, STEPS = 4 };  // 16 images on 3 replicas: chunks of 6, 5, 5 (the 1/B scale matters)
     Batches bt;
@@ -166,20 +210,37 @@ static void check_dp_equals_one_model(int n) {
     ModelConfig cfg = config("tiny");
     DataParallel *dp = dp_create(&cfg, DEVICE_CPU, n, BATCH, 42);
     Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);
+    Model *master = dp->replicas[0];
+    float *before = xmalloc(one->n_params * sizeof(float));
+    double worst = 0.0;
     for (int s = 0; s < STEPS; s++) {
         Batch b = batches_get(&bt, s);
+        memcpy(one->params, master->params, one->n_params * sizeof(float));
+        memcpy(one->velocity, master->velocity, one->n_params * sizeof(float));
+        memcpy(before, master->params, one->n_params * sizeof(float));
         Metrics got = dp_step(dp, &b, &OPT, 0.0f);
         Metrics ref = train_forward_backward(one, &b, 0.0f, 1.0f / BATCH);
+        // An argmax may flip only where the two largest logits are within the forward's rounding: the logits
+        // are O(1) results of sums of at most 72 products per layer, 4 layers deep, so gamma_72 = 4.3e-6 per
+        // layer of values of a few units: 1e-4 is far above that.
+        int ties = near_ties(one, BATCH, 1e-4);
         optim_step(one, &OPT);
         assert_int_equal(got.count, BATCH);
-        assert_int_equal(got.correct, ref.correct);
+        if (labs(got.correct - ref.correct) > ties)
+            print_error("step %d: %ld correct, one model on the whole batch: %ld\n", s + 1, got.correct, ref.correct);
+        assert_true(labs(got.correct - ref.correct) <= ties);
+        // The loss: a sum of BATCH positive per-image losses of O(1), each a log-sum-exp of those logits: the
+        // rounding of the forward (gamma_72 per layer, above) makes at most a few 1e-6 of it.
         assert_true(fabs(got.loss_sum - ref.loss_sum) <= 1e-5 * fabs(ref.loss_sum));
+        double e = move_error(master->params, one->params, before, one->n_params);
+        worst = e > worst || isinf(e) ? e : worst;
     }
-    Model *master = dp->replicas[0];
-    print_message("%d replica(s) vs one model: max relative parameter difference %.3g (tolerance %.0e)\n", n,
-                  max_rel_error(master->params, one->params, one->n_params, PARAM_FLOOR), PARAM_TOL);
-    assert_close(master->params, one->params, one->n_params, PARAM_TOL, PARAM_FLOOR);
-    assert_close(master->velocity, one->velocity, one->n_params, PARAM_TOL, PARAM_FLOOR);
+    print_message("%d replica(s) vs one model, each step from the master's state: worst move error %.3g (2-norm, "
+                  "tolerance %.0e)\n", n, worst, STEP_TOL);
+    if (!(worst <= STEP_TOL))
+        print_error("a DataParallel step on %d replicas differs from one model's step by %.3g of the move\n", n, worst);
+    assert_true(worst <= STEP_TOL);
+    free(before);
     model_free(one);
     dp_free(dp);
     batches_free(&bt);
@@ -202,8 +263,17 @@ static void check_dp_batchnorm(int n) {
     Model *ref[DP_MAX_REPLICAS];
     for (int i = 0; i < n; i++) ref[i] = model_create(&cfg, DEVICE_CPU, BATCH, 42);
     Model *one = model_create(&cfg, DEVICE_CPU, BATCH, 42);  // one model, BN over the whole global batch
+    Model *master = dp->replicas[0];
+    float *before = xmalloc(master->n_params * sizeof(float)), *bbefore = xmalloc(master->n_buffers * sizeof(float));
+    double e_step = 0.0, e_buf = 0.0;
     for (int s = 0; s < STEPS; s++) {
         Batch b = batches_get(&bt, s);
+        // The per-chunk reference starts each step from the master's state (STEP_TOL says why).
+        memcpy(ref[0]->params, master->params, master->n_params * sizeof(float));
+        memcpy(ref[0]->velocity, master->velocity, master->n_params * sizeof(float));
+        memcpy(ref[0]->buffers, master->buffers, master->n_buffers * sizeof(float));
+        memcpy(before, master->params, master->n_params * sizeof(float));
+        memcpy(bbefore, master->buffers, master->n_buffers * sizeof(float));
         dp_step(dp, &b, &OPT, 0.0f);
 
         int start = 0;
@@ -220,19 +290,26 @@ static void check_dp_batchnorm(int n) {
         for (int i = 1; i < n; i++)
             for (size_t j = 0; j < ref[0]->n_params; j++) ref[0]->grads[j] += ref[i]->grads[j];
         optim_step(ref[0], &OPT);
+        // Equal to per-replica BN, step by step: the parameters' move, and the master's running statistics (those
+        // of chunk 0: batch means and variances, sums of at most 6 * 32 * 32 terms, the same argument).
+        double e = move_error(master->params, ref[0]->params, before, master->n_params);
+        double eb = move_error(master->buffers, ref[0]->buffers, bbefore, master->n_buffers);
+        e_step = e > e_step || isinf(e) ? e : e_step;
+        e_buf = eb > e_buf || isinf(eb) ? eb : e_buf;
 
         train_forward_backward(one, &b, 0.0f, 1.0f / BATCH);
         optim_step(one, &OPT);
     }
-    Model *master = dp->replicas[0];
-    double e_chunks = max_rel_error(master->params, ref[0]->params, master->n_params, PARAM_FLOOR);
     double e_one = max_rel_error(master->params, one->params, master->n_params, PARAM_FLOOR);
-    print_message("BN, %d replicas: max relative parameter difference %.3g vs per-chunk BN (tolerance %.0e), "
-                  "%.3g vs one model on the whole batch\n", n, e_chunks, PARAM_TOL, e_one);
-    // Equal to per-replica BN: the parameters, and the master's running statistics (those of chunk 0).
-    assert_close(master->params, ref[0]->params, master->n_params, PARAM_TOL, PARAM_FLOOR);
-    assert_close(master->buffers, ref[0]->buffers, master->n_buffers, PARAM_TOL, PARAM_FLOOR);
-    // ...and NOT equal to one model on the global batch: that is what SyncBN (lesson 05) fixes.
+    print_message("BN, %d replicas: worst step's move error %.3g (parameters) %.3g (running statistics) vs per-chunk "
+                  "BN (tolerance %.0e); after %d steps %.3g vs one model on the whole batch\n", n, e_step, e_buf,
+                  STEP_TOL, STEPS, e_one);
+    assert_true(e_step <= STEP_TOL);
+    assert_true(e_buf <= STEP_TOL);
+    free(before);
+    free(bbefore);
+    // ...and NOT equal to one model on the global batch: that is what SyncBN (lesson 05) fixes. The trajectories
+    // differ by 0.39 here (per-chunk statistics), 100 x PARAM_TOL is 1e-3: rounding cannot close that gap.
     assert_true(e_one > 100 * PARAM_TOL);
     assert_true(max_rel_error(master->buffers, one->buffers, master->n_buffers, PARAM_FLOOR) > 100 * PARAM_TOL);
     for (int i = 0; i < n; i++) model_free(ref[i]);
