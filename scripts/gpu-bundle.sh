@@ -6,11 +6,12 @@
 #   scripts/gpu-bundle.sh [DIR]        (default gpu-bundle/, ignored by git)
 #
 # What it builds (on a Debian 12 machine with apt, like the one the kit is developed on):
-#   DIR/prefix.tar.xz   Debian 12's OpenBLAS (pthread), cmocka, zlib, libpng, Open MPI 4.1 (+ hwloc,
+#   DIR/prefix.tar.gz   Debian 12's OpenBLAS (pthread), cmocka, zlib, libpng, Open MPI 4.1 (+ hwloc,
 #                       libevent, PMIx + munge, libudev) and GNU make, unpacked with dpkg-deb -x into a private
 #                       prefix (never into /), static libraries, docs and Fortran/Java/OpenSHMEM parts
 #                       removed, and any plugin whose libraries are neither in the prefix nor in glibc/gcc's
-#                       runtime removed too (Open MPI would only warn about it). xz: OpenBLAS alone is 36 MB.
+#                       runtime removed too (Open MPI would only warn about it). gzip, not xz (16 MiB
+#                       instead of 8.6): a minimal image may have no xz, but gzip is always there.
 #   DIR/fashion-mnist/  the four IDX .gz files of Debian's dataset-fashion-mnist
 #   DIR/MANIFEST        package versions, the newest glibc symbol any file needs, sha256 of the files
 # scripts/gpu-bundle-env.sh (sourced by scripts/gpu-check.sh) unpacks the prefix on the GPU machine and
@@ -43,8 +44,8 @@ fashion_sys=/usr/share/datasets/fashion-mnist
 fashion_files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
 
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
-for tool in apt-get dpkg-deb readelf objdump xz tar sha256sum; do
-  command -v "$tool" >/dev/null || die "'$tool' not found (this script runs on Debian/Ubuntu with binutils and xz-utils)"
+for tool in apt-get dpkg-deb readelf objdump gzip tar sha256sum; do
+  command -v "$tool" >/dev/null || die "'$tool' not found (this script runs on Debian/Ubuntu with binutils)"
 done
 
 work=$(mktemp -d)
@@ -123,8 +124,8 @@ echo "$glibc_need" > "$r/GLIBC_NEEDED"
 # ---- 4. the archive, the data, the manifest
 rm -rf "$out"
 mkdir -p "$out/fashion-mnist"
-echo "gpu-bundle: compressing the prefix ($(du -sh "$r" | cut -f1) unpacked) with xz"
-tar -C "$r" -cf - . | xz -T2 -6 > "$out/prefix.tar.xz"
+echo "gpu-bundle: compressing the prefix ($(du -sh "$r" | cut -f1) unpacked) with gzip"
+tar -C "$r" -cf - . | gzip -9 > "$out/prefix.tar.gz"
 
 fashion_src=$fashion_sys
 if ! (cd "$fashion_sys" 2>/dev/null && ls "${fashion_files[@]}" >/dev/null 2>&1); then
@@ -141,7 +142,7 @@ for f in "${fashion_files[@]}"; do cp "$fashion_src/$f" "$out/fashion-mnist/$f";
   echo "packages:"
   for d in "$work"/debs/*.deb; do echo "  $(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version)"; done
   echo "pruned:"; sed 's/^ */  /' "$work/pruned.txt"
-  echo "sha256:"; (cd "$out" && sha256sum prefix.tar.xz fashion-mnist/* | sed 's/^/  /')
+  echo "sha256:"; (cd "$out" && sha256sum prefix.tar.gz fashion-mnist/* | sed 's/^/  /')
 } > "$out/MANIFEST"
 
 # ---- 5. size of what travels: git's tracked + untracked-not-ignored files, shared/, and the bundle
@@ -154,7 +155,7 @@ bundle_bytes=$(du -sb "$out" | cut -f1)
 total=$((tree_bytes + bundle_bytes))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 echo
-echo "gpu-bundle: $out = $(mib "$bundle_bytes") (prefix.tar.xz $(mib "$(stat -c %s "$out/prefix.tar.xz")"), fashion-mnist $(mib "$(du -sb "$out/fashion-mnist" | cut -f1)"))"
+echo "gpu-bundle: $out = $(mib "$bundle_bytes") (prefix.tar.gz $(mib "$(stat -c %s "$out/prefix.tar.gz")"), fashion-mnist $(mib "$(du -sb "$out/fashion-mnist" | cut -f1)"))"
 echo "gpu-bundle: working tree that travels = $(mib "$tree_bytes"); together $(mib "$total") of the 64 MiB limit"
 echo "gpu-bundle: the GPU machine needs glibc >= $glibc_need (Ubuntu 24.04 has 2.39, Debian 12 2.36)"
 if [ "$total" -gt "$limit" ]; then

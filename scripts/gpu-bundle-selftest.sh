@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle-selftest.sh: proves gpu-bundle/ without a GPU, on a system that has NONE of the kit's
+# Debian packages: a minimal Debian 12 root (debootstrap, once, ~400 MB in .gpu-selftest/root, ignored)
+# with only gcc/g++/make/python3, the CUDA toolkit bind-mounted read-only, and a copy of the working tree
+# plus gpu-bundle/ (what the device tool would send). Inside it runs scripts/gpu-check.sh, then checks:
+#   - mk/config.mk found OpenBLAS, cmocka, zlib, Open MPI (the bundle's), CUDA+cuBLAS and NCCL;
+#   - the build and the CPU steps (cpu, test-dist under the bundle's mpirun, grade) PASS;
+#   - every GPU step says "SKIP (no GPU here)" and gpu-check exits 3;
+#   - ldd of every program built: each library resolves into the bundle, the CUDA toolkit or the
+#     minimal root's own glibc/gcc runtime; none is "not found".
+#
+#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; takes ~10 min on 2 cores)
+#
+# Root: debootstrap, chroot and mount need it. Network: the first run only (debootstrap, gpu-bundle.sh).
+# Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+root=$repo/.gpu-selftest/root
+cuda=${SELFTEST_CUDA:-$(readlink -f /usr/local/cuda)}
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(build cpu parity sanitize dist lessons fashion bench)
+
+die() { echo "selftest: FAIL: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, mount)"
+[ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit at $cuda (SELFTEST_CUDA=...)"
+
+[ -f gpu-bundle/prefix.tar.gz ] || scripts/gpu-bundle.sh
+if [ ! -x "$root/usr/bin/g++" ]; then
+  command -v debootstrap >/dev/null || die "debootstrap not installed (apt-get install debootstrap)"
+  echo "selftest: making a minimal Debian 12 root in $root (once)"
+  mkdir -p "$root"
+  debootstrap --variant=minbase --include=make,gcc,g++,libc6-dev,python3-minimal,procps \
+    bookworm "$root" http://deb.debian.org/debian > "$repo/.gpu-selftest/debootstrap.log" 2>&1 ||
+    die "debootstrap failed (see .gpu-selftest/debootstrap.log)"
+fi
+# The point of the exercise: none of the packages the bundle replaces may be in the root.
+present=$(chroot "$root" dpkg-query -W -f='${Package}\n' 2>/dev/null |
+          grep -E '^(libopenblas|libcmocka|libopenmpi|openmpi|zlib1g-dev|libpng-dev|libhwloc|libevent|libpmix|dataset-fashion)' || true)
+[ -z "$present" ] || die "the minimal root has packages the bundle should replace: $present"
+
+mounts=()
+cleanup() {
+  local i
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+mnt() {  # mnt TARGET ARGS...: mount, remembered for cleanup
+  local target=$1; shift
+  mkdir -p "$target"
+  mount "$@" "$target"
+  mounts+=("$target")
+}
+mnt "$root/proc" -t proc proc
+mnt "$root/sys" -t sysfs sysfs
+mnt "$root/dev" --bind /dev
+mnt "$root/dev/shm" -t tmpfs tmpfs
+mnt "$root/tmp" -t tmpfs tmpfs
+mnt "$root$cuda" --bind "$cuda"
+mount -o remount,bind,ro "$root$cuda"
+ln -sfn "$cuda" "$root/usr/local/cuda"
+
+# The tree as the device tool sends it (tracked + untracked-not-ignored files) and the carried bundle.
+echo "selftest: copying the working tree and gpu-bundle/ into the root"
+rm -rf "$root/kit" && mkdir -p "$root/kit" "$root/kit-out"
+git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -C "$root/kit" -xf -
+cp -a gpu-bundle "$root/kit/gpu-bundle"
+rm -rf "$root/kit-out"/*
+
+set +e
+chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb OUT=/kit-out \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  bash -c "cd /kit && scripts/gpu-check.sh ${steps[*]}"
+rc=$?
+set -e
+summary=$root/kit/results/gpu-check/summary.txt
+echo
+echo "selftest: gpu-check exited $rc; \$OUT has: $(ls "$root/kit-out" | tr '\n' ' ')"
+
+errors=()
+[ $rc = 3 ] || errors+=("gpu-check should exit 3 (no failure, GPU steps skipped), not $rc")
+for item in OpenBLAS cmocka zlib 'Open MPI' CUDA+cuBLAS NCCL; do
+  grep -q "^config: $item *yes" "$summary" || errors+=("config.mk did not find $item")
+done
+grep -q '^config: Open MPI *yes (/kit/gpu-bundle/' "$summary" || errors+=("mpicc is not the bundle's")
+grep -E '^[a-z0-9-]+ +FAIL' "$summary" && errors+=("a step failed (above)")
+for s in "${steps[@]}"; do
+  case $s in
+    build) grep -q '^build  *PASS' "$summary" || errors+=("build did not pass") ;;
+    cpu) grep -q '^test-kit  *PASS' "$summary" || errors+=("test-kit did not pass") ;;
+    dist) grep -q '^test-dist  *PASS' "$summary" || errors+=("test-dist (the bundle's mpirun) did not pass") ;;
+    lessons) grep -q '^grade  *PASS' "$summary" || errors+=("grade did not pass") ;;
+    parity) grep -q '^test-cuda  *SKIP (no GPU here)' "$summary" || errors+=("parity was not skipped") ;;
+  esac
+done
+
+# Every library of every program built resolves into the bundle, the CUDA toolkit or the root's libc/gcc.
+echo "selftest: ldd of every program in build/"
+progs=$(cd "$root/kit" && find build -type f -perm -u+x | sort)
+[ -n "$progs" ] || errors+=("no program was built")
+ldd_out=$(chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin bash -c \
+  "cd /kit && for p in $(echo $progs); do echo \"== \$p\"; ldd \$p; done" 2>&1)
+echo "$ldd_out" > "$repo/.gpu-selftest/ldd.txt"
+if grep -q 'not found' <<< "$ldd_out"; then
+  errors+=("unresolved libraries: $(grep 'not found' <<< "$ldd_out" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')")
+fi
+stray=$(grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u |
+        grep -vE "^/kit/gpu-bundle/prefix/|^$cuda/|^/lib/x86_64-linux-gnu/lib(c|m|gcc_s|stdc\+\+|gomp|z|dl|pthread|rt)\.so" || true)
+[ -z "$stray" ] || errors+=("libraries from outside the bundle/CUDA/glibc: $stray")
+echo "selftest: $(grep -c . <<< "$progs") programs; libraries they load, by origin:"
+grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u | sed -E \
+  -e "s#^/kit/gpu-bundle/prefix/.*/#  bundle  #" -e "s#^$cuda/.*/#  cuda    #" -e 's#^/lib/.*/#  system  #' |
+  sort | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k ":" a[k]}'
+
+if [ ${#errors[@]} -ne 0 ]; then
+  printf 'selftest: FAIL: %s\n' "${errors[@]}"
+  exit 1
+fi
+echo "selftest: PASS: the bundle builds and runs the kit on a root without its packages; GPU steps stop at 'no GPU here'"
