@@ -18,6 +18,7 @@
 #   PATH                  mpicc, mpirun first; the bundle's make last (only used where there is none).
 #   PKG_CONFIG_PATH       the bundle's .pc files (rewritten to the unpacked place), for a pkg-config there.
 #   FASHION_DIR           the Fashion-MNIST files (datasets/get-data.sh and gpu-check.sh read it).
+#   OMPI_MCA_plm_rsh_agent=false   when there is no ssh: Open MPI's mpirun will not start without one.
 
 gpu_bundle_env() {
   local dir=${1:-gpu-bundle}
@@ -62,5 +63,10 @@ gpu_bundle_env() {
   export OPAL_PREFIX=$usr
   export PMIX_MCA_mca_base_component_path=$lib/pmix2/lib/pmix
   export FASHION_DIR=$dir/fashion-mnist
+  # Open MPI's launcher refuses to start, even for ranks on this machine alone, when it finds no ssh/rsh
+  # (a bare image has none); it never calls the agent for local ranks, so any command will do.
+  if ! command -v ssh >/dev/null && ! command -v rsh >/dev/null && [ -z "${OMPI_MCA_plm_rsh_agent:-}" ]; then
+    export OMPI_MCA_plm_rsh_agent=false
+  fi
   echo "gpu-bundle-env: using $dir (glibc ${have:-?}, needs >= $need)"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-bundle-selftest.sh: proves gpu-bundle/ without a GPU, on a system that has NONE of the kit's
 # Debian packages: a minimal Debian 12 root (debootstrap, once, ~400 MB in .gpu-selftest/root, ignored)
-# with only gcc/g++/make/python3, the CUDA toolkit bind-mounted read-only, and a copy of the working tree
+# with only gcc/g++/make/python3 (as the GPU image has), the CUDA toolkit bind-mounted read-only, and a copy of the working tree
 # plus gpu-bundle/ (what the device tool would send). Inside it runs scripts/gpu-check.sh, then checks:
 #   - mk/config.mk found OpenBLAS, cmocka, zlib, Open MPI (the bundle's), CUDA+cuBLAS and NCCL;
 #   - the build and the CPU steps (cpu, test-dist under the bundle's mpirun, grade) PASS;
@@ -30,7 +30,7 @@ if [ ! -x "$root/usr/bin/g++" ]; then
   command -v debootstrap >/dev/null || die "debootstrap not installed (apt-get install debootstrap)"
   echo "selftest: making a minimal Debian 12 root in $root (once)"
   mkdir -p "$root"
-  debootstrap --variant=minbase --include=make,gcc,g++,libc6-dev,python3-minimal,procps \
+  debootstrap --variant=minbase --include=make,gcc,g++,libc6-dev,python3,procps \
     bookworm "$root" http://deb.debian.org/debian > "$repo/.gpu-selftest/debootstrap.log" 2>&1 ||
     die "debootstrap failed (see .gpu-selftest/debootstrap.log)"
 fi
@@ -105,11 +105,11 @@ if grep -q 'not found' <<< "$ldd_out"; then
   errors+=("unresolved libraries: $(grep 'not found' <<< "$ldd_out" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')")
 fi
 stray=$(grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u |
-        grep -vE "^/kit/gpu-bundle/prefix/|^$cuda/|^/lib/x86_64-linux-gnu/lib(c|m|gcc_s|stdc\+\+|gomp|z|dl|pthread|rt)\.so" || true)
+        grep -vE "^/kit/gpu-bundle/prefix/|^/usr/local/cuda[-0-9.]*/|^/lib/x86_64-linux-gnu/lib(c|m|gcc_s|stdc\+\+|gomp|z|dl|pthread|rt)\.so" || true)
 [ -z "$stray" ] || errors+=("libraries from outside the bundle/CUDA/glibc: $stray")
 echo "selftest: $(grep -c . <<< "$progs") programs; libraries they load, by origin:"
 grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u | sed -E \
-  -e "s#^/kit/gpu-bundle/prefix/.*/#  bundle  #" -e "s#^$cuda/.*/#  cuda    #" -e 's#^/lib/.*/#  system  #' |
+  -e "s#^/kit/gpu-bundle/prefix/.*/#  bundle  #" -e "s#^/usr/local/cuda[-0-9.]*/.*/#  cuda    #" -e 's#^/lib/.*/#  system  #' |
   sort | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k ":" a[k]}'
 
 if [ ${#errors[@]} -ne 0 ]; then

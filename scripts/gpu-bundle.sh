@@ -44,7 +44,11 @@ fashion_sys=/usr/share/datasets/fashion-mnist
 fashion_files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
 
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
-for tool in apt-get dpkg-deb readelf objdump gzip tar sha256sum; do
+if ! command -v patchelf >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "gpu-bundle: installing patchelf (it rewrites the libraries' search paths)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q patchelf >/dev/null
+fi
+for tool in apt-get dpkg-deb readelf objdump patchelf gzip tar sha256sum; do
   command -v "$tool" >/dev/null || die "'$tool' not found (this script runs on Debian/Ubuntu with binutils)"
 done
 
@@ -107,6 +111,29 @@ prune_unresolved() {  # removes ELF files that need a library neither in the pre
 echo "gpu-bundle: removing plugins whose libraries are missing"
 prune_unresolved > "$work/pruned.txt"
 echo "gpu-bundle: $(wc -l < "$work/pruned.txt") files pruned (InfiniBand/UCX/OFI/PSM/munge/CUDA-aware parts)"
+
+# Every ELF file finds its libraries inside the prefix wherever it lands, with no LD_LIBRARY_PATH: its
+# search path becomes its old one moved under the prefix, plus the prefix's library folder, all relative
+# to the file itself ($ORIGIN). Without it libmpi's RUNPATH (/usr/lib/.../openmpi/lib) would hide the
+# program's RPATH from libmpi's own dependencies (libopen-rte, hwloc, libevent).
+relocate_runpaths() {
+  local f d old e new rel
+  while IFS= read -r f; do
+    d=$(dirname "$f")
+    old=$(patchelf --print-rpath "$f" 2>/dev/null) || continue
+    new=""
+    IFS=: read -r -a entries <<< "$old"
+    for e in "${entries[@]}" "/usr/lib/$arch"; do
+      case $e in
+        /*) rel=$(realpath -m --relative-to="$d" "$r$e"); e="\$ORIGIN/$rel" ;;
+        '') continue ;;
+      esac
+      case ":$new:" in *":$e:"*) ;; *) new=${new:+$new:}$e ;; esac
+    done
+    patchelf --set-rpath "$new" "$f"
+  done < <(elf_files)
+}
+relocate_runpaths
 
 # Commands: mpicc/mpirun as Debian's alternatives would name them; make in a folder of its own, which
 # gpu-bundle-env.sh puts LAST on PATH (only a machine without make uses it).
