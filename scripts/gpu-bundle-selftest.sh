@@ -9,7 +9,12 @@
 #   - ldd of every program built: each library resolves into the bundle, the CUDA toolkit or the
 #     minimal root's own glibc/gcc runtime; none is "not found".
 #
-#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; takes ~10 min on 2 cores)
+#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; ~5 min on 2 cores)
+#   sudo SELFTEST_FAKE_GPU=1 scripts/gpu-bundle-selftest.sh [STEP...]
+#       a fake nvidia-smi (an H100, compute capability 9.0) makes gpu-check.sh take its GPU path: the
+#       build is for sm_90 only and every GPU step runs its real command, which must then fail the way
+#       the kit fails without a GPU (exit 1, a message), never with a usage error (exit 2), a missing
+#       command (126/127) or a time-out: this checks the commands' spelling and the step machinery.
 #
 # Root: debootstrap, chroot and mount need it. Network: the first run only (debootstrap, gpu-bundle.sh).
 # Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount.
@@ -66,6 +71,14 @@ rm -rf "$root/kit" && mkdir -p "$root/kit" "$root/kit-out"
 git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -C "$root/kit" -xf -
 cp -a gpu-bundle "$root/kit/gpu-bundle"
 rm -rf "$root/kit-out"/*
+fake=${SELFTEST_FAKE_GPU:-0}
+rm -f "$root/usr/local/bin/nvidia-smi"
+if [ "$fake" = 1 ]; then
+  printf '%s\n' '#!/bin/sh' '# fake nvidia-smi of scripts/gpu-bundle-selftest.sh (SELFTEST_FAKE_GPU=1)' \
+    'case "$*" in *compute_cap*) echo 9.0 ;; *) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-selftest-fake)" ;; esac' \
+    > "$root/usr/local/bin/nvidia-smi"
+  chmod +x "$root/usr/local/bin/nvidia-smi"
+fi
 
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb OUT=/kit-out \
@@ -78,21 +91,46 @@ echo
 echo "selftest: gpu-check exited $rc; \$OUT has: $(ls "$root/kit-out" | tr '\n' ' ')"
 
 errors=()
-[ $rc = 3 ] || errors+=("gpu-check should exit 3 (no failure, GPU steps skipped), not $rc")
 for item in OpenBLAS cmocka zlib 'Open MPI' CUDA+cuBLAS NCCL; do
   grep -q "^config: $item *yes" "$summary" || errors+=("config.mk did not find $item")
 done
 grep -q '^config: Open MPI *yes (/kit/gpu-bundle/' "$summary" || errors+=("mpicc is not the bundle's")
-grep -E '^[a-z0-9-]+ +FAIL' "$summary" && errors+=("a step failed (above)")
+grep -q '^gpu-bundle-env: using /kit/gpu-bundle' "$summary" || errors+=("gpu-check did not use the bundle")
+passes() { grep -q "^$1  *PASS" "$summary" || errors+=("$1 did not pass"); }
 for s in "${steps[@]}"; do
   case $s in
-    build) grep -q '^build  *PASS' "$summary" || errors+=("build did not pass") ;;
-    cpu) grep -q '^test-kit  *PASS' "$summary" || errors+=("test-kit did not pass") ;;
-    dist) grep -q '^test-dist  *PASS' "$summary" || errors+=("test-dist (the bundle's mpirun) did not pass") ;;
-    lessons) grep -q '^grade  *PASS' "$summary" || errors+=("grade did not pass") ;;
-    parity) grep -q '^test-cuda  *SKIP (no GPU here)' "$summary" || errors+=("parity was not skipped") ;;
+    build) passes build ;;
+    cpu) passes test-kit ;;
+    lessons) passes grade ;;
+    dist) [ "$fake" = 1 ] || passes test-dist ;;  # with a fake GPU it adds NCCL runs, which must fail
   esac
 done
+if [ "$fake" = 1 ]; then
+  rm -f "$root/usr/local/bin/nvidia-smi"
+  [ $rc = 1 ] || errors+=("with a fake GPU gpu-check should exit 1 (GPU steps fail), not $rc")
+  grep -q '(building for sm_90)' "$summary" || errors+=("CUDA_ARCH was not taken from the GPU's compute capability")
+  # make exits 2 when a recipe fails: only the kit's own programs (and sh) must never exit 2 (usage).
+  bad=$(grep -E '^[a-z0-9-]+ +(FAIL \(exit (126|127)\)|FAIL \(timed out|SKIP)' "$summary" || true)
+  bad+=$(grep -E '^[a-z0-9-]+ +FAIL \(exit 2\)' "$summary" | grep -v ' s   make ' || true)
+  [ -z "$bad" ] || errors+=("steps that failed for the wrong reason: $bad")
+  logs=$root/kit/results/gpu-check
+  usage=$(cd "$logs" && grep -l -i -E 'usage:|unknown option|unrecognized option|invalid option|command not found' *.log || true)
+  [ -z "$usage" ] || errors+=("a command was misspelt or missing (see these logs): $usage")
+  # Each GPU step that failed must have failed for want of a GPU (or of compute-sanitizer, which a
+  # CUDA toolkit without it lacks), with the kit's message.
+  while read -r name _; do
+    grep -q -E 'no usable GPU|compute-sanitizer not found' "$logs/$name.log" ||
+      errors+=("$name failed without saying 'no usable GPU': $(tail -n 2 "$logs/$name.log" | tr '\n' ' ')")
+  done < <(grep -E '^[a-z0-9-]+ +FAIL' "$summary")
+else
+  [ $rc = 3 ] || errors+=("gpu-check should exit 3 (no failure, GPU steps skipped), not $rc")
+  grep -E '^[a-z0-9-]+ +FAIL' "$summary" && errors+=("a step failed (above)")
+  for s in "${steps[@]}"; do
+    case $s in parity|sanitize|fashion|bench)
+      grep -q 'SKIP (no GPU here)' "$summary" || errors+=("$s was not skipped for lack of a GPU") ;;
+    esac
+  done
+fi
 
 # Every library of every program built resolves into the bundle, the CUDA toolkit or the root's libc/gcc.
 echo "selftest: ldd of every program in build/"
@@ -116,4 +154,8 @@ if [ ${#errors[@]} -ne 0 ]; then
   printf 'selftest: FAIL: %s\n' "${errors[@]}"
   exit 1
 fi
-echo "selftest: PASS: the bundle builds and runs the kit on a root without its packages; GPU steps stop at 'no GPU here'"
+if [ "$fake" = 1 ]; then
+  echo "selftest: PASS (fake GPU): the bundle builds the kit for sm_90; every GPU step ran its command and failed only for want of a real GPU"
+else
+  echo "selftest: PASS: the bundle builds and runs the kit on a root without its packages; GPU steps stop at 'no GPU here'"
+fi

@@ -58,9 +58,9 @@ bundle_dir=${GPU_BUNDLE_DIR:-gpu-bundle}
 if [ -d "$bundle_dir" ]; then
   . scripts/gpu-bundle-env.sh
   if gpu_bundle_env "$bundle_dir" > "$logdir/bundle.log" 2>&1; then
-    cat "$logdir/bundle.log" >> "$summary"
+    tee -a "$summary" < "$logdir/bundle.log"
   else
-    cat "$logdir/bundle.log" >> "$summary"
+    tee -a "$summary" < "$logdir/bundle.log"
     say "gpu-check: $bundle_dir/ is there but unusable (above); going on with the system's packages"
   fi
 fi
@@ -77,32 +77,35 @@ else
 fi
 jobs=$(nproc 2>/dev/null || echo 4)
 
-# NCCL and cuBLAS: mk/config.mk looks next to nvcc and in the default paths. When NCCL is only in a pip
-# wheel (PyTorch's nvidia-nccl), add that wheel's include/lib and a libnccl.so link to the search paths.
+# CUDA runtime, cuBLAS, NCCL: mk/config.mk looks next to nvcc and in the default paths. Where one is only
+# in a pip wheel (PyTorch's nvidia-* packages ship lib*.so.N, no lib*.so and no toolkit layout), add that
+# wheel's include and lib folders and a lib*.so link to the search paths. Not tried on a real image yet.
 nvcc_bin=$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 cuda_home=$(cd "$(dirname "$nvcc_bin")/.." 2>/dev/null && pwd)
 find_wheel_lib() {  # HEADER LIBSTEM: adds a pip wheel's copy of the library when the default build cannot link it
-  local header=$1 stem=$2 inc libf dir
+  local header=$1 stem=$2 inc libf dir links
   printf '#include <%s>\nint main(void){return 0;}\n' "$header" |
     ${CC:-gcc} -x c - -I"$cuda_home/include" -L"$cuda_home/lib64" -L"$cuda_home/lib" -l"$stem" -o /dev/null \
       >/dev/null 2>&1 && return 0
   for dir in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
     inc=$(find "$dir/nvidia" -maxdepth 4 -name "$header" 2>/dev/null | head -n 1)
-    libf=$(find "$dir/nvidia" -maxdepth 4 -name "lib$stem.so*" 2>/dev/null | head -n 1)
+    libf=$(find "$dir/nvidia" -maxdepth 4 -name "lib$stem.so*" 2>/dev/null | sort | head -n 1)
     [ -n "$inc" ] && [ -n "$libf" ] || continue
     mkdir -p "$logdir/links" && ln -sfn "$libf" "$logdir/links/lib$stem.so"
-    local links; links=$(cd "$logdir/links" && pwd)
-    export CPATH=$(dirname "$inc")${CPATH:+:$CPATH}
+    links=$(cd "$logdir/links" && pwd)
+    export CPATH=${CPATH:+$CPATH:}$(dirname "$inc")
     export LIBRARY_PATH=$links${LIBRARY_PATH:+:$LIBRARY_PATH}
-    export LDFLAGS="-Wl,-rpath,$(dirname "$libf") ${LDFLAGS:-}"
-    say "gpu-check: $header / lib$stem from the wheel in $(dirname "$(dirname "$libf")")"
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$libf")
+    export LDFLAGS="${LDFLAGS:-} -Wl,-rpath,$(dirname "$libf")"
+    say "gpu-check: $header and lib$stem taken from the pip wheel in $(dirname "$(dirname "$libf")")"
     return 0
   done
-  say "gpu-check: $header / lib$stem not found next to nvcc nor in a pip wheel"
+  say "gpu-check: $header / lib$stem: not found next to nvcc ($cuda_home) nor in a pip wheel"
 }
 if [ -x "$nvcc_bin" ]; then
-  find_wheel_lib nccl.h nccl
+  find_wheel_lib cuda_runtime.h cudart
   find_wheel_lib cublas_v2.h cublas
+  find_wheel_lib nccl.h nccl
 fi
 sanitizer=$(command -v compute-sanitizer 2>/dev/null ||
             ls "$cuda_home/bin/compute-sanitizer" "$cuda_home/compute-sanitizer/compute-sanitizer" 2>/dev/null | head -n 1)
