@@ -17,11 +17,13 @@
 #       command (126/127) or a time-out: this checks the commands' spelling and the step machinery.
 #
 # Root: debootstrap, chroot and mount need it. Network: the first run only (debootstrap, gpu-bundle.sh).
-# Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount.
+# Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount;
+# SELFTEST_SUITE=trixie uses a Debian 13 root instead (newer glibc and gcc, as an Ubuntu 24.04 image has).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-root=$repo/.gpu-selftest/root
+suite=${SELFTEST_SUITE:-bookworm}   # trixie: glibc 2.41 and gcc 14, nearer an Ubuntu 24.04 image
+root=$repo/.gpu-selftest/root$([ "$suite" = bookworm ] || echo "-$suite")
 cuda=${SELFTEST_CUDA:-$(readlink -f /usr/local/cuda)}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(build cpu parity sanitize dist lessons fashion bench)
@@ -33,11 +35,11 @@ die() { echo "selftest: FAIL: $*" >&2; exit 1; }
 [ -f gpu-bundle/prefix.tar.gz ] || scripts/gpu-bundle.sh
 if [ ! -x "$root/usr/bin/g++" ]; then
   command -v debootstrap >/dev/null || die "debootstrap not installed (apt-get install debootstrap)"
-  echo "selftest: making a minimal Debian 12 root in $root (once)"
+  echo "selftest: making a minimal Debian $suite root in $root (once)"
   mkdir -p "$root"
   debootstrap --variant=minbase --include=make,gcc,g++,libc6-dev,python3,procps \
-    bookworm "$root" http://deb.debian.org/debian > "$repo/.gpu-selftest/debootstrap.log" 2>&1 ||
-    die "debootstrap failed (see .gpu-selftest/debootstrap.log)"
+    "$suite" "$root" http://deb.debian.org/debian > "$repo/.gpu-selftest/debootstrap-$suite.log" 2>&1 ||
+    die "debootstrap failed (see .gpu-selftest/debootstrap-$suite.log)"
 fi
 # The point of the exercise: none of the packages the bundle replaces may be in the root.
 present=$(chroot "$root" dpkg-query -W -f='${Package}\n' 2>/dev/null |
@@ -138,7 +140,7 @@ progs=$(cd "$root/kit" && find build -type f -perm -u+x | sort)
 [ -n "$progs" ] || errors+=("no program was built")
 ldd_out=$(chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin bash -c \
   "cd /kit && for p in $(echo $progs); do echo \"== \$p\"; ldd \$p; done" 2>&1)
-echo "$ldd_out" > "$repo/.gpu-selftest/ldd.txt"
+echo "$ldd_out" > "$repo/.gpu-selftest/ldd-$suite.txt"
 if grep -q 'not found' <<< "$ldd_out"; then
   errors+=("unresolved libraries: $(grep 'not found' <<< "$ldd_out" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')")
 fi

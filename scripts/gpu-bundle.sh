@@ -190,10 +190,10 @@ if [ "$total" -gt "$limit" ]; then
 fi
 cat <<EOF
 
-The device calls (tool \`run\`; each a fresh machine unless the last call ended under 30 s ago, so
-every call builds first; the build step is skipped when build/ is already there). bench/GPU.md says more.
-  1. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build parity sanitize"
-  2. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build dist lessons"
-  3. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build fashion bench"
-Each writes \$OUT/summary.txt and \$OUT/gpu-check-logs.tar.gz (every log, bench/results-gpu.md, metrics).
+The device calls (tool \`run\`, kind left out; every call starts a bare machine, so each builds first).
+bench/GPU.md gives the expected times and what to do with the results.
+  1. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build cpu parity sanitize"
+  2. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build dist lessons fashion bench"
+  3. (if needed) the same carry, the steps that failed, after fixing them here
+Each call returns \$OUT/summary.txt and \$OUT/gpu-check-<steps>.tar.gz (every log, results-gpu.md, the metrics).
 EOF

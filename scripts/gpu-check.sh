@@ -14,8 +14,8 @@
 #   bench      make bench-gpu: ResNet-9 training images/s beside PyTorch
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
-# packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR: $OUT/.. see below) and a one-line
-# verdict to LOGDIR/summary.txt; a failing step does not stop the others. Without a GPU the GPU steps
+# packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
+# LOGDIR/summary.txt; a failing step does not stop the others. Without a GPU the GPU steps
 # say "SKIP (no GPU here)" and the others still run.
 #
 # Environment: GPU_CHECK_BUDGET seconds for this whole call (default 560: the device allows 600 per
@@ -158,7 +158,14 @@ orig_ld=${GPU_BUNDLE_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
 for s in "${steps[@]}"; do
   case $s in
-    build)    run build 0 420 make -j"$jobs" all ;;
+    build)
+      run build 0 420 make -j"$jobs" all
+      # The GPU image's compiler may be newer than the team's and warn where ours does not: rather than
+      # lose the whole call to -Werror, build again without it (the failed build's log says what warned).
+      if ! grep -q '^build  *PASS' <(tail -n 1 "$summary"); then
+        relaxed_nvcc="-O3 -std=c++17 -Ikit $(for a in ${CUDA_ARCH:-80 90}; do printf -- '-gencode arch=compute_%s,code=sm_%s ' "$a" "$a"; done)"
+        run build-no-werror 0 420 make -k -j"$jobs" all WARN="-Wall -Wextra -Wno-unused-parameter" NVCCFLAGS="$relaxed_nvcc"
+      fi ;;
     cpu)      run test-kit 0 240 make test-kit ;;
     parity)   run test-cuda 1 180 make test-cuda ;;
     sanitize)
