@@ -20,6 +20,9 @@
 # Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount;
 # SELFTEST_SUITE=trixie uses a Debian 13 root instead (newer glibc and gcc, as an Ubuntu 24.04 image has).
 set -euo pipefail
+# All of it inside { }: bash reads the whole block before running it, so editing this file while a run
+# is under way cannot derail that run.
+{
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 suite=${SELFTEST_SUITE:-bookworm}   # trixie: glibc 2.41 and gcc 14, nearer an Ubuntu 24.04 image
@@ -161,3 +164,5 @@ if [ "$fake" = 1 ]; then
 else
   echo "selftest: PASS: the bundle builds and runs the kit on a root without its packages; GPU steps stop at 'no GPU here'"
 fi
+exit 0
+}
