@@ -110,7 +110,7 @@ prune_unresolved() {  # removes ELF files that need a library neither in the pre
 }
 echo "gpu-bundle: removing plugins whose libraries are missing"
 prune_unresolved > "$work/pruned.txt"
-echo "gpu-bundle: $(wc -l < "$work/pruned.txt") files pruned (InfiniBand/UCX/OFI/PSM/munge/CUDA-aware parts)"
+echo "gpu-bundle: $(wc -l < "$work/pruned.txt") files pruned (InfiniBand, UCX, OFI, PSM, netlink and OpenSHMEM plugins; list in MANIFEST)"
 
 # Every ELF file finds its libraries inside the prefix wherever it lands, with no LD_LIBRARY_PATH: its
 # search path becomes its old one moved under the prefix, plus the prefix's library folder, all relative
