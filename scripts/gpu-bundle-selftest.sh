@@ -19,6 +19,7 @@
 # Root: debootstrap, chroot and mount need it. Network: the first run only (debootstrap, gpu-bundle.sh).
 # Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount;
 # SELFTEST_SUITE=trixie uses a Debian 13 root instead (newer glibc and gcc, as an Ubuntu 24.04 image has).
+# SELFTEST_NCCL_WHEEL=1 hides the toolkit's NCCL and offers it only as a pip wheel's nvidia/nccl folder.
 set -euo pipefail
 # All of it inside { }: bash reads the whole block before running it, so editing this file while a run
 # is under way cannot derail that run.
@@ -53,11 +54,12 @@ mounts=()
 cleanup() {
   local i
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+  if [ -n "${fake_wheel:-}" ]; then rm -rf "$fake_wheel"; fi   # after the umounts: never through a mount
 }
 trap cleanup EXIT
 mnt() {  # mnt TARGET ARGS...: mount, remembered for cleanup
   local target=$1; shift
-  mkdir -p "$target"
+  [ -e "$target" ] || mkdir -p "$target"
   mount "$@" "$target"
   mounts+=("$target")
 }
@@ -66,8 +68,25 @@ mnt "$root/sys" -t sysfs sysfs
 mnt "$root/dev" --bind /dev
 mnt "$root/dev/shm" -t tmpfs tmpfs
 mnt "$root/tmp" -t tmpfs tmpfs
-mnt "$root$cuda" --bind "$cuda"
-mount -o remount,bind,ro "$root$cuda"
+wheel_mode=${SELFTEST_NCCL_WHEEL:-0}
+if [ "$wheel_mode" = 1 ]; then
+  # NCCL only in a pip wheel, as PyTorch installs it (nvidia/nccl/{include,lib}, libnccl.so.2 and no
+  # libnccl.so): the toolkit is mounted through an overlay that hides its NCCL files.
+  ov=$repo/.gpu-selftest/cuda-overlay
+  rm -rf "$ov" && mkdir -p "$ov/up" "$ov/work"
+  mnt "$root$cuda" -t overlay overlay -o "lowerdir=$cuda,upperdir=$ov/up,workdir=$ov/work"
+  site=$(chroot "$root" python3 -c 'import site; print(site.getsitepackages()[0])')
+  wheel=$root$site/nvidia/nccl
+  fake_wheel=$root$site/nvidia
+  rm -rf "$fake_wheel" && mkdir -p "$wheel/include" "$wheel/lib"
+  cp -a "$cuda"/include/nccl* "$wheel/include/"
+  : > "$wheel/lib/libnccl.so.2"
+  mnt "$wheel/lib/libnccl.so.2" --bind "$(readlink -f "$cuda/lib/libnccl.so.2")"
+  rm -rf "$root$cuda"/include/nccl* "$root$cuda"/lib/libnccl*
+else
+  mnt "$root$cuda" --bind "$cuda"
+  mount -o remount,bind,ro "$root$cuda"
+fi
 ln -sfn "$cuda" "$root/usr/local/cuda"
 
 # The tree as the device tool sends it (tracked + untracked-not-ignored files) and the carried bundle.
@@ -101,6 +120,9 @@ for item in OpenBLAS cmocka zlib 'Open MPI' CUDA+cuBLAS NCCL; do
 done
 grep -q '^config: Open MPI *yes (/kit/gpu-bundle/' "$summary" || errors+=("mpicc is not the bundle's")
 grep -q '^gpu-bundle-env: using /kit/gpu-bundle' "$summary" || errors+=("gpu-check did not use the bundle")
+if [ "$wheel_mode" = 1 ]; then
+  grep -q '^gpu-check: nccl.h and libnccl taken from the pip wheel' "$summary" || errors+=("NCCL was not taken from the wheel")
+fi
 passes() { grep -q "^$1  *PASS" "$summary" || errors+=("$1 did not pass"); }
 for s in "${steps[@]}"; do
   case $s in
@@ -112,7 +134,9 @@ for s in "${steps[@]}"; do
 done
 if [ "$fake" = 1 ]; then
   rm -f "$root/usr/local/bin/nvidia-smi"
-  [ $rc = 1 ] || errors+=("with a fake GPU gpu-check should exit 1 (GPU steps fail), not $rc")
+  # GPU steps fail for want of a real GPU (test-cuda alone passes: it skips itself without a device).
+  want=0; grep -q -E '^[a-z0-9-]+ +FAIL' "$summary" && want=1
+  [ $rc = $want ] || errors+=("with a fake GPU gpu-check should exit $want, not $rc")
   grep -q '(building for sm_90)' "$summary" || errors+=("CUDA_ARCH was not taken from the GPU's compute capability")
   # make exits 2 when a recipe fails: only the kit's own programs (and sh) must never exit 2 (usage).
   bad=$(grep -E '^[a-z0-9-]+ +(FAIL \(exit (126|127)\)|FAIL \(timed out|SKIP)' "$summary" || true)
@@ -144,15 +168,18 @@ progs=$(cd "$root/kit" && find build -type f -perm -u+x | sort)
 ldd_out=$(chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin bash -c \
   "cd /kit && for p in $(echo $progs); do echo \"== \$p\"; ldd \$p; done" 2>&1)
 echo "$ldd_out" > "$repo/.gpu-selftest/ldd-$suite.txt"
+if [ "$wheel_mode" = 1 ]; then
+  grep -q 'libnccl.so.2 => /usr/.*/nvidia/nccl/lib/libnccl.so.2' <<< "$ldd_out" || errors+=("libnccl.so.2 does not resolve into the wheel")
+fi
 if grep -q 'not found' <<< "$ldd_out"; then
   errors+=("unresolved libraries: $(grep 'not found' <<< "$ldd_out" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')")
 fi
 stray=$(grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u |
-        grep -vE "^/kit/gpu-bundle/prefix/|^/usr/local/cuda[-0-9.]*/|^/lib/x86_64-linux-gnu/lib(c|m|gcc_s|stdc\+\+|gomp|z|dl|pthread|rt)\.so" || true)
+        grep -vE "^/kit/gpu-bundle/prefix/|^/usr/local/cuda[-0-9.]*/|^/usr/(local/)?lib/python3[.0-9]*/dist-packages/nvidia/|^/lib/x86_64-linux-gnu/lib(c|m|gcc_s|stdc\+\+|gomp|z|dl|pthread|rt)\.so" || true)
 [ -z "$stray" ] || errors+=("libraries from outside the bundle/CUDA/glibc: $stray")
 echo "selftest: $(grep -c . <<< "$progs") programs; libraries they load, by origin:"
 grep '=> /' <<< "$ldd_out" | awk '{print $3}' | sort -u | sed -E \
-  -e "s#^/kit/gpu-bundle/prefix/.*/#  bundle  #" -e "s#^/usr/local/cuda[-0-9.]*/.*/#  cuda    #" -e 's#^/lib/.*/#  system  #' |
+  -e "s#^/kit/gpu-bundle/prefix/.*/#  bundle  #" -e "s#^/usr/local/cuda[-0-9.]*/.*/#  cuda    #" -e 's#^/usr/.*/nvidia/.*/#  wheel  #' -e 's#^/lib/.*/#  system  #' |
   sort | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k ":" a[k]}'
 
 if [ ${#errors[@]} -ne 0 ]; then
