@@ -67,6 +67,8 @@ fi
 
 # ---- the GPU, and the CUDA arch to build for (one arch: half the nvcc time of the default two)
 has_gpu=0
+# The device machines keep the driver's tools in /usr/local/nvidia/bin, which may not be on PATH.
+if ! command -v nvidia-smi >/dev/null && [ -x /usr/local/nvidia/bin/nvidia-smi ]; then PATH=$PATH:/usr/local/nvidia/bin; fi
 if nvidia-smi -L > "$logdir/nvidia-smi.txt" 2>&1 && grep -q '^GPU ' "$logdir/nvidia-smi.txt"; then
   has_gpu=1
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
