@@ -10,6 +10,7 @@
 #
 # Each case checks the status lines, the fix line and the exit status (0 only when lesson 01 can run).
 set -uo pipefail
+# shellcheck disable=SC2016  # the backquotes in the patterns are literal
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 script=$root/scripts/check-setup.sh
