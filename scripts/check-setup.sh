@@ -15,6 +15,7 @@
 #   CHECK_SETUP_CUDA_HOME  where to look for the CUDA toolkit when nvcc is not on PATH (default /usr/local/cuda)
 #   CHECK_SETUP_PCI_DIR    the PCI device list, to tell "no NVIDIA GPU" from "no driver" (default /sys/bus/pci/devices)
 #   FASHION_DIR, DATA_DIR  where the datasets are looked for (as datasets/get-data.sh)
+# shellcheck disable=SC2086,SC2046  # compiler flag lists are split into words on purpose
 set -uo pipefail
 
 case "${1:-}" in
@@ -103,7 +104,6 @@ else
   report MISSING make "not on PATH" "$(apt_fix make)"
 fi
 
-# shellcheck disable=SC2086  # the flag lists below are split into words on purpose
 blas_flags=$(pkg-config --cflags --libs openblas 2>/dev/null || true)
 if try_link '#include <cblas.h>' \
     'cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,0,0,0,0,0,0,0,0,0,0,0)' ${blas_flags:--lopenblas}; then
@@ -154,7 +154,6 @@ fi
 # ---------------------------------------------------------------- MPI (lesson 03 onwards)
 echo "lesson 03 onwards (Open MPI):"
 mpicc_ok=0
-# shellcheck disable=SC2046  # mpicc's flags are split into words on purpose
 if command -v mpicc >/dev/null 2>&1 &&
    try_link '#include <mpi.h>' 'MPI_Init(0,0)' $(mpicc --showme:compile 2>/dev/null) $(mpicc --showme:link 2>/dev/null); then
   mpicc_ok=1

@@ -9,8 +9,8 @@
 #   - a fake nvidia-smi that answers like a driver with one GPU.
 #
 # Each case checks the status lines, the fix line and the exit status (0 only when lesson 01 can run).
-set -uo pipefail
 # shellcheck disable=SC2016  # the backquotes in the patterns are literal
+set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 script=$root/scripts/check-setup.sh
