@@ -96,3 +96,17 @@ else
 bench-allreduce:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
+
+# ---------------------------------------------------------------- check-setup and slide figures (instructor guide, issue 16)
+.PHONY: check-setup test-check-setup
+check-setup:            # what this machine has and lacks for each lesson; exit 0 when lesson 01 can run
+	@scripts/check-setup.sh
+test-check-setup:       # check-setup on imitated machines: no GPU, missing packages, a GPU outside CUDA_ARCH
+	@tests/check-setup/run.sh
+TEST_TARGETS += test-check-setup
+HELP_TARGETS += check-setup test-check-setup slide-figures
+# The decks' measured plots: bench/figures/*.csv -> slides/figures/*.png (committed; gnuplot only to redraw them)
+.PHONY: slide-figures
+slide-figures:
+	gnuplot slides/figures/figures.gp
+$(SLIDES_PDF): $(wildcard slides/figures/*.png)
