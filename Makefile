@@ -31,10 +31,3 @@ help:
 
 clean:
 	rm -rf build build-*
-
-# ---- GPU bundle (issue 15): what a bare GPU machine lacks (OpenBLAS, cmocka, Open MPI, Fashion-MNIST),
-# packed into the ignored gpu-bundle/ for scripts/gpu-check.sh; bench/GPU.md says how a GPU session uses it.
-.PHONY: gpu-bundle
-HELP_TARGETS += gpu-bundle
-gpu-bundle:
-	@scripts/gpu-bundle.sh

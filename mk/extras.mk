@@ -110,3 +110,10 @@ HELP_TARGETS += check-setup test-check-setup slide-figures
 slide-figures:
 	gnuplot slides/figures/figures.gp
 $(SLIDES_PDF): $(wildcard slides/figures/*.png)
+
+# ---------------------------------------------------------------- GPU bundle: what a bare GPU machine lacks (OpenBLAS, cmocka, Open MPI, Fashion-MNIST),
+# packed into the ignored gpu-bundle/ for scripts/gpu-check.sh; bench/GPU.md says how a GPU session uses it.
+.PHONY: gpu-bundle
+HELP_TARGETS += gpu-bundle
+gpu-bundle:
+	@scripts/gpu-bundle.sh
