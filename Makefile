@@ -11,6 +11,7 @@
 SHELL := /bin/bash
 
 include mk/config.mk      # finds the compilers and libraries, prints what it found
+include mk/emu.mk         # EMU=1: the CUDA emulation build (issue 12; must follow config.mk)
 include mk/kit.mk         # builds kit/ into $(BUILD)/libkit.a and the kit's unit tests
 -include mk/cuda.mk       # CUDA-only tests and benchmarks
 -include mk/dist.mk       # the process group (MPI / NCCL) and its tests

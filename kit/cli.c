@@ -14,7 +14,8 @@ void cli_usage(FILE *out, unsigned groups) {
             "usage: train [options]\n"
             "  --dataset NAME      %s (default synthetic)\n"
             "  --data-dir DIR      where the dataset files are (default datasets/data)\n"
-            "  --device DEV        auto|cpu|cuda (default auto: the GPU when one is usable)\n"
+            "  --device DEV        auto|cpu|cuda|cuda-emu (default auto: the GPU when one is usable;\n"
+            "                      cuda-emu: the CUDA code in the CPU emulator, from a `make EMU=1` build)\n"
             "  --model NAME        %s (default: resnet9 for CIFAR, fmnist for Fashion-MNIST, tiny-bn for synthetic)\n"
             "  --width N           base channel count of the model (default: the model's own)\n"
             "  --epochs N          passes over the training set (default: per dataset, see README)\n"
@@ -138,7 +139,8 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
     if (!cli_name_in_list(o->dataset, dataset_names())) usage_error("unknown dataset '%s'", o->dataset);
     if (o->model && !cli_name_in_list(o->model, model_names())) usage_error("unknown model '%s'", o->model);
-    if (!cli_name_in_list(o->device, "auto|cpu|cuda")) usage_error("--device must be auto, cpu or cuda, got '%s'", o->device);
+    if (!cli_name_in_list(o->device, "auto|cpu|cuda|cuda-emu"))
+        usage_error("--device must be auto, cpu or cuda (or cuda-emu), got '%s'", o->device);
     if (!cli_name_in_list(o->backend, "auto|mpi|nccl")) usage_error("--backend must be auto, mpi or nccl, got '%s'", o->backend);
 }
 

@@ -1,0 +1,544 @@
+// kit/cuda/emu/cuda_emu.cc: the CUDA emulator (see cuda_emu.h and kit/cuda/README.md).
+//
+// A launch runs its blocks one after another. The threads of a block are fibers (ucontext) on one host
+// thread: they take turns, and a fiber gives the CPU away only at __syncthreads() or when its thread
+// finishes. Between two barriers the threads run in a random order, drawn again at every barrier. A fiber
+// whose thread finished runs the next thread that has not started yet itself, so a kernel without barriers
+// needs one fiber and two context switches per block, not two per thread.
+#include "cuda_emu.h"
+
+#include <cblas.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KIT_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KIT_EMU_ASAN 1
+#endif
+#endif
+#ifdef KIT_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+// AddressSanitizer must be told when the stack changes, or it would take a fiber's frames for overflows.
+#define ASAN_START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define ASAN_FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+constexpr size_t kStackBytes = 256 << 10;  // instrumented frames are several times larger
+#else
+#define ASAN_START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define ASAN_FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+constexpr size_t kStackBytes = 64 << 10;
+#endif
+
+namespace {
+
+// A mistake the emulator cannot run past (on a GPU it would hang or corrupt memory): say it and stop.
+[[noreturn]] __attribute__((format(printf, 1, 2))) void emu_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+// ---------------------------------------------------------------- the running thread's indices
+
+uint3 g_thread_idx, g_block_idx;
+dim3 g_block_dim, g_grid_dim;
+
+// ---------------------------------------------------------------- random order
+
+// xorshift64*: small and good enough to shuffle threads. Seeded once per process from KIT_EMU_SEED, else
+// from the clock and the pid; the seed is printed once so a failing order can be replayed.
+uint64_t g_rng;
+void rng_seed_once(void) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char *env = getenv("KIT_EMU_SEED");
+        uint64_t seed = env && *env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003u + (uint64_t)getpid();
+        g_rng = seed ? seed : 1;
+        fprintf(stderr, "cuda-emu: CUDA kernels run in the CPU emulator; thread order seed %llu "
+                        "(KIT_EMU_SEED=%llu repeats it)\n", (unsigned long long)seed, (unsigned long long)seed);
+    });
+}
+uint64_t rng_next(void) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 0x2545F4914F6CDD1Dull;
+}
+uint64_t gcd(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+// ---------------------------------------------------------------- fibers
+
+struct Fiber;
+enum ThreadState { NOT_STARTED, RUNNING, AT_BARRIER, FINISHED };
+struct Thread {
+    uint3 idx;
+    ThreadState state;
+    Fiber *fiber;  // the fiber it runs on, once started
+};
+struct Fiber {
+    ucontext_t ctx;
+    char *stack;  // kStackBytes, above one guard page
+    Thread *thread;
+    void *asan_fake;
+};
+
+// Fibers are kept per host thread (lesson 02 launches from several) and reused by every launch.
+struct FiberPool {
+    std::vector<Fiber *> all, idle;
+    ucontext_t scheduler;  // the host thread's own context while a fiber runs
+    const void *scheduler_stack = nullptr;
+    size_t scheduler_stack_size = 0;
+    void *asan_fake = nullptr;
+    ~FiberPool() {
+        for (Fiber *f : all) {
+            munmap(f->stack - getpagesize(), kStackBytes + getpagesize());
+            delete f;
+        }
+    }
+};
+thread_local FiberPool t_pool;
+
+// The one launch running (launches never overlap: g_launch_lock), and the fiber running in it.
+struct Launch {
+    const char *name;
+    void (*body)(void *);
+    void *ctx;
+    std::vector<Thread> threads;
+    std::vector<Thread *> order;  // this phase's turn order
+    size_t next;                  // the next turn in `order`
+};
+std::mutex g_launch_lock;
+Launch g_launch;
+Fiber *g_running;
+
+// Saves the current context in `from` and continues `to`; returns when something continues `from` again.
+// getcontext/setcontext rather than swapcontext: AddressSanitizer warns about every program that calls
+// swapcontext, and the explicit fiber annotations below are what it needs.
+void switch_context(ucontext_t *from, const ucontext_t *to, const void *to_stack, size_t to_size, void **fake) {
+    volatile bool returning = false;
+    ASAN_START_SWITCH(fake, to_stack, to_size);
+    getcontext(from);
+    if (!returning) {
+        returning = true;
+        setcontext(to);
+    }
+    ASAN_FINISH_SWITCH(*fake, nullptr, nullptr);
+}
+
+void to_scheduler(Fiber *self) {
+    switch_context(&self->ctx, &t_pool.scheduler, t_pool.scheduler_stack, t_pool.scheduler_stack_size,
+                   &self->asan_fake);
+}
+
+void fiber_main(void) {
+    ASAN_FINISH_SWITCH(nullptr, &t_pool.scheduler_stack, &t_pool.scheduler_stack_size);
+    Fiber *self = g_running;
+    for (;;) {
+        Thread *t = self->thread;
+        g_thread_idx = t->idx;
+        g_launch.body(g_launch.ctx);
+        t->state = FINISHED;
+        t->fiber = nullptr;
+        // The next turn belongs to a thread that has not started: run it here, no switch needed.
+        Launch &L = g_launch;
+        if (L.next < L.order.size() && L.order[L.next]->state == NOT_STARTED) {
+            Thread *n = L.order[L.next++];
+            n->state = RUNNING;
+            n->fiber = self;
+            self->thread = n;
+            continue;
+        }
+        self->thread = nullptr;
+        t_pool.idle.push_back(self);
+        to_scheduler(self);
+    }
+}
+
+Fiber *fiber_get(void) {
+    if (!t_pool.idle.empty()) {
+        Fiber *f = t_pool.idle.back();
+        t_pool.idle.pop_back();
+        return f;
+    }
+    Fiber *f = new Fiber();
+    size_t page = (size_t)getpagesize();
+    char *mem = (char *)mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) emu_die("kernel %s: cannot map a fiber stack of %zu KiB", g_launch.name, kStackBytes >> 10);
+    mprotect(mem, page, PROT_NONE);  // a kernel that overflows its stack stops here
+    f->stack = mem + page;
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = kStackBytes;
+    f->ctx.uc_link = nullptr;
+    makecontext(&f->ctx, fiber_main, 0);
+    t_pool.all.push_back(f);
+    return f;
+}
+
+// Gives thread t its turn: it runs until its next barrier or its end (and maybe starts others, above).
+void run_turn(Thread *t) {
+    if (t->state == NOT_STARTED) {
+        t->fiber = fiber_get();
+        t->fiber->thread = t;
+    } else {
+        g_thread_idx = t->idx;  // back from a barrier: the fiber reads its own indices again
+    }
+    t->state = RUNNING;
+    g_running = t->fiber;
+    switch_context(&t_pool.scheduler, &t->fiber->ctx, t->fiber->stack, kStackBytes, &t_pool.asan_fake);
+    g_running = nullptr;
+}
+
+void run_block(void) {
+    Launch &L = g_launch;
+    L.threads.clear();
+    for (unsigned z = 0; z < g_block_dim.z; z++)
+        for (unsigned y = 0; y < g_block_dim.y; y++)
+            for (unsigned x = 0; x < g_block_dim.x; x++) L.threads.push_back(Thread{uint3{x, y, z}, NOT_STARTED, nullptr});
+    L.order.clear();
+    for (Thread &t : L.threads) L.order.push_back(&t);
+    while (!L.order.empty()) {
+        // One phase: every live thread once, in a new random order, each up to its next barrier.
+        for (size_t i = L.order.size(); i > 1; i--) {
+            size_t j = (size_t)(rng_next() % i);
+            Thread *tmp = L.order[i - 1];
+            L.order[i - 1] = L.order[j];
+            L.order[j] = tmp;
+        }
+        L.next = 0;
+        while (L.next < L.order.size()) run_turn(L.order[L.next++]);
+        size_t waiting = 0;
+        for (Thread *t : L.order) waiting += t->state == AT_BARRIER;
+        if (waiting > 0 && waiting < L.order.size())
+            emu_die("kernel %s, block (%u, %u, %u): __syncthreads() was reached by %zu of the %zu threads still "
+                    "running: every thread of a block must reach the same barrier (on a GPU this hangs or "
+                    "corrupts data)", g_launch.name, g_block_idx.x, g_block_idx.y, g_block_idx.z, waiting,
+                    L.order.size());
+        std::vector<Thread *> live;
+        for (Thread *t : L.order)
+            if (t->state == AT_BARRIER) live.push_back(t);
+        L.order.swap(live);
+    }
+}
+
+// ---------------------------------------------------------------- runtime state
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local int t_device = 0;
+
+cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) t_last_error = e;
+    return e;
+}
+
+int emulated_gpus(void) {
+    const char *env = getenv("KIT_EMU_GPUS");
+    int n = env && *env ? atoi(env) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+}
+
+struct Timed {
+    double ms;  // when it was recorded (events), for cudaEventElapsedTime
+};
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+}  // namespace
+
+const uint3 &threadIdx = g_thread_idx;
+const uint3 &blockIdx = g_block_idx;
+const dim3 &blockDim = g_block_dim;
+const dim3 &gridDim = g_grid_dim;
+
+struct KitEmuStream {
+    unsigned flags;
+};
+struct KitEmuEvent {
+    Timed at;
+};
+struct KitEmuBlas {
+    cudaStream_t stream;
+};
+
+void __syncthreads(void) {
+    Fiber *self = g_running;
+    if (!self) emu_die("__syncthreads() called outside a kernel");
+    Thread *t = self->thread;
+    t->state = AT_BARRIER;
+    to_scheduler(self);
+    g_thread_idx = t->idx;
+}
+
+extern "C" {
+
+void kit_emu_run(const char *kernel, KitEmuDim grid, KitEmuDim block, size_t shmem, cudaStream_t stream,
+                 void (*body)(void *), void *ctx) {
+    (void)stream;
+    // The limits of every GPU since Volta: a launch outside them fails at once, as on a GPU.
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0 ||
+        block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024 || grid.x > 2147483647u ||
+        grid.y > 65535 || grid.z > 65535) {
+        set_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (shmem > 48 * 1024) {
+        set_error(cudaErrorInvalidValue);
+        return;
+    }
+    std::lock_guard<std::mutex> lock(g_launch_lock);
+    rng_seed_once();
+    g_launch.name = kernel;
+    g_launch.body = body;
+    g_launch.ctx = ctx;
+    g_grid_dim = dim3(grid.x, grid.y, grid.z);
+    g_block_dim = dim3(block.x, block.y, block.z);
+    // Blocks in a random order too (a GPU promises none): b -> (a b + c) mod N with a coprime to N visits
+    // every block once without a table, even for 2^31 of them.
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    uint64_t a = rng_next() % nblocks + 1, c = rng_next() % nblocks;
+    while (gcd(a, nblocks) != 1) a++;
+    for (uint64_t i = 0; i < nblocks; i++) {
+        uint64_t b = (a % nblocks * (i % nblocks) + c) % nblocks;
+        if (nblocks > (1ull << 32)) b = i;  // (a i) could overflow: keep the plain order
+        g_block_idx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
+        run_block();
+    }
+}
+
+// ---------------------------------------------------------------- errors
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (grid or block size)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return cudaGetErrorName(e);
+    }
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = t_last_error;
+    t_last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+
+// ---------------------------------------------------------------- devices
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = emulated_gpus();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    *device = t_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= emulated_gpus()) return set_error(cudaErrorInvalidDevice);
+    t_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device < 0 || device >= emulated_gpus()) return set_error(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "cuda-emu %d (the kit's CUDA emulator, on the CPU)", device);
+    prop->totalGlobalMem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
+    if (device < 0 || device >= emulated_gpus()) return set_error(cudaErrorInvalidDevice);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", device);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+// ---------------------------------------------------------------- memory
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    // Fresh device memory is not zero on a GPU either: all bits set reads as NaN (floats) or -1 (ints),
+    // so a kernel that reads what nobody wrote goes wrong visibly.
+    *ptr = malloc(bytes ? bytes : 1);
+    if (!*ptr) return set_error(cudaErrorMemoryAllocation);
+    memset(*ptr, 0xff, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
+    *ptr = malloc(bytes ? bytes : 1);
+    return *ptr ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+    free(ptr);
+    return cudaSuccess;
+}
+
+// memcpy, not memmove: overlapping copies are undefined in CUDA too, and AddressSanitizer reports them.
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return cudaSuccess;
+    if (!dst || !src || kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return set_error(cudaErrorInvalidValue);
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    (void)s;
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    if (bytes == 0) return cudaSuccess;
+    if (!ptr) return set_error(cudaErrorInvalidValue);
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t s) {
+    (void)s;
+    return cudaMemset(ptr, value, bytes);
+}
+
+// ---------------------------------------------------------------- streams and events (all synchronous)
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new KitEmuStream{flags};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s, (void)flags;
+    return e ? cudaSuccess : set_error(cudaErrorInvalidValue);
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    *e = new KitEmuEvent{Timed{now_ms()}};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    if (!e) return set_error(cudaErrorInvalidValue);
+    e->at.ms = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidValue); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end) return set_error(cudaErrorInvalidValue);
+    *ms = (float)(end->at.ms - start->at.ms);
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- cuBLAS
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = new KitEmuBlas{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t s) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+    (void)mode;
+    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                           const float *beta, float *C, int ldc) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    // cuBLAS's own checks: op(A) is m x k, op(B) is k x n, C is m x n, all column-major, so a leading
+    // dimension is at least the number of ROWS of the matrix as stored.
+    int rows_a = transa == CUBLAS_OP_N ? m : k, rows_b = transb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < (rows_a > 1 ? rows_a : 1) || ldb < (rows_b > 1 ? rows_b : 1) ||
+        ldc < (m > 1 ? m : 1) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
