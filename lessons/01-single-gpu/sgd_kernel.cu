@@ -16,6 +16,6 @@ extern "C" void lesson_sgd_update_cuda(size_t n, float *param, const float *grad
     // Enough blocks to fill the GPU, not one per element: the grid-stride loop does the rest.
     size_t want = (n + threads - 1) / threads;
     int blocks = (int)(want < 4096 ? want : 4096);
-    sgd_kernel<<<blocks, threads>>>(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+    CUDA_LAUNCH(sgd_kernel, blocks, threads, 0, 0)(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
     CUDA_CHECK_LAUNCH();
 }
