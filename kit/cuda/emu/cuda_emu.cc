@@ -1,10 +1,11 @@
 // kit/cuda/emu/cuda_emu.cc: the CUDA emulator (see cuda_emu.h and kit/cuda/README.md).
 //
-// A launch runs its blocks one after another. The threads of a block are fibers (ucontext) on one host
+// A launch runs its blocks one after another. The threads of a block are fibers (own stacks) on one host
 // thread: they take turns, and a fiber gives the CPU away only at __syncthreads() or when its thread
-// finishes. Between two barriers the threads run in a random order, drawn again at every barrier. A fiber
-// whose thread finished runs the next thread that has not started yet itself, so a kernel without barriers
-// needs one fiber and two context switches per block, not two per thread.
+// finishes. Between two barriers the threads run in a random order, drawn again at every barrier (a
+// "phase"). Whoever finishes a turn asks next_turn() for the next one; a fiber whose thread finished runs
+// the next thread itself when that one has not started yet, even in the next block, so a kernel without
+// barriers needs one fiber and two context switches per launch, not two per thread.
 #include "cuda_emu.h"
 
 #include <cblas.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <stdint.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -42,10 +44,14 @@ extern "C" const char *__asan_default_options(void) { return "detect_leaks=0"; }
 constexpr size_t kStackBytes = 64 << 10;
 #endif
 
+// The scheduler's own bookkeeping runs between every two turns: it is left uninstrumented (its frames would
+// cost more than the kernels it schedules). Kernels, the kit and the tests are instrumented as usual.
+#define SCHEDULER_CODE __attribute__((no_sanitize_address))
+
 namespace {
 
 // A mistake the emulator cannot run past (on a GPU it would hang or corrupt memory): say it and stop.
-[[noreturn]] __attribute__((format(printf, 1, 2))) void emu_die(const char *fmt, ...) {
+[[noreturn]] __attribute__((format(printf, 1, 2), noinline, cold)) void emu_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "cuda-emu: ");
@@ -90,6 +96,63 @@ uint64_t gcd(uint64_t a, uint64_t b) {
     return a;
 }
 
+// ---------------------------------------------------------------- context switches
+
+#if defined(__x86_64__)
+// x86-64: push the callee-saved registers, swap stack pointers, pop the other side's. Unlike swapcontext
+// it makes no system call (it leaves the signal mask alone), and switches are most of the emulator's time
+// in kernels with barriers.
+extern "C" void kit_emu_swap(void **save_sp, void *load_sp);
+asm(".text\n"
+    ".globl kit_emu_swap\n"
+    ".type kit_emu_swap, @function\n"
+    "kit_emu_swap:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size kit_emu_swap, .-kit_emu_swap\n");
+
+struct Context {
+    void *sp;
+};
+
+// A fresh stack that "returns" into entry, with rsp as right after a call (8 mod 16) and zeroed registers
+// (rbp = 0 ends backtraces there).
+void context_make(Context *c, char *stack, size_t size, void (*entry)(void)) {
+    void **sp = (void **)((((uintptr_t)(stack + size)) & ~(uintptr_t)15) - 8);
+    *--sp = (void *)entry;
+    for (int i = 0; i < 6; i++) *--sp = nullptr;
+    c->sp = sp;
+}
+
+void context_swap(Context *from, Context *to) { kit_emu_swap(&from->sp, to->sp); }
+#else
+// Elsewhere: ucontext. getcontext/setcontext rather than swapcontext: AddressSanitizer warns about every
+// program that calls swapcontext, and the fiber annotations in switch_context are what it needs.
+struct Context {
+    ucontext_t uc;
+};
+
+void context_make(Context *c, char *stack, size_t size, void (*entry)(void)) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+
+void context_swap(Context *from, Context *to) {
+    volatile bool returning = false;
+    getcontext(&from->uc);
+    if (!returning) {
+        returning = true;
+        setcontext(&to->uc);
+    }
+}
+#endif
+
 // ---------------------------------------------------------------- fibers
 
 struct Fiber;
@@ -100,7 +163,7 @@ struct Thread {
     Fiber *fiber;  // the fiber it runs on, once started
 };
 struct Fiber {
-    ucontext_t ctx;
+    Context ctx;
     char *stack;  // kStackBytes, above one guard page
     Thread *thread;
     void *asan_fake;
@@ -109,7 +172,7 @@ struct Fiber {
 // Fibers are kept per host thread (lesson 02 launches from several) and reused by every launch.
 struct FiberPool {
     std::vector<Fiber *> all, idle;
-    ucontext_t scheduler;  // the host thread's own context while a fiber runs
+    Context scheduler;  // the host thread's own context while a fiber runs
     const void *scheduler_stack = nullptr;
     size_t scheduler_stack_size = 0;
     void *asan_fake = nullptr;
@@ -127,25 +190,79 @@ struct Launch {
     const char *name;
     void (*body)(void *);
     void *ctx;
-    std::vector<Thread> threads;
-    std::vector<Thread *> order;  // this phase's turn order
-    size_t next;                  // the next turn in `order`
+    uint64_t blocks, block, a, c;    // block i of the launch is (a i + c) mod blocks: a random order
+    Thread threads[1024];            // the block's threads (at most 1024), set up once per launch
+    Thread *order[1024];             // this phase's turn order: the threads still running
+    size_t nthreads, norder;
+    size_t next;                     // the next turn in `order`
+    Thread *handed_back;             // a turn a fiber could not take itself (its thread waits at a barrier)
+    bool over;                       // every block done
 };
 std::mutex g_launch_lock;
 Launch g_launch;
 Fiber *g_running;
 
-// Saves the current context in `from` and continues `to`; returns when something continues `from` again.
-// getcontext/setcontext rather than swapcontext: AddressSanitizer warns about every program that calls
-// swapcontext, and the explicit fiber annotations below are what it needs.
-void switch_context(ucontext_t *from, const ucontext_t *to, const void *to_stack, size_t to_size, void **fake) {
-    volatile bool returning = false;
-    ASAN_START_SWITCH(fake, to_stack, to_size);
-    getcontext(from);
-    if (!returning) {
-        returning = true;
-        setcontext(to);
+SCHEDULER_CODE void shuffle(Thread **v, size_t n) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(((rng_next() >> 32) * i) >> 32);  // uniform enough in [0, i), without a division
+        Thread *t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
     }
+}
+
+// Starts the next block; false when there is none.
+SCHEDULER_CODE bool begin_block(Launch &L) {
+    if (L.block == L.blocks) return false;
+    uint64_t b = L.blocks > (1ull << 32) ? L.block : (L.a * L.block + L.c) % L.blocks;  // (a i) fits in 64 bits
+    L.block++;
+    const dim3 &g = g_grid_dim;
+    g_block_idx = uint3{(unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / g.x / g.y)};
+    for (size_t i = 0; i < L.nthreads; i++) {
+        L.threads[i].state = NOT_STARTED;
+        L.threads[i].fiber = nullptr;
+        L.order[i] = &L.threads[i];
+    }
+    L.norder = L.nthreads;
+    shuffle(L.order, L.norder);
+    L.next = 0;
+    return true;
+}
+
+// Ends a phase: when threads wait at a barrier, every thread still running must be among them (the others
+// have returned), and the next phase gives them their turns in a new order. False when the block is done.
+SCHEDULER_CODE bool next_phase(Launch &L) {
+    size_t waiting = 0;
+    for (size_t i = 0; i < L.norder; i++)
+        if (L.order[i]->state == AT_BARRIER) L.order[waiting++] = L.order[i];  // keeps only those
+    if (waiting == 0) return false;
+    if (waiting < L.norder)
+        emu_die("kernel %s, block (%u, %u, %u): __syncthreads() was reached by %zu of the %zu threads still "
+                "running: every thread of a block must reach the same barrier (on a GPU this hangs or "
+                "corrupts data)", L.name, g_block_idx.x, g_block_idx.y, g_block_idx.z, waiting, L.norder);
+    L.norder = waiting;
+    shuffle(L.order, L.norder);
+    L.next = 0;
+    return true;
+}
+
+// The thread whose turn it is, moving on to the next phase or block as needed; null at the end.
+SCHEDULER_CODE Thread *next_turn(void) {
+    Launch &L = g_launch;
+    for (;;) {
+        if (L.next < L.norder) return L.order[L.next++];
+        if (!next_phase(L) && !begin_block(L)) {
+            L.over = true;
+            return nullptr;
+        }
+    }
+}
+
+// Saves the current context in `from` and continues `to`; returns when something continues `from` again.
+// AddressSanitizer is told about every change of stack, or it would take a fiber's frames for overflows.
+void switch_context(Context *from, Context *to, const void *to_stack, size_t to_size, void **fake) {
+    ASAN_START_SWITCH(fake, to_stack, to_size);
+    context_swap(from, to);
     ASAN_FINISH_SWITCH(*fake, nullptr, nullptr);
 }
 
@@ -160,18 +277,17 @@ void fiber_main(void) {
     for (;;) {
         Thread *t = self->thread;
         g_thread_idx = t->idx;
-        g_launch.body(g_launch.ctx);
+        g_launch.body(g_launch.ctx);  // returns when the thread is done; barriers switch away inside
         t->state = FINISHED;
         t->fiber = nullptr;
-        // The next turn belongs to a thread that has not started: run it here, no switch needed.
-        Launch &L = g_launch;
-        if (L.next < L.order.size() && L.order[L.next]->state == NOT_STARTED) {
-            Thread *n = L.order[L.next++];
+        Thread *n = next_turn();
+        if (n && n->state == NOT_STARTED) {  // run it here: no switch needed
             n->state = RUNNING;
             n->fiber = self;
             self->thread = n;
             continue;
         }
+        g_launch.handed_back = n;  // a thread waiting at a barrier, on its own fiber (or null: the end)
         self->thread = nullptr;
         t_pool.idle.push_back(self);
         to_scheduler(self);
@@ -190,16 +306,12 @@ Fiber *fiber_get(void) {
     if (mem == MAP_FAILED) emu_die("kernel %s: cannot map a fiber stack of %zu KiB", g_launch.name, kStackBytes >> 10);
     mprotect(mem, page, PROT_NONE);  // a kernel that overflows its stack stops here
     f->stack = mem + page;
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = kStackBytes;
-    f->ctx.uc_link = nullptr;
-    makecontext(&f->ctx, fiber_main, 0);
+    context_make(&f->ctx, f->stack, kStackBytes, fiber_main);
     t_pool.all.push_back(f);
     return f;
 }
 
-// Gives thread t its turn: it runs until its next barrier or its end (and maybe starts others, above).
+// Gives thread t its turn, on a fiber: it runs until its next barrier or its end (and maybe runs others).
 void run_turn(Thread *t) {
     if (t->state == NOT_STARTED) {
         t->fiber = fiber_get();
@@ -213,35 +325,22 @@ void run_turn(Thread *t) {
     g_running = nullptr;
 }
 
-void run_block(void) {
+// Runs every block of the launch set up in g_launch.
+void run_launch(void) {
     Launch &L = g_launch;
-    L.threads.clear();
+    L.nthreads = 0;
     for (unsigned z = 0; z < g_block_dim.z; z++)
         for (unsigned y = 0; y < g_block_dim.y; y++)
-            for (unsigned x = 0; x < g_block_dim.x; x++) L.threads.push_back(Thread{uint3{x, y, z}, NOT_STARTED, nullptr});
-    L.order.clear();
-    for (Thread &t : L.threads) L.order.push_back(&t);
-    while (!L.order.empty()) {
-        // One phase: every live thread once, in a new random order, each up to its next barrier.
-        for (size_t i = L.order.size(); i > 1; i--) {
-            size_t j = (size_t)(rng_next() % i);
-            Thread *tmp = L.order[i - 1];
-            L.order[i - 1] = L.order[j];
-            L.order[j] = tmp;
-        }
-        L.next = 0;
-        while (L.next < L.order.size()) run_turn(L.order[L.next++]);
-        size_t waiting = 0;
-        for (Thread *t : L.order) waiting += t->state == AT_BARRIER;
-        if (waiting > 0 && waiting < L.order.size())
-            emu_die("kernel %s, block (%u, %u, %u): __syncthreads() was reached by %zu of the %zu threads still "
-                    "running: every thread of a block must reach the same barrier (on a GPU this hangs or "
-                    "corrupts data)", g_launch.name, g_block_idx.x, g_block_idx.y, g_block_idx.z, waiting,
-                    L.order.size());
-        std::vector<Thread *> live;
-        for (Thread *t : L.order)
-            if (t->state == AT_BARRIER) live.push_back(t);
-        L.order.swap(live);
+            for (unsigned x = 0; x < g_block_dim.x; x++) L.threads[L.nthreads++] = Thread{uint3{x, y, z}, NOT_STARTED, nullptr};
+    L.norder = 0;
+    L.next = 0;
+    L.block = 0;
+    L.over = false;
+    L.handed_back = nullptr;
+    while (!L.over) {
+        Thread *t = L.handed_back ? L.handed_back : next_turn();
+        L.handed_back = nullptr;
+        if (t) run_turn(t);
     }
 }
 
@@ -323,15 +422,12 @@ void kit_emu_run(const char *kernel, KitEmuDim grid, KitEmuDim block, size_t shm
     g_block_dim = dim3(block.x, block.y, block.z);
     // Blocks in a random order too (a GPU promises none): b -> (a b + c) mod N with a coprime to N visits
     // every block once without a table, even for 2^31 of them.
-    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
-    uint64_t a = rng_next() % nblocks + 1, c = rng_next() % nblocks;
-    while (gcd(a, nblocks) != 1) a++;
-    for (uint64_t i = 0; i < nblocks; i++) {
-        uint64_t b = (a % nblocks * (i % nblocks) + c) % nblocks;
-        if (nblocks > (1ull << 32)) b = i;  // (a i) could overflow: keep the plain order
-        g_block_idx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
-        run_block();
-    }
+    Launch &L = g_launch;
+    L.blocks = (uint64_t)grid.x * grid.y * grid.z;
+    L.a = rng_next() % L.blocks + 1;
+    L.c = rng_next() % L.blocks;
+    while (gcd(L.a, L.blocks) != 1) L.a++;
+    run_launch();
 }
 
 // ---------------------------------------------------------------- errors
