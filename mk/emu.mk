@@ -4,8 +4,9 @@
 #
 #   make EMU=1 [target]   builds into build-emu[-debug][-clang]; the CUDA backend there is the emulator
 #                         (device name "cuda-emu"), always with AddressSanitizer + UBSan, never NCCL
-#   make test-emu         (part of make test, GPU or not) builds the emulation variant and runs
-#                         tests/test_cuda.c and lesson 01's kernel test (solution passes, starter fails)
+#   make test-emu         (part of make test, GPU or not) builds the emulation variant and runs the
+#                         emulator's own test (tests/test_emu.cu), tests/test_cuda.c and lesson 01's
+#                         kernel test (solution passes, starter fails)
 #
 # Included from the Makefile right after mk/config.mk: with EMU=1 it replaces config.mk's CUDA settings
 # before mk/kit.mk and mk/lessons.mk read them.
@@ -42,6 +43,13 @@ ifeq ($(EMU),1)
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
   $(BUILD)/libkit.a: $(BUILD)/kit/cuda/emu/cuda_emu.o
 
+  # The emulator's own test (tests/test_emu.cu): CUDA source, so it is built like the kit's .cu files.
+  $(BUILD)/tests/test_emu: tests/test_emu.cu $(wildcard kit/*.h kit/cuda/*.h kit/cuda/emu/*.h) $(BUILD)/libkit.a
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(NVCC) $(NVCCFLAGS) -DKIT_CUDA $(CMOCKA_CFLAGS) -c $< -o $@.o
+	$(Q)$(CC) $@.o -o $@ $(LDFLAGS) $(BUILD)/libkit.a $(CMOCKA_LIBS) $(LDLIBS)
+
   ifeq ($(MAKELEVEL),0)
     $(info config: CUDA         emulated on the CPU (EMU=1, kit/cuda/emu): build folder $(BUILD), ASan + UBSan)
   endif
@@ -56,9 +64,9 @@ EMU_LESSON01 := $(firstword $(filter 01-%,$(patsubst solutions/%/,%,$(wildcard s
 
 .PHONY: test-emu
 test-emu:
-	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/test_cuda \
+	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda \
 	  $(if $(EMU_LESSON01),$(EMU_BUILD)/grade-solutions/test_lesson01 $(EMU_BUILD)/grade-lessons/test_lesson01)
-	@tests/run-tests.sh $(EMU_BUILD)/tests/test_cuda
+	@tests/run-tests.sh $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda
 ifneq ($(EMU_LESSON01),)
 	@echo "== lesson 01's CUDA kernel in the emulator: the solution must pass, the starter must fail"
 	@$(EMU_BUILD)/grade-solutions/test_lesson01 --only $(EMU_SGD_TEST) >$(EMU_BUILD)/sgd-solution.log 2>&1 || \
