@@ -389,7 +389,7 @@ def result(lesson, test, status, message, output="", seconds=0.0):
             "hint": hint if status not in (PASS, SKIP) else "", "output": output, "seconds": round(seconds, 3)}
 
 
-EMU_NOTE = "ran in the CUDA emulator: no GPU on this machine"
+EMU_NOTE = "ran in the CUDA emulator: no GPU here"
 
 
 def grade_lesson(root, build_dir, lesson, source, make_args, limits, grade_out=None, lessons_dir=None,
@@ -398,7 +398,8 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, grade_out=N
     emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there."""
     rs, log = grade_lesson_in(root, build_dir, lesson, source, make_args, limits, grade_out, lessons_dir,
                               log_path, strict_names)
-    gpu_skipped = [i for i, r in enumerate(rs) if r["status"] == SKIP and "no GPU" in r["message"]]
+    # skip_without_gpu (tests/testutil.h): no GPU here, or a build without CUDA; the emulator needs neither.
+    gpu_skipped = [i for i, r in enumerate(rs) if r["status"] == SKIP and "needs a GPU" in r["message"]]
     if not emu_build or os.path.normpath(emu_build) == os.path.normpath(build_dir) or not gpu_skipped:
         return rs, log
     print(f"grade: no GPU here: running {len(gpu_skipped)} GPU test(s) of lesson {lesson.num} in the CUDA "

@@ -56,7 +56,7 @@ static inline double max_rel_error(const float *a, const float *b, size_t n, dou
     do {                                                                     \
         const char *why_ = NULL;                                             \
         if (!device_cuda_usable(&why_)) {                                    \
-            print_message("[  SKIP    ] %s\n", why_);                       \
+            print_message("[  SKIP    ] needs a GPU: %s\n", why_);          \
             skip();                                                          \
         }                                                                    \
     } while (0)
