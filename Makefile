@@ -5,7 +5,8 @@
 #   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/)
 #
 # Build switches: NO_CUDA=1 (CPU-only even when nvcc is found), SANITIZE=1 (ASan + UBSan, CPU-only),
-# CC=clang, CUDA_ARCH="80 90" (GPU architectures), DEBUG=1 (-O0 -g).
+# CC=clang, CUDA_ARCH="80 90" (GPU architectures), DEBUG=1 (-O0 -g), EMU=1 (CUDA code in the CPU emulator,
+# build-emu/; kit/cuda/README.md).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash

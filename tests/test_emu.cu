@@ -9,8 +9,11 @@ extern "C" {  // cmocka's header has no C++ guard
 #include <cmocka.h>
 }
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda_check.h"
 
@@ -152,6 +155,31 @@ static void test_sgemm_column_major(void **state) {
     cublasDestroy(h);
 }
 
+// Half the block waits at a barrier the other half never reaches: a hang or garbage on a GPU, a stop with a
+// message here (in a child process, since it ends the program).
+__global__ void divergent_kernel(int *out) {
+    if (threadIdx.x < 16) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+static void test_divergent_barrier_stops(void **state) {
+    (void)state;
+    int *out;
+    CUDA_CHECK(cudaMalloc(&out, 32 * sizeof(int)));
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);  // the message is for a learner, not for this test's log
+        CUDA_LAUNCH(divergent_kernel, 1, 32, 0, 0)(out);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    cudaFree(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_thread_once),
@@ -159,6 +187,7 @@ int main(void) {
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
+        cmocka_unit_test(test_divergent_barrier_stops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
