@@ -37,14 +37,14 @@ bool device_cuda_usable(const char **why) {
         int count = 0;
         cudaError_t e = cudaGetDeviceCount(&count);
         if (e != cudaSuccess) {
-            // No driver (InsufficientDriver) or no device: say it plainly, with CUDA's words after.
+            // No driver (InsufficientDriver) or no device: say it plainly, then in CUDA's words.
             static char text[160];
-            snprintf(text, sizeof text, "no GPU on this machine (%s)", cudaGetErrorString(e));
+            snprintf(text, sizeof text, "no GPU on this machine: %s", cudaGetErrorString(e));
             reason = text;
             (void)cudaGetLastError();  // clear the sticky error so later calls start clean
             known = 0;
         } else if (count == 0) {
-            reason = "no GPU on this machine (no CUDA device found)";
+            reason = "no GPU on this machine: no CUDA device found";
             known = 0;
         } else {
             known = 1;
