@@ -33,8 +33,9 @@ static const Device GPU = DEVICE_CUDA, CPU = DEVICE_CPU;
 // difference can flip near a tie (a value just above or below 0, two equal maxima). Measured on the
 // CPU alone, by perturbing the input of tiny-bn by 1e-7 and 1e-6 relative (the size of float rounding
 // and of a reordered sum): the gradients moved by up to 1.6e-5 and the parameters by up to 1e-5 of
-// their RMS, after one step and after ten. 1e-4 leaves a margin of about 6x; a real bug (a wrong index,
-// a lost accumulation, a race) moves them by O(1).
+// their RMS after one step. 1e-4 leaves a margin of about 6x; a real bug (a wrong index, a lost
+// accumulation, a race) moves them by O(1). Over several steps such a difference can flip one of those
+// choices and then grow (test_model_ten_steps says by how much), so each step is compared from the same state.
 #define TOL_MODEL 1e-4
 
 // ---------------------------------------------------------------- helpers
