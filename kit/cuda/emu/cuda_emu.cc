@@ -361,10 +361,6 @@ int emulated_gpus(void) {
     return n >= 1 && n <= 64 ? n : 1;
 }
 
-struct Timed {
-    double ms;  // when it was recorded (events), for cudaEventElapsedTime
-};
-
 double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -382,7 +378,7 @@ struct KitEmuStream {
     unsigned flags;
 };
 struct KitEmuEvent {
-    Timed at;
+    double ms;  // host time when last recorded, for cudaEventElapsedTime
 };
 struct KitEmuBlas {
     cudaStream_t stream;
@@ -583,7 +579,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    *e = new KitEmuEvent{Timed{now_ms()}};
+    *e = new KitEmuEvent{now_ms()};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -594,14 +590,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     (void)s;
     if (!e) return set_error(cudaErrorInvalidValue);
-    e->at.ms = now_ms();
+    e->ms = now_ms();
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidValue); }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start || !end) return set_error(cudaErrorInvalidValue);
-    *ms = (float)(end->at.ms - start->at.ms);
+    *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
 }
 
