@@ -5,13 +5,15 @@
 #   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/)
 #
 # Build switches: NO_CUDA=1 (CPU-only even when nvcc is found), SANITIZE=1 (ASan + UBSan, CPU-only),
-# CC=clang, CUDA_ARCH="80 90" (GPU architectures), DEBUG=1 (-O0 -g).
+# CC=clang, CUDA_ARCH="80 90" (GPU architectures), DEBUG=1 (-O0 -g), EMU=1 (CUDA code in the CPU emulator,
+# build-emu/; kit/cuda/README.md).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
 # A feature with build rules of its own adds mk/NAME.mk and one `include` line to this list.
 include mk/config.mk      # finds the compilers and libraries, prints what it found, sets the flags
+include mk/emu.mk         # EMU=1: the CUDA emulation build (must follow config.mk)
 include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit, CUDA, process group)
 include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
 include mk/extras.mk      # run, slides, plots, benchmarks

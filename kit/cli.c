@@ -17,7 +17,7 @@
 
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_DOUBLE, OPT_SEED, OPT_FLAG } OptType;
 
-static const char *device_choices(void) { return "auto|cpu|cuda"; }
+static const char *device_choices(void) { return "auto|cpu|cuda|cuda-emu"; }
 static const char *backend_choices(void) { return "auto|mpi|nccl"; }
 
 // One row per option: adding an option is a TrainOptions field and a row here. Parsing, the range check,
@@ -42,7 +42,7 @@ static const CliOption OPTIONS[] = {
     {"data-dir", "DIR", CLI_BASE, OPT_STRING, FIELD(data_dir), "datasets/data", 0, 0, NULL,
      "where the dataset files are"},
     {"device", "DEV", CLI_BASE, OPT_STRING, FIELD(device), "auto", 0, 0, device_choices,
-     "; auto: the GPU when one is usable"},
+     "; auto: the GPU when one is usable;\ncuda-emu: the CUDA code in the CPU emulator (a `make EMU=1` build)"},
     {"model", "NAME", CLI_BASE, OPT_STRING, FIELD(model), NULL, 0, 0, model_names,
      " (default: the dataset's, see below)"},
     {"width", "N", CLI_BASE, OPT_INT, FIELD(width), NULL, 1, 4096, NULL,

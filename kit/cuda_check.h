@@ -42,6 +42,17 @@ static inline const char *cuda_hint(cudaError_t e) {
 // After a kernel launch: launch errors show up here, execution errors at the next sync.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// Every kernel launch is written CUDA_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...).
+// Under nvcc it is exactly kernel<<<grid, block, shared_bytes, stream>>>(arguments...); in the CPU
+// emulator (the EMU=1 build, kit/cuda/README.md) the host compiler cannot read <<<...>>>, and the same
+// line becomes a call that runs every thread of the grid.
+#ifdef KIT_CUDA_EMU
+#define CUDA_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+    kit_emu_launch(kernel, #kernel, grid, block, shared_bytes, stream)
+#else
+#define CUDA_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
+#endif
+
 static inline const char *cublas_status_name(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";

@@ -11,7 +11,14 @@
 #include "kit/cuda_check.h"
 #endif
 
-const char *device_name(Device d) { return d == DEVICE_CUDA ? "cuda" : "cpu"; }
+#ifdef KIT_CUDA_EMU
+// The EMU=1 build: the CUDA backend is the CPU emulator of kit/cuda/emu (kit/cuda/README.md).
+#define CUDA_DEVICE_NAME "cuda-emu"
+#else
+#define CUDA_DEVICE_NAME "cuda"
+#endif
+
+const char *device_name(Device d) { return d == DEVICE_CUDA ? CUDA_DEVICE_NAME : "cpu"; }
 
 bool device_cuda_built(void) {
 #ifdef KIT_CUDA
@@ -30,11 +37,14 @@ bool device_cuda_usable(const char **why) {
         int count = 0;
         cudaError_t e = cudaGetDeviceCount(&count);
         if (e != cudaSuccess) {
-            reason = cudaGetErrorString(e);
+            // No driver (InsufficientDriver) or no device: say it plainly, then in CUDA's words.
+            static char text[160];
+            snprintf(text, sizeof text, "no GPU on this machine: %s", cudaGetErrorString(e));
+            reason = text;
             (void)cudaGetLastError();  // clear the sticky error so later calls start clean
             known = 0;
         } else if (count == 0) {
-            reason = "no CUDA device found";
+            reason = "no GPU on this machine: no CUDA device found";
             known = 0;
         } else {
             known = 1;
@@ -52,11 +62,29 @@ bool device_parse(const char *arg, Device *out, bool quiet) {
     const char *why = NULL;
     if (strcmp(arg, "cpu") == 0) {
         *out = DEVICE_CPU;
+#ifdef KIT_CUDA_EMU
+    } else if (strcmp(arg, "cuda-emu") == 0 || strcmp(arg, "cuda") == 0) {
+        // Always available here, and never chosen by auto: it is for checking and learning, not for speed.
+        if (!quiet)
+            fprintf(stderr, "device: cuda-emu: the CUDA code runs in the CPU emulator (kit/cuda/README.md), "
+                            "many times slower than --device cpu; use it to check kernels, not to train\n");
+        *out = DEVICE_CUDA;
+#else
+    } else if (strcmp(arg, "cuda-emu") == 0) {
+        die("--device cuda-emu: this binary was built for %s; the CUDA emulator is a separate build: "
+            "`make EMU=1`, then run the same program from build-emu/ (kit/cuda/README.md)",
+            device_cuda_built() ? "a real GPU" : "the CPU only");
     } else if (strcmp(arg, "cuda") == 0) {
         if (!device_cuda_usable(&why)) die("--device cuda: no usable GPU (%s). Use --device cpu or auto.", why);
         *out = DEVICE_CUDA;
+#endif
     } else if (strcmp(arg, "auto") == 0) {
+#ifdef KIT_CUDA_EMU
+        why = "auto never picks the CUDA emulator: ask for it with --device cuda-emu";
+        *out = DEVICE_CPU;
+#else
         *out = device_cuda_usable(&why) ? DEVICE_CUDA : DEVICE_CPU;
+#endif
         if (!quiet) {
             if (*out == DEVICE_CUDA) printf("device: cuda (a usable GPU was found)\n");
             else printf("device: cpu (%s)\n", why);

@@ -15,7 +15,7 @@ extern "C" {
 
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
 
-// "cpu" or "cuda".
+// "cpu", "cuda", or "cuda-emu" for the CUDA backend of the EMU=1 build.
 const char *device_name(Device d);
 
 // True when this binary was built with the CUDA backend.
@@ -25,7 +25,9 @@ bool device_cuda_built(void);
 // `why` is not NULL, *why says why (no driver, no device, not built with CUDA).
 bool device_cuda_usable(const char **why);
 
-// Parses "auto", "cpu" or "cuda" into *out. Returns false on an unknown name.
+// Parses "auto", "cpu", "cuda" or "cuda-emu" into *out. Returns false on an unknown name.
+// "cuda-emu" is the CUDA backend of the EMU=1 build (the CPU emulator, kit/cuda/README.md): there it is
+// the only CUDA there is ("cuda" means it too, and auto never picks it); other builds refuse it clearly.
 // "auto" picks CUDA when usable, else CPU, and prints one line saying which and why
 // (unless quiet). "cuda" when CUDA is not usable is a clear error (exit 1).
 bool device_parse(const char *arg, Device *out, bool quiet);

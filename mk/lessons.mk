@@ -114,7 +114,8 @@ HELP_TARGETS += starters check-starters grade grade-solutions grade-starters \
                 $(foreach l,$(LESSON_NAMES),lesson-$(call lesson_num,$(l)))
 
 # Options every grading run passes down: the build folder and the lessons it may grade.
-GRADE_PY = $(PYTHON) tests/grade.py --build $(BUILD) $(foreach l,$(LESSONS_SKIPPED),--skip $(call lesson_num,$(l)))
+GRADE_PY = $(PYTHON) tests/grade.py --build $(BUILD) $(foreach l,$(LESSONS_SKIPPED),--skip $(call lesson_num,$(l))) \
+           $(GRADE_EMU_ARGS)  # issue 12 (mk/emu.mk): GPU tests skipped here run again in the emulator
 
 .PHONY: starters check-starters grade grade-solutions grade-starters
 # Rewrites lessons/ from solutions/ (maintainers: this overwrites a learner's edits in lessons/).

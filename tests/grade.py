@@ -1085,10 +1085,35 @@ class Context:
         self.scratch, self.sandbox, self.guard = scratch, sandbox, guard
 
 
+EMU_NOTE = "ran in the CUDA emulator: no GPU here"
+
+
 def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_out=None, lessons_dir=None,
-                 log_path=None, strict_names=False, shown_dir=None):
+                 log_path=None, strict_names=False, shown_dir=None, emu_build=None):
     """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons' (then lessons_dir is a staged
-    private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log)."""
+    private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log).
+    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there."""
+    rs, log = grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir,
+                              log_path, strict_names, shown_dir)
+    # skip_without_gpu (tests/testutil.h): no GPU here, or a build without CUDA; the emulator needs neither.
+    gpu_skipped = [i for i, r in enumerate(rs) if r["status"] == SKIP and "needs a GPU" in r["message"]]
+    if not emu_build or os.path.normpath(emu_build) == os.path.normpath(build_dir) or not gpu_skipped:
+        return rs, log
+    print(f"grade: no GPU here: running {len(gpu_skipped)} GPU test(s) of lesson {lesson.num} in the CUDA "
+          f"emulator (build folder {emu_build})", flush=True)
+    only = [lesson.tests[i] for i in gpu_skipped]
+    emu_rs, emu_log = grade_lesson_in(root, emu_build, lesson, source, list(make_args) + ["EMU=1"], limits, ctx,
+                                      None, lessons_dir, None, False, shown_dir, only)
+    for i, r in zip(gpu_skipped, emu_rs):
+        r["note"] = EMU_NOTE
+        rs[i] = r
+    return rs, log if emu_rs[0]["status"] != NOBUILD else emu_log
+
+
+def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir, log_path,
+                    strict_names, shown_dir, only=None):
+    """grade_lesson in one build folder; only: the tests to run (default all)."""
+    tests = only or lesson.tests
     args = list(make_args)
     if source == "solutions":
         binary = os.path.join(build_dir, "grade-solutions", f"test_lesson{lesson.num}")
@@ -1102,7 +1127,7 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
         source_dir = os.path.join(root, lessons_dir, lesson.name)
         obj_dir = os.path.join(out, lesson.name)
     if not os.path.isdir(source_dir):
-        return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in lesson.tests], ""
+        return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in tests], ""
     if ctx.guard:
         ctx.guard.check()  # builds only from the kit's own files
     ok, log = build(root, build_dir, binary, args, log_path)
@@ -1110,7 +1135,7 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
         log = log.replace(lessons_dir.rstrip("/") + "/", (shown_dir.rstrip("/") + "/") if shown_dir else "")
     if not ok:
         why = "does not compile: " + first_error(log)
-        return [result(lesson, t, NOBUILD, why, log[-OUTPUT_TAIL:]) for t in lesson.tests], log
+        return [result(lesson, t, NOBUILD, why, log[-OUTPUT_TAIL:]) for t in tests], log
     binary = os.path.join(root, binary) if not os.path.isabs(binary) else binary
     obj_dir = os.path.join(root, obj_dir) if not os.path.isabs(obj_dir) else obj_dir
     if strict_names:
@@ -1136,8 +1161,8 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
                 for n in ("libkit.a", "libkit_dist.a")]
     refused = check_objects(binary, objects, kit_libs, shown)
     if refused:
-        return [result(lesson, t, ERROR, refused) for t in lesson.tests], log
-    return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in lesson.tests], log
+        return [result(lesson, t, ERROR, refused) for t in tests], log
+    return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in tests], log
 
 
 # ------------------------------------------------------------------------------------------------ reports
@@ -1180,6 +1205,8 @@ def print_table(results, title, out=sys.stdout):
         line = f"{r['lesson']:<7}{r['test']:<{width + 2}}{pts:>8}  {r['status']}"
         if r["status"] != PASS:
             line += f"  {one_line(r['message'])}"
+        if r.get("note"):
+            line += f"  ({r['note']})"
         print(line, file=out)
         if r["hint"]:
             print(f"{'':<7}  hint: {r['hint']}", file=out)
@@ -1211,6 +1238,8 @@ def gradescope_json(results, extra_output=""):
     tests = []
     for r in results:
         parts = [f"{r['status']}: {r['message']}".strip()] if r["status"] != PASS else ["passed"]
+        if r.get("note"):
+            parts.append(f"({r['note']})")
         if r["hint"]:
             parts.append(f"Hint: {r['hint']}")
         if r["status"] != PASS and r["output"].strip():
@@ -1469,6 +1498,8 @@ def main():
     ap.add_argument("--lessons-dir", default="lessons", help="the learner's lessons folder (default lessons)")
     ap.add_argument("--build", default="build", help="build folder of the kit (default build)")
     ap.add_argument("--make-arg", action="append", default=[], help="extra VAR=VALUE for make (repeatable)")
+    ap.add_argument("--emu-build", help="CUDA emulation build folder (make EMU=1): tests skipped for want of a "
+                                        "GPU run again there")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per test (hints.tsv may say more)")
     ap.add_argument("--mem-mb", type=int, default=4096, help="memory limit per test in MiB (0: none)")
     ap.add_argument("--fsize-mb", type=int, default=512, help="largest file (and output) a test may write, MiB")
@@ -1520,7 +1551,7 @@ def learner(args, lessons, make_args, limits, ctx):
         print(f"grade: building and testing {label} ({len(lesson.tests)} tests)", flush=True)
         if source == "solutions":
             rs, log = grade_lesson(ROOT, args.build, lesson, source, make_args, limits, ctx,
-                                   strict_names=args.expect is not None)
+                                   strict_names=args.expect is not None, emu_build=args.emu_build)
         else:
             found = os.path.join(ROOT, args.lessons_dir, lesson.name)
             if not os.path.isdir(found):
@@ -1533,7 +1564,8 @@ def learner(args, lessons, make_args, limits, ctx):
             for n in notes:
                 print(f"grade: note: {args.lessons_dir}/{lesson.name}/{n}")
             rs, log = grade_lesson(ROOT, args.build, lesson, source, make_args, limits, ctx, lessons_dir=stage,
-                                   strict_names=args.expect is not None, shown_dir=args.lessons_dir)
+                                   strict_names=args.expect is not None, shown_dir=args.lessons_dir,
+                                   emu_build=args.emu_build)
         if rs and rs[0]["status"] == NOBUILD:
             print(f"grade: {label} does not compile; the build said:\n" + log[-3000:].rstrip() + "\n")
         results += rs

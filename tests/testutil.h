@@ -80,7 +80,7 @@ static inline double gamma_k(double k) {
     do {                                                                     \
         const char *why_ = NULL;                                             \
         if (!device_cuda_usable(&why_)) {                                    \
-            print_message("[  SKIP    ] no usable GPU: %s\n", why_);         \
+            print_message("[  SKIP    ] needs a GPU: %s\n", why_);          \
             skip();                                                          \
         }                                                                    \
     } while (0)

@@ -245,7 +245,7 @@ extern "C" void batchnorm_forward_train_cuda(const BatchNormDims *s, const float
     KIT_CHECK_PTR(invstd);
     BnWork w = bn_work(s, work);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    bn_stats_partial_kernel<<<grid, KIT_BLOCK, 0, cuda_stream()>>>(*s, w.slices, x, w.partials);
+    CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, w.slices, x, w.partials);
     CUDA_CHECK_LAUNCH();
     bn_reduce(s, w, NULL);
     double count = bn_sync_stats(s, sync, w.stats);
@@ -279,7 +279,7 @@ extern "C" void batchnorm_backward_cuda(const BatchNormDims *s, const float *x, 
     KIT_CHECK_PTR(dy);
     BnWork w = bn_work(s, work);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    bn_grad_partial_kernel<<<grid, KIT_BLOCK, 0, cuda_stream()>>>(*s, w.slices, x, mean, dy, w.partials);
+    CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, w.slices, x, mean, dy, w.partials);
     CUDA_CHECK_LAUNCH();
     bn_reduce(s, w, invstd);
     if (dgamma || dbeta) KIT_LAUNCH(bn_param_grad_kernel, (size_t)s->c, s->c, w.stats, dgamma, dbeta);

@@ -163,7 +163,7 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
                                      float *dx, float *dw, float *db, float *work) {
     ConvPlan pl = conv_plan(s);
     KIT_CHECK_PTR(dy);
-    if (db) conv_bias_grad_kernel<<<s->k, KIT_BLOCK, 0, cuda_stream()>>>(s->n, s->k, pl.pq, dy, db);
+    if (db) CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, dy, db);
     if (db) CUDA_CHECK_LAUNCH();
     if (!dx && !dw) return;
     KIT_CHECK_PTR(x);

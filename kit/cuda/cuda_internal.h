@@ -2,7 +2,7 @@
 #ifndef KIT_CUDA_INTERNAL_H
 #define KIT_CUDA_INTERNAL_H
 
-#ifndef __CUDACC__
+#if !defined(__CUDACC__) && !defined(KIT_CUDA_EMU)
 #error "cuda_internal.h is for .cu files only"
 #endif
 
@@ -33,7 +33,7 @@ static inline unsigned kit_grid(size_t n) {
     do {                                                                                   \
         size_t kit_n_ = (size_t)(n);                                                       \
         if (kit_n_ > 0) {                                                                  \
-            kernel<<<kit_grid(kit_n_), KIT_BLOCK, 0, cuda_stream()>>>(__VA_ARGS__);         \
+            CUDA_LAUNCH(kernel, kit_grid(kit_n_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__);   \
             CUDA_CHECK_LAUNCH();                                                           \
         }                                                                                  \
     } while (0)

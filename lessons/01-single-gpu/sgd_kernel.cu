@@ -1,5 +1,6 @@
 // sgd_kernel.cu: the optimizer step of lesson 01 as a CUDA kernel (TODO 2).
-// Compiled only when the CUDA toolkit is found; graded only on a machine with a GPU.
+// Compiled by nvcc for a GPU, or by the host C++ compiler for the kit's CUDA emulator (make EMU=1, see
+// kit/cuda/README.md); graded on the GPU when there is one, else in the emulator.
 #include "kit/cuda_check.h"
 #include "lesson.h"
 
@@ -16,6 +17,7 @@ extern "C" void lesson_sgd_update_cuda(size_t n, float *param, const float *grad
     // Enough blocks to fill the GPU, not one per element: the grid-stride loop does the rest.
     size_t want = (n + threads - 1) / threads;
     int blocks = (int)(want < 4096 ? want : 4096);
-    sgd_kernel<<<blocks, threads>>>(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+    // sgd_kernel<<<blocks, threads>>>(...), written so that the emulator can run it too (kit/cuda_check.h).
+    CUDA_LAUNCH(sgd_kernel, blocks, threads, 0, 0)(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
     CUDA_CHECK_LAUNCH();
 }

@@ -25,25 +25,63 @@ static void sgd_reference(size_t n, double *p, const double *g, double *v, doubl
     }
 }
 
+// Past the end of each array lies a guard of GUARD floats holding a value no update produces, checked
+// after the steps: an update that writes one element too many (a `<=` bound) is named as such, on the CPU
+// and on the GPU alike (on the CPU emulator's build, AddressSanitizer would stop at the first such access).
+enum { GUARD = 64 };
+static const float GUARD_VALUE = 12345.0f;
+
+static void check_guard(const char *what, const float *guard, size_t n) {
+    for (size_t i = 0; i < GUARD; i++) {
+        if (guard[i] != GUARD_VALUE) {
+            print_error("the update wrote %s[%zu], past the end of the array (n = %zu): the bound is i < n\n", what,
+                        n + i, n);
+            fail();
+        }
+    }
+}
+
 static void check_sgd_case(Device d, size_t N, float momentum, float weight_decay, int nesterov) {
     enum { STEPS = 3 };
-    float *p = xmalloc(N * sizeof(float)), *g = xmalloc(N * sizeof(float)), *v = xcalloc(N, sizeof(float));
+    size_t bytes = (N + GUARD) * sizeof(float);
+    float *p = xmalloc(bytes), *g = xmalloc(bytes), *v = xcalloc(N + GUARD, sizeof(float));
     double *pr = xmalloc(N * sizeof(double)), *gr = xmalloc(N * sizeof(double)), *vr = xcalloc(N, sizeof(double));
     fill_uniform(p, N, -1.0f, 1.0f, 11);
+    for (size_t i = 0; i < GUARD; i++) p[N + i] = v[N + i] = g[N + i] = GUARD_VALUE;
     for (size_t i = 0; i < N; i++) pr[i] = p[i];
-    float *dp = device_alloc(d, N * sizeof(float)), *dg = device_alloc(d, N * sizeof(float));
-    float *dv = device_alloc(d, N * sizeof(float));
-    device_copy_to(d, dp, p, N * sizeof(float));
-    device_memset_zero(d, dv, N * sizeof(float));
+    float *dp = device_alloc(d, bytes), *dg = device_alloc(d, bytes), *dv = device_alloc(d, bytes);
+    device_copy_to(d, dp, p, bytes);
+    device_copy_to(d, dv, v, bytes);
     for (int s = 0; s < STEPS; s++) {
         fill_uniform(g, N, -1.0f, 1.0f, 100 + (uint64_t)s);  // a new gradient every step
         for (size_t i = 0; i < N; i++) gr[i] = g[i];
-        device_copy_to(d, dg, g, N * sizeof(float));
+        device_copy_to(d, dg, g, bytes);
         lesson_sgd_update(d, N, dp, dg, dv, 0.1f, momentum, weight_decay, nesterov);
         sgd_reference(N, pr, gr, vr, 0.1, momentum, weight_decay, nesterov);
     }
-    device_copy_from(d, p, dp, N * sizeof(float));
-    device_copy_from(d, v, dv, N * sizeof(float));
+    device_copy_from(d, p, dp, bytes);
+    device_copy_from(d, v, dv, bytes);
+    check_guard("param", p + N, N);
+    check_guard("velocity", v + N, N);
+    // Elements at the end never updated: on the GPU the sign of a kernel without a grid-stride loop (the
+    // launch has fewer threads than the array has elements). An update always moves a parameter here.
+    float *p0 = xmalloc(N * sizeof(float));
+    fill_uniform(p0, N, -1.0f, 1.0f, 11);
+    size_t last = N;
+    while (last > 0 && p[last - 1] == p0[last - 1]) last--;
+    free(p0);
+    if (last == 0) {
+        print_error("no parameter was updated (the update did nothing)\n");
+        fail();
+    }
+    if (last < N) {
+        print_error("param[%zu] to param[%zu] were never updated%s\n", last, N - 1,
+                    d == DEVICE_CUDA ? ": the threads did not cover the array; each starts at its global index "
+                                       "(block and thread) and loops with a grid-stride step, as the grid may "
+                                       "have fewer threads than the array has elements"
+                                     : ": the loop must visit every i < n");
+        fail();
+    }
     float *pref = xmalloc(N * sizeof(float)), *vref = xmalloc(N * sizeof(float));
     for (size_t i = 0; i < N; i++) pref[i] = (float)pr[i], vref[i] = (float)vr[i];
     // Three float32 steps vs float64, element by element (no BLAS: the same on every CPU). Each step is at most
@@ -61,6 +99,8 @@ static void test_sgd_plain(void **state) { check_sgd_case(DEVICE_CPU, 1000, 0.0f
 static void test_sgd_momentum(void **state) { check_sgd_case(DEVICE_CPU, 1000, 0.9f, 0.0f, 0); }
 static void test_sgd_nesterov(void **state) { check_sgd_case(DEVICE_CPU, 1000, 0.9f, 0.0f, 1); }
 static void test_sgd_weight_decay(void **state) { check_sgd_case(DEVICE_CPU, 1000, 0.9f, 5e-2f, 0); }
+// On a machine without a GPU the grader runs this test in the CUDA emulator (make EMU=1): the same kernel,
+// every thread of the grid, so the same mistakes fail (kit/cuda/README.md says what it does not model).
 static void test_sgd_cuda_kernel(void **state) {
     skip_without_gpu();
     check_sgd_case(DEVICE_CUDA, 1000, 0.9f, 5e-2f, 0);

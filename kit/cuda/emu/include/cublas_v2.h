@@ -1,0 +1,3 @@
+// kit/cuda/emu/include/cublas_v2.h: in the EMU=1 build this folder comes first on the include path, so the kit's
+// `#include <cublas_v2.h>` reads the emulator's declarations (kit/cuda/emu/cuda_emu.h) instead of the toolkit's.
+#include "../cuda_emu.h"

@@ -1,0 +1,193 @@
+// tests/test_emu.cu: the CUDA emulator's own promises (kit/cuda/README.md), built only in the EMU=1 build:
+// every block and thread runs once, __syncthreads() is a real barrier, the thread order between barriers is
+// random (so a missing barrier shows), launch limits and cuBLAS's column-major semantics and checks.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+extern "C" {  // cmocka's header has no C++ guard
+#include <cmocka.h>
+}
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kit/cuda_check.h"
+
+// Every (block, thread) of a 3-D grid of 3-D blocks adds 1 to its own counter, and records its indices.
+__global__ void count_kernel(int *count, uint3 *where) {
+    unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    unsigned thread = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    unsigned i = block * (blockDim.x * blockDim.y * blockDim.z) + thread;
+    count[i] += 1;
+    where[i] = uint3{blockIdx.x * 100 + threadIdx.x, blockIdx.y * 100 + threadIdx.y, blockIdx.z * 100 + threadIdx.z};
+}
+
+static void test_every_thread_once(void **state) {
+    (void)state;
+    dim3 grid(3, 2, 2), block(4, 3, 2);
+    const int n = 12 * 24;
+    int *count;
+    uint3 *where;
+    CUDA_CHECK(cudaMalloc(&count, n * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&where, n * sizeof(uint3)));
+    CUDA_CHECK(cudaMemset(count, 0, n * sizeof(int)));
+    CUDA_LAUNCH(count_kernel, grid, block, 0, 0)(count, where);
+    CUDA_CHECK_LAUNCH();
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(count[i], 1);
+        int t = i % 24, b = i / 24;
+        assert_int_equal(where[i].x, (unsigned)(b % 3 * 100 + t % 4));
+        assert_int_equal(where[i].y, (unsigned)(b / 3 % 2 * 100 + t / 4 % 3));
+        assert_int_equal(where[i].z, (unsigned)(b / 6 * 100 + t / 12));
+    }
+    cudaFree(count);
+    cudaFree(where);
+}
+
+// Each thread writes its slot, then reads its neighbour's: right only when every write comes first. The
+// values carry the launch number, so what a previous launch left in the slots is never right.
+template <bool kBarrier>
+__global__ void neighbour_kernel(int launch, int *out) {
+    __shared__ int slot[256];
+    slot[threadIdx.x] = launch * 1000 + (int)threadIdx.x;
+    if (kBarrier) __syncthreads();
+    out[threadIdx.x] = slot[(threadIdx.x + 1) % blockDim.x];
+}
+
+static int neighbour_errors(bool barrier, int launch) {
+    int *out;
+    CUDA_CHECK(cudaMalloc(&out, 256 * sizeof(int)));
+    if (barrier) CUDA_LAUNCH(neighbour_kernel<true>, 1, 256, 0, 0)(launch, out);
+    else CUDA_LAUNCH(neighbour_kernel<false>, 1, 256, 0, 0)(launch, out);
+    CUDA_CHECK_LAUNCH();
+    int errors = 0;
+    for (int t = 0; t < 256; t++) errors += out[t] != launch * 1000 + (t + 1) % 256;
+    cudaFree(out);
+    return errors;
+}
+
+static void test_barrier_orders_and_its_absence_shows(void **state) {
+    (void)state;
+    for (int launch = 1; launch <= 20; launch++) assert_int_equal(neighbour_errors(true, launch), 0);
+    // Without the barrier a thread reads its neighbour's slot before or after the neighbour wrote it, as
+    // the random order has it: each read is wrong with probability 1/2, so about 128 of the 256 (standard
+    // deviation about 8). Threads in index order would give 255 wrong, in reverse order 1.
+    int wrong = neighbour_errors(false, 21);
+    assert_in_range(wrong, 32, 224);
+}
+
+__global__ void atomic_kernel(int *sum, int *max) {
+    atomicAdd(sum, 1);
+    atomicMax(max, (int)(blockIdx.x * blockDim.x + threadIdx.x));
+}
+
+static void test_atomics(void **state) {
+    (void)state;
+    int *v;
+    CUDA_CHECK(cudaMalloc(&v, 2 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(v, 0, 2 * sizeof(int)));
+    CUDA_LAUNCH(atomic_kernel, 7, 64, 0, 0)(v, v + 1);
+    CUDA_CHECK_LAUNCH();
+    assert_int_equal(v[0], 7 * 64);
+    assert_int_equal(v[1], 7 * 64 - 1);
+    cudaFree(v);
+}
+
+// Launches a GPU refuses are refused here too, through cudaGetLastError (which then resets).
+static void test_launch_limits(void **state) {
+    (void)state;
+    int *v;
+    uint3 *w;
+    CUDA_CHECK(cudaMalloc(&v, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&w, sizeof(uint3)));
+    CUDA_LAUNCH(count_kernel, 1, 2048, 0, 0)(v, w);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+    CUDA_LAUNCH(count_kernel, 0, 32, 0, 0)(v, w);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    CUDA_LAUNCH(count_kernel, 1, dim3(32, 1, 65), 0, 0)(v, w);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    CUDA_LAUNCH(count_kernel, 1, 32, 64 * 1024, 0)(v, w);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    cudaFree(v);
+    cudaFree(w);
+}
+
+// cublasSgemm against a plain triple loop over column-major storage, for all four transpose cases, with
+// leading dimensions larger than the rows (padding that must be skipped); and cuBLAS's argument checks.
+static void test_sgemm_column_major(void **state) {
+    (void)state;
+    cublasHandle_t h;
+    assert_int_equal(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const int m = 3, n = 4, k = 5, pad = 2;
+    float A[(5 + 2) * 5], B[(5 + 2) * 5], C[(3 + 2) * 4], R[(3 + 2) * 4];
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
+            for (int i = 0; i < (int)(sizeof A / sizeof A[0]); i++) A[i] = (float)((i * 7) % 11) - 5.0f;
+            for (int i = 0; i < (int)(sizeof B / sizeof B[0]); i++) B[i] = (float)((i * 5) % 13) - 6.0f;
+            for (int i = 0; i < (int)(sizeof C / sizeof C[0]); i++) C[i] = R[i] = (float)(i % 3);
+            const float alpha = 2.0f, beta = 0.5f;
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    float s = 0.0f;
+                    for (int p = 0; p < k; p++)
+                        s += (ta ? A[p + i * lda] : A[i + p * lda]) * (tb ? B[j + p * ldb] : B[p + j * ldb]);
+                    R[i + j * ldc] = alpha * s + beta * R[i + j * ldc];
+                }
+            assert_int_equal(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                                         &alpha, A, lda, B, ldb, &beta, C, ldc),
+                             CUBLAS_STATUS_SUCCESS);
+            for (int i = 0; i < (int)(sizeof C / sizeof C[0]); i++) assert_true(C[i] == R[i]);  // small integers: exact
+        }
+    const float one = 1.0f;
+    // A leading dimension below the rows of its matrix, as stored: refused, as cuBLAS does.
+    assert_int_equal(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, m - 1, B, k, &one, C, m),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, k - 1, B, k, &one, C, m),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, m, B, k, &one, C, m - 1),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    cublasDestroy(h);
+}
+
+// Half the block waits at a barrier the other half never reaches: a hang or garbage on a GPU, a stop with a
+// message here (in a child process, since it ends the program).
+__global__ void divergent_kernel(int *out) {
+    if (threadIdx.x < 16) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+static void test_divergent_barrier_stops(void **state) {
+    (void)state;
+    int *out;
+    CUDA_CHECK(cudaMalloc(&out, 32 * sizeof(int)));
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);  // the message is for a learner, not for this test's log
+        CUDA_LAUNCH(divergent_kernel, 1, 32, 0, 0)(out);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    cudaFree(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_thread_once),
+        cmocka_unit_test(test_barrier_orders_and_its_absence_shows),
+        cmocka_unit_test(test_atomics),
+        cmocka_unit_test(test_launch_limits),
+        cmocka_unit_test(test_sgemm_column_major),
+        cmocka_unit_test(test_divergent_barrier_stops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
