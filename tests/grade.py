@@ -676,15 +676,20 @@ def remove_path(path):
 _LIB_SYMBOLS = {}
 
 
-def defined_symbols(path, dynamic=False):
-    """Global symbols an object or library defines (nm)."""
+def defined_symbols(path, dynamic=False, skip_cxx_comdat=False):
+    """Global symbols an object or library defines (nm). skip_cxx_comdat: leave out weak C++ symbols (mangled
+    names, nm type W or V): the inline functions and template instantiations that every translation unit using
+    a C++ header emits (the CUDA emulator's launch wrapper, say), which the kit's objects emit too."""
     cmd = ["nm", "-g", "--defined-only"] + (["-D"] if dynamic else []) + [path]
     rc, out = run_command(cmd, 60, stderr=subprocess.DEVNULL)
     names = set()
     for line in (out or b"").decode("utf-8", "replace").splitlines():
         parts = line.split()
         if len(parts) >= 2 and len(parts[-2]) == 1:
-            names.add(parts[-1].split("@")[0])
+            name = parts[-1].split("@")[0]
+            if skip_cxx_comdat and parts[-2] in "WV" and name.startswith("_Z"):
+                continue
+            names.add(name)
     return names
 
 
@@ -730,7 +735,7 @@ def check_objects(binary, objects, kit_libs, shown_as):
             return (f"{source} puts code in .preinit_array, which would run before the test harness; "
                     f"graded code may not do that")
         # Names that are not C identifiers (DW.ref.__gxx_personality_v0 from nvcc) are the compiler's own.
-        clash = sorted(n for n in defined_symbols(obj) if n in reserved and re.fullmatch(r"[A-Za-z_]\w*", n))
+        clash = sorted(n for n in defined_symbols(obj, skip_cxx_comdat=True) if n in reserved and re.fullmatch(r"[A-Za-z_]\w*", n))
         if clash:
             names = ", ".join(f"{n} ({reserved[n]})" for n in clash[:5])
             return (f"{source} defines {names}, already defined by a library the test uses; graded code may not "
