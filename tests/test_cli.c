@@ -81,7 +81,7 @@ static void test_mistakes_are_usage_errors(void **state) {
     const char *why[] = {"unknown option", "--epochs needs an integer", "--epochs needs an integer",
                          "--dataset must be synthetic, cifar10, cifar100 or fashion-mnist, got 'imagenet'",
                          "--model must be tiny, tiny-bn, fmnist or resnet9, got 'vgg'", "--lr needs a number",
-                         "--device must be auto, cpu or cuda", "--devices does not apply", "without its value"};
+                         "--device must be auto, cpu, cuda or cuda-emu", "--devices does not apply", "without its value"};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
         int argc = a[i][2] ? 3 : 2;
         check_error(CLI_BASE, argc, a[i], 2, why[i]);
