@@ -2,7 +2,7 @@
 #
 #   make run                 install what is missing, build, get data, train lesson 01's solution
 #   make test                build everything and run every test (kit, autograder on solutions and starters)
-#   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/)
+#   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/, HINTS=full: exact calls)
 #
 # Build switches: NO_CUDA=1 (CPU-only even when nvcc is found), SANITIZE=1 (ASan + UBSan, CPU-only),
 # CC=clang, CUDA_ARCH="80 90" (GPU architectures), DEBUG=1 (-O0 -g), EMU=1 (CUDA code in the CPU emulator,

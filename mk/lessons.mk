@@ -18,7 +18,8 @@
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
 #
 # Variables: SOLUTIONS=1 (build/run/grade solutions/ instead of lessons/), NP=n, ARGS="..." (program options),
-# LESSON=NN (grade one lesson), LESSONS_DIR (where the learner's lessons are; the grader points it at a
+# LESSON=NN (grade one lesson), HINTS=full (`make grade`: hints with the exact calls, from
+# tests/lessonNN/hints-full.tsv), LESSONS_DIR (where the learner's lessons are; the grader points it at a
 # student's copy), GRADE_LESSONS_OUT (where their autograder binaries go), STRICT=1 (learner code with -Werror;
 # without it, warnings in lessons/ are shown but do not stop the build).
 
@@ -127,14 +128,14 @@ check-starters:
 
 # The learner's command: grades lessons/ (or solutions/ with SOLUTIONS=1) and prints the score table.
 grade: $(KIT_LIB)
-	@$(GRADE_PY) $(if $(LESSON),--lesson $(LESSON)) $(if $(filter 1,$(SOLUTIONS)),--solutions)
+	@$(if $(HINTS),GRADE_HINTS=$(HINTS) )$(GRADE_PY) $(if $(LESSON),--lesson $(LESSON)) $(if $(filter 1,$(SOLUTIONS)),--solutions)
 
 # CI (invariant 10): every autograder test passes on the solutions and fails on the starters.
 grade-solutions: $(KIT_LIB)
 	@$(GRADE_PY) --solutions --expect pass
 
 grade-starters: $(KIT_LIB)
-	@$(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons
+	@set -o pipefail; $(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons | tee $(BUILD)/grade-starters.txt
 
 # ---------------------------------------------------------------- a lesson's extra checks (tests/lessonNN/run-tests.sh)
 lesson_extra = $(wildcard tests/lesson$(call lesson_num,$(1))/run-tests.sh)
@@ -159,3 +160,17 @@ TEST_TARGETS += test-grader
 HELP_TARGETS += test-grader
 test-grader:
 	@$(PYTHON) tests/grader/test_grader.py
+
+# ---- README examples of `make grade` (issue 10): each lesson README's example of the starter's score table
+# (after its <!-- grade-excerpt --> line) must be what the starter prints; read from grade-starters' output.
+.PHONY: check-grade-excerpts
+TEST_TARGETS += check-grade-excerpts
+HELP_TARGETS += check-grade-excerpts
+# Not under SANITIZE=1: a failed test leaks what it had allocated (fail() jumps past the frees), and the
+# sanitizer's leak report becomes the last line the grader shows, which is not what a learner's build prints.
+check-grade-excerpts:
+ifeq ($(SANITIZE),1)
+	@echo "check-grade-excerpts: skipped under SANITIZE=1 (leak reports of failed tests replace their messages)"
+else
+	@$(PYTHON) scripts/check-grade-excerpts --build $(BUILD) --from $(BUILD)/grade-starters.txt
+endif

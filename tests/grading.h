@@ -27,6 +27,9 @@
 //                     <test>". A line with a wrong token, or a missing or second line, makes the test an ERROR.
 // What this does not stop: code running inside this process can read its memory, and so the token.
 // tests/GRADING.md says what is guaranteed and how.
+// A test whose subject builds on an earlier TODO checks that TODO first, on a tiny known case, with
+// grading_require_todo (below): a learner with a wrong SGD update is then told "fix TODO 1 first" by the
+// training-step tests, instead of being sent to TODO 3 by their hints.
 #ifndef GRADING_H
 #define GRADING_H
 
@@ -168,6 +171,22 @@ static inline const char *grading_group_name(const char *argv0) {
     const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
     return slash ? slash + 1 : (argv0 ? argv0 : "tests");
 }
+
+// Fails the calling test with "fix TODO <todo> first: <why>" when `ok` is false. tests/grade.py recognises the
+// message and shows it instead of the test's own hint (which is about a later TODO and would mislead).
+// In a multi-rank test `ok` must be the same on every rank (decide it from a collective), so that every rank
+// leaves the test at the same point and none waits in a collective for the others.
+// A macro, so that the failure's file:line is the calling test's.
+#define grading_require_todo(ok, todo, ...)                                  \
+    do {                                                                     \
+        if (!(ok)) {                                                         \
+            char text_[1024];                                                \
+            int used_ = snprintf(text_, sizeof text_, "fix TODO %s first: ", (todo)); \
+            snprintf(text_ + used_, sizeof text_ - (size_t)used_, __VA_ARGS__); \
+            print_error("%s\n", text_); /* one write: ranks' lines do not interleave */ \
+            fail();                                                          \
+        }                                                                    \
+    } while (0)
 
 static inline int grading_usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--list | --only TEST_NAME]\n", argv0);

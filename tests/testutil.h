@@ -34,6 +34,28 @@ static inline double max_rel_error(const float *a, const float *b, size_t n, dou
     return worst;
 }
 
+// How an array compares with its reference, in two numbers that name the usual mistakes:
+//   ratio  the least-squares factor in mine ~ ratio * ref, dot(mine, ref) / dot(ref, ref): 2 when mine is
+//          twice the reference (gradients added up over two steps), -1 when it has the opposite sign, n when
+//          a 1/n scale is missing; 1 when they agree
+//   error  max |mine - ref| / max |ref|: the largest difference relative to the reference's size (NaN: infinite)
+typedef struct {
+    double ratio, error;
+} Compare;
+
+static inline Compare compare_arrays(const float *mine, const float *ref, size_t n) {
+    double dot = 0.0, norm = 0.0, err = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        dot += (double)mine[i] * ref[i];
+        norm += (double)ref[i] * ref[i];
+        double d = fabs((double)mine[i] - (double)ref[i]);
+        err = isnan(d) ? INFINITY : (d > err ? d : err);
+        scale = fabs((double)ref[i]) > scale ? fabs((double)ref[i]) : scale;
+    }
+    return (Compare){.ratio = norm > 0 ? dot / norm : (dot == 0 ? 1.0 : INFINITY),
+                     .error = scale > 0 ? err / scale : err};
+}
+
 // Asserts two float arrays agree within a relative tolerance, and says where they first differ.
 #define assert_close(a, b, n, tol, floor)                                                    \
     do {                                                                                     \

@@ -3,13 +3,10 @@
 
 #include "kit/check.h"
 
-// TODO 1: SGD with momentum, element by element, exactly as torch.optim.SGD does it:
-//     g = grad[i] + weight_decay * param[i]          (L2 penalty, folded into the gradient)
-//     velocity[i] = momentum * velocity[i] + g        (running direction: the "momentum buffer")
-//     step = nesterov ? g + momentum * velocity[i]    (Nesterov: look one step ahead)
-//                     : velocity[i]
-//     param[i] -= lr * step
-// Every array has n floats. The velocity starts at zero, so the first step is plain SGD.
+// TODO 1: SGD with momentum, element by element, exactly as torch.optim.SGD defines it (README section 2:
+//   weight decay as part of the gradient, the velocity as a decaying sum of gradients, Nesterov's look-ahead).
+//   Every array has n floats. The velocity starts at zero, so the first step is plain SGD; it is the
+//   optimizer's memory, so what this call leaves in velocity[] is what the next call starts from.
 void lesson_sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
                            float weight_decay, int nesterov) {
 }

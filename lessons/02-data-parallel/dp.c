@@ -215,24 +215,21 @@ void dp_scatter(DataParallel *dp, const Batch *global) {
 
 // ---------------------------------------------------------------- TODO 2: replicate
 
-// TODO 2: make every replica i >= 1 an exact copy of the master (replicas[0]):
-//   - its parameters: n_params floats, master->params -> replica->params
-//   - its BN buffers (running mean and variance): n_buffers floats, master->buffers -> replica->buffers
-//   device_copy(dp->device, dst, src, bytes) copies between two buffers of the device (on CUDA also
-//   between two GPUs). Gradients and velocity are not copied: backward overwrites the gradients, and
-//   only the master has an optimizer.
+// TODO 2: make every replica i >= 1 an exact copy of the master (replicas[0]) in everything its forward
+//   pass reads: the parameters, and what else does a model keep (kit/model.h)? device_copy copies between
+//   two buffers of the device (on CUDA also between two GPUs); sizes are in bytes.
+//   Gradients and velocity are not copied: why not? (Who overwrites the first, who owns the second?)
 // PyTorch: replicas = replicate(module, device_ids)  (parameters AND buffers, every forward)
 void dp_replicate(DataParallel *dp) {
 }
 
 // ---------------------------------------------------------------- TODO 3: reduce
 
-// TODO 3: master->grads += the gradients of every other replica (n_params floats each), so that the master
-// holds the SUM over all replicas. The master's own gradients are already in place: do not add them twice.
+// TODO 3: afterwards master->grads must hold the SUM of every replica's gradients (n_params floats each).
+//   Think first: what does master->grads already hold when this is called? And why is there no division
+//   here (see the scale in dp_step)?
 //   dp_grads_for_master(dp, i) gives replica i's gradients where the master's device can read them;
-//   add_inplace(dp->device, n, dst, src) computes dst += src on the device.
-// Do not divide: every replica already scaled its loss gradient by 1/(global batch) (see dp_step), so the
-// sum IS the gradient of the mean loss over the global batch.
+//   kit/ops.h has an in-place add on the device.
 // PyTorch: the backward of replicate is a reduce_add of the replicas' gradients onto device_ids[0]
 void dp_reduce_to_master(DataParallel *dp) {
 }
@@ -247,8 +244,9 @@ void dp_reduce_to_master(DataParallel *dp) {
 //     dp_parallel_forward_backward(dp, label_smoothing, scale)  -> dp->times.compute
 //     dp_reduce_to_master                                       -> dp->times.reduce
 //     optim_step(master, opt)  (the master only, at opt->lr)    -> dp->times.update
-//   - scale = 1/(global batch), not 1/(chunk): the chunks differ in size, and the loss is the mean over the
-//     GLOBAL batch, so each sample's gradient must weigh the same whichever replica computed it
+//   - scale: the loss is the mean over the GLOBAL batch, the chunks differ in size (6, 5, 5), and TODO 3 adds
+//     the replicas' gradients without dividing. Which scale makes every image weigh the same, whichever
+//     replica computed it?
 //   - return the sum of dp->results[i] over the replicas (loss_sum, correct, count) and count the step in
 //     dp->times.steps
 // PyTorch: out = dp_model(x)  (scatter, replicate, parallel_apply, gather); loss.backward(); opt.step()

@@ -28,16 +28,17 @@
 // ---------------------------------------------------------------- the training step (TODO 3)
 
 // TODO 3: one training step on `batch` (host memory: batch->x is (n, C, H, W), batch->y is (n)).
-//   a. copy the images into m->input and the labels into m->labels    (device_copy_to)
-//   b. forward in training mode                                        (model_forward -> logits (n, classes))
-//   c. per-sample losses into m->loss, predictions into m->pred        (cross_entropy_forward, argmax_rows)
-//   d. dloss/dlogits into m->dlogits: zero it first (backward ops ADD into gradients), then
-//      cross_entropy_backward with scale 1/n, because the loss is the MEAN over the batch
-//   e. zero the parameter gradients, then backward                     (model_zero_grad, model_backward)
-//   f. the update with opt->lr, with YOUR lesson_sgd_update             (optim_step_with)
-//   g. return the batch's SUMS: loss_sum (the per-sample losses added up), correct (arg-max predictions
-//      equal to the label) and count (n), from m->loss and m->pred copied to the host. Sums, not a mean:
-//      the loop adds them over batches (and from lesson 02 on over replicas and ranks) and divides last.
+//   a. copy the images and the labels to the model's device buffers (m->input, m->labels)
+//   b. forward in training mode -> logits (n, classes)
+//   c. per-sample losses into m->loss, arg-max predictions into m->pred
+//   d. dloss/dlogits into m->dlogits. Backward ops ADD into gradients (README section 2): what must be
+//      zero before this? And the loss is the MEAN over the batch: what does that make the scale?
+//   e. the parameter gradients, by backward through the model (from zero, for the same reason)
+//   f. the update at opt->lr, with YOUR lesson_sgd_update doing the arithmetic
+//   g. return the batch's SUMS: loss_sum (the per-sample losses added up), correct (predictions equal to
+//      the label) and count (n), from this step's forward, read back to the host. Sums, not a mean: the
+//      loop adds them over batches (and from lesson 02 on over replicas and ranks) and divides last.
+//   n is batch->n: the last batch of an epoch can be shorter than the batch size the model was made for.
 // PyTorch: x, y = x.to(dev), y.to(dev); out = model(x); loss = F.cross_entropy(out, y)
 //          opt.zero_grad(); loss.backward(); opt.step()
 Metrics train_step(Model *m, const Batch *batch, const SgdConfig *opt, float label_smoothing) {
@@ -76,10 +77,10 @@ Metrics train_step(Model *m, const Batch *batch, const SgdConfig *opt, float lab
 
 // ---------------------------------------------------------------- evaluation (TODO 4)
 
-// TODO 4: evaluate the model on every batch of `loader` (the test split, no augmentation).
-//   - start the epoch (loader_start_epoch(loader, 0, 0)), then loop while loader_next returns a batch
-//   - copy the batch to the device, forward in EVAL mode (BN uses its running statistics),
-//     per-sample losses and arg-max predictions, copy them back and add them up
+// TODO 4: evaluate the model on every batch of `loader` (the test split, no augmentation): the sums of the
+//   per-sample losses (plain cross-entropy, no smoothing), of the correct predictions and of the images.
+//   - the loader must be started before it yields batches (the test split is not shuffled: any epoch)
+//   - forward in EVAL mode: batch norm uses its running statistics and leaves them alone
 //   - count every sample exactly once: the last batch may be shorter than the others
 // PyTorch: model.eval(); with torch.no_grad(): for x, y in loader: ...
 Metrics evaluate(Model *m, Loader *loader) {

@@ -34,11 +34,10 @@
 
 // ---------------------------------------------------------------- setup (TODO 1, 2)
 
-// TODO 1: which GPU does this rank drive? mpirun starts the ranks of a node one after the other, so
-//   the LOCAL rank (0..ranks on this node - 1) numbers them on their node, like the node's GPUs.
-//   Return local_rank modulo gpus (several ranks share a GPU when there are fewer GPUs than ranks:
-//   fine with --backend mpi, refused by NCCL), and -1 when gpus <= 0 (a CPU-only node).
-//   Why not the global rank: on the second node of 8-GPU machines, rank 9 would ask for GPU 9.
+// TODO 1: which GPU does this rank drive? mpirun starts the ranks of a node one after the other, and the
+//   node's GPUs are numbered 0.. on each node. Which of the rank's two numbers matches that numbering?
+//   Several ranks may share a GPU when there are fewer GPUs than ranks (fine with --backend mpi, refused by
+//   NCCL). Return -1 when gpus <= 0 (a CPU-only node).
 // PyTorch: local_rank = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local_rank)
 int ddp_gpu_for_rank(int rank, int local_rank, int gpus) {
     // BEGIN SOLUTION
@@ -48,10 +47,10 @@ int ddp_gpu_for_rank(int rank, int local_rank, int gpus) {
     // END SOLUTION
 }
 
-// TODO 2: start the process group with pg_init (kit/dist.h), passing the options --backend (o->backend)
-//   and --timeout (o->timeout_s). It runs MPI_Init (mpirun told every process its rank and the world
-//   size), finds the local rank, binds the GPU by the rule of TODO 1, and for NCCL: rank 0 makes an
-//   ncclUniqueId and broadcasts it over MPI so that every rank joins the same NCCL communicator.
+// TODO 2: start the process group (kit/dist.h) as the user asked for it: which of the options concern it?
+//   It runs MPI_Init (mpirun told every process its rank and the world size), finds the local rank, binds
+//   the GPU by the rule of TODO 1, and for NCCL: rank 0 makes an ncclUniqueId and broadcasts it over MPI so
+//   that every rank joins the same NCCL communicator.
 // PyTorch: dist.init_process_group(backend="nccl")   (torchrun plays mpirun's part)
 ProcessGroup *ddp_setup(int *argc, char ***argv, const TrainOptions *o, Device dev) {
     // BEGIN SOLUTION
@@ -98,12 +97,11 @@ void ddp_start_epoch(TrainData *td, int epoch) {
 
 // ---------------------------------------------------------------- identical replicas (TODO 4)
 
-// TODO 4: make every replica equal to rank 0's: broadcast the parameters (m->params, m->n_params floats)
-//   and the buffers (m->buffers, m->n_buffers: BN running statistics; skip when there are none) from
-//   rank 0 (pg_broadcast). Every rank built its model from the same --seed, so why broadcast? Because
-//   "the same seed" is a promise that breaks silently: a rank restored from another checkpoint, an
-//   initialisation on the GPU that is not deterministic, a rank that drew one extra random number.
-//   After the broadcast the replicas are bit-identical by construction, whatever happened before.
+// TODO 4: make every replica equal to rank 0's in everything a forward pass reads (kit/model.h: which
+//   buffers are state, which are rebuilt every step?). Every rank built its model from the same --seed, so
+//   why broadcast? Because "the same seed" is a promise that breaks silently: a rank restored from another
+//   checkpoint, an initialisation on the GPU that is not deterministic, a rank that drew one extra random
+//   number. After the broadcast the replicas are bit-identical by construction, whatever happened before.
 // PyTorch: DistributedDataParallel(model) broadcasts the module's state from rank 0 when it is created.
 void ddp_broadcast_model(ProcessGroup *pg, Model *m) {
     // BEGIN SOLUTION
@@ -117,11 +115,9 @@ void ddp_broadcast_model(ProcessGroup *pg, Model *m) {
 // TODO 5: one data-parallel step on this rank's local batch b (b->n images).
 //   a. local gradients: train_forward_backward (kit/train.h) with grad_scale 1/b->n: the mean over THIS
 //      rank's batch
-//   b. average the gradients over the ranks: ONE all-reduce over the one flat buffer
-//      (pg_allreduce_avg(pg, m->grads, m->n_params)). The mean of the ranks' means over equal local
-//      batches IS the mean over the global batch: the same gradient one process gets from all of it.
-//      Scale once: 1/b->n then an average, or 1/(global batch) then a sum -- never both (the
-//      gradient would be world times too small), never neither (world times too large).
+//   b. turn every rank's gradient into the gradient of the mean over the GLOBAL batch, with ONE collective
+//      over the one flat buffer. The mean of the ranks' means over equal local batches IS the global mean.
+//      Apply the 1/world once: where does a sum without it, or a second one, leave the update?
 //   Stretch (TODO 7): when ddp->buckets is not NULL, the all-reduce runs in buckets that start during
 //      backward: call buckets_begin before a, and buckets_finish (waits for them all) instead of b.
 // PyTorch: loss.backward() inside DistributedDataParallel (it all-reduces and averages as backward runs)
@@ -149,10 +145,10 @@ Metrics ddp_step(Ddp *ddp, const Batch *b, const SgdConfig *opt, float label_smo
 
 // ---------------------------------------------------------------- global metrics (TODO 6)
 
-// TODO 6: every rank counted only its own shard. Add up loss_sum, correct and count over the ranks:
-//   put them in one array of 3 doubles and all-reduce it once (pg_allreduce_sum_double_host), so every
-//   rank gets the global sums. Sum first, divide last: the mean of the ranks' accuracies is wrong when
-//   their counts differ (the test split need not divide evenly by the world size).
+// TODO 6: every rank counted only its own shard. Return the sums of loss_sum, correct and count over the
+//   ranks, the same on every rank, with ONE collective (kit/dist.h has a sum over doubles in host memory).
+//   Sum first, divide last: the mean of the ranks' accuracies is wrong when their counts differ (the test
+//   split need not divide evenly by the world size).
 // PyTorch: t = torch.tensor([loss_sum, correct, count]); dist.all_reduce(t, op=dist.ReduceOp.SUM)
 Metrics ddp_global_metrics(ProcessGroup *pg, Metrics local) {
     // BEGIN SOLUTION
@@ -192,8 +188,12 @@ GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb) {
     // END SOLUTION
 }
 
-#ifndef AUTOGRADER
 // ---------------------------------------------------------------- main
+
+#ifdef AUTOGRADER  // the autograder runs the whole program too, under this name (tests/lesson03/program_output.c)
+int ddp_program_main(int argc, char **argv);
+#define main ddp_program_main
+#endif
 
 int main(int argc, char **argv) {
     TrainOptions o;
@@ -277,4 +277,3 @@ int main(int argc, char **argv) {
     pg_finalize(pg);
     return 0;
 }
-#endif  // AUTOGRADER

@@ -14,11 +14,12 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=0
+count=$("$tests" --list | wc -l)  # every test of the binary must pass
 for np in ${LESSON03_WORLDS:-1 3 4}; do
   start=$(date +%s)
   timeout --kill-after=5 120 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && grep -q 'PASSED.*12 test' "$log"; then
+  if [ $rc -eq 0 ] && grep -q "PASSED.*\\b$count test" "$log"; then
     echo "ok   lesson 03 autograder on the solution, world $np ($(( $(date +%s) - start )) s): $(grep -m1 '^DDP on' "$log")"
   else
     echo "!! FAIL: lesson 03 autograder on the solution, world $np (exit $rc)"

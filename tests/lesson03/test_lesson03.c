@@ -223,17 +223,19 @@ static void test_sampler_shards_the_batch(void **state) {
     float *x = xmalloc(LOCAL_BATCH * image_floats * sizeof(float));
     int y[LOCAL_BATCH];
     loader_start_epoch(td.train_loader, 0, 0);  // the kit's call, so that this test is about TODO 3a alone
-    for (int k = 0; k < 3; k++) {
+    bool ok = true;  // fail only after train_data_close: the loader's thread must not outlive td
+    for (int k = 0; k < 3 && ok; k++) {
         const Batch *b = loader_next(td.train_loader, NULL);
         expected_batch(&td.train, rank, world, 0, k, LOCAL_BATCH, x, y);
         if (!batch_equals(b, x, y, LOCAL_BATCH, image_floats)) {
             print_error("rank %d of %d: batch %d is not this rank's shard of global batch %d (positions r, r + world, "
                         "... of the epoch's shuffle)\n", rank, world, k, k);
-            fail();
+            ok = false;
         }
     }
     free(x);
     train_data_close(&td);
+    if (!ok) fail();
 }
 
 static void test_sampler_reshuffles_each_epoch(void **state) {
@@ -245,7 +247,8 @@ static void test_sampler_reshuffles_each_epoch(void **state) {
     float *x = xmalloc(LOCAL_BATCH * image_floats * sizeof(float)), *x0 = xmalloc(LOCAL_BATCH * image_floats * sizeof(float));
     int y[LOCAL_BATCH], y0[LOCAL_BATCH];
     expected_batch(&td.train, rank, world, 0, 0, LOCAL_BATCH, x0, y0);
-    for (int epoch = 1; epoch <= 2; epoch++) {
+    bool ok = true;  // fail only after train_data_close: the loader's thread must not outlive td
+    for (int epoch = 1; epoch <= 2 && ok; epoch++) {
         ddp_start_epoch(&td, epoch);
         const Batch *b = loader_next(td.train_loader, NULL);
         expected_batch(&td.train, rank, world, epoch, 0, LOCAL_BATCH, x, y);
@@ -254,12 +257,13 @@ static void test_sampler_reshuffles_each_epoch(void **state) {
                         batch_equals(b, x0, y0, LOCAL_BATCH, image_floats) ? "epoch 0's first batch again"
                                                                             : "an unexpected batch",
                         epoch);
-            fail();
+            ok = false;
         }
     }
     free(x);
     free(x0);
     train_data_close(&td);
+    if (!ok) fail();
 }
 
 // ---------------------------------------------------------------- TODO 4: identical replicas
@@ -436,6 +440,34 @@ static double rel_error(const float *a, const float *b, size_t n) {
 // of 2-4 ranks, both kernels, 1-2 threads: 5.3e-5), and every mistake is off by 0.5 or more: averaging twice
 // gives 1 - 1/world, summing gives world - 1, a rank's own gradient instead of the mean 0.5-1.
 #define STEP_TOL 1e-3
+// ---------------------------------------------------------------- prerequisites ("fix TODO N first")
+// Tests whose subject builds on an earlier TODO check it first, on a small case, with a decision every rank
+// shares (tests/grading.h: grading_require_todo), so that the learner is sent to the first mistake.
+
+// TODO 4: ranks that start from different weights and statistics are rank 0's copies after the broadcast.
+static void require_broadcast(ProcessGroup *pg) {
+    Model *m = test_model("tiny-bn", &synthetic_shape, 1, 100 + (uint64_t)pg_rank(pg));
+    for (size_t i = 0; i < m->n_buffers; i++) m->buffers[i] += 0.5f * (float)pg_rank(pg);
+    ddp_broadcast_model(pg, m);
+    bool same = pg_identical(pg, m->params, m->n_params) && pg_identical(pg, m->buffers, m->n_buffers);
+    model_free(m);
+    grading_require_todo(same, "4", "replicas that start differently must be equal after ddp_broadcast_model");
+}
+
+// TODO 5: one plain SGD step of ddp_step moves the parameters as one process's step on the global batch does,
+// from the same parameters: within STEP_TOL (above); every scaling mistake is off by 0.5 of the move or more.
+static void require_step(ProcessGroup *pg) {
+    StepRun run = {.model = "tiny", .steps = 1, .opt = {.lr = 0.1f}};
+    Model *ref = NULL;
+    Model *m = train_ddp(pg, &run, NULL, 0, NULL, &ref, NULL);
+    Model *init = test_model("tiny", &synthetic_shape, 1, 1);  // train_ddp's initial model
+    double err = max_over_ranks(pg, move_error(m->params, ref->params, init->params, m->n_params));
+    model_free(m);
+    model_free(ref);
+    model_free(init);
+    grading_require_todo(err <= STEP_TOL, "5", "one ddp_step must equal one step on the global batch "
+                         "(see test_gradient_is_global_mean)");
+}
 
 // One step without momentum or weight decay moves the parameters by -lr * gradient: comparing the moves
 // compares the gradients, and their ratio names the usual scaling mistakes.
@@ -471,6 +503,7 @@ static void test_gradient_is_global_mean(void **state) {
 
 static void test_replicas_identical_every_step(void **state) {
     ProcessGroup *pg = test_pg();
+    require_broadcast(pg);
     StepRun run = {.model = "tiny-bn", .steps = 4, .opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
                    .init_seed_per_rank = true};
     bool identical = false;
@@ -508,6 +541,7 @@ static void test_ddp_equals_single_process(void **state) {
 // single process on the global batch (lesson 05's SyncBN fixes that). The replicas must still agree.
 static void test_plain_bn_differs(void **state) {
     ProcessGroup *pg = test_pg();
+    require_step(pg);
     StepRun run = {.model = "tiny-bn", .steps = 6, .opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f}};
     bool identical = false;
     Model *ref = NULL;
@@ -563,6 +597,10 @@ static void test_eval_counts_every_sample_once(void **state) {
     TrainOptions o = test_options("tiny", LOCAL_BATCH * world);
     TrainData td;
     ddp_data_open(&td, &o, pg);
+    Sampler share;
+    sampler_init(&share, td.test.n, rank, world, TEST_SEED, SAMPLER_EVAL);
+    grading_require_todo(max_over_ranks(pg, sampler_len(&td.test_sampler) != sampler_len(&share)) == 0, "3a",
+                         "each rank evaluates its own share of the test split (see test_sampler_shards_the_batch)");
     Model *m = test_model("tiny", &td.train, LOCAL_BATCH * world, 3);
     Metrics mine = train_evaluate(m, td.test_loader);
     Metrics global = ddp_evaluate(pg, m, td.test_loader);
@@ -572,8 +610,6 @@ static void test_eval_counts_every_sample_once(void **state) {
     Loader *L = loader_create(&td.test, &all, LOCAL_BATCH * world, false, NULL, TEST_SEED);
     Metrics ref = train_evaluate(m, L);
     loader_free(L);
-    Sampler share;
-    sampler_init(&share, td.test.n, rank, world, TEST_SEED, SAMPLER_EVAL);
     bool ok = true;
     if (global.count != td.test.n) {
         print_error("the global count is %ld for a test split of %d images: %s\n", global.count, td.test.n,
@@ -599,6 +635,7 @@ static void test_eval_counts_every_sample_once(void **state) {
 
 static void test_bucketed_equals_flat(void **state) {
     ProcessGroup *pg = test_pg();
+    require_step(pg);
     Model *probe = test_model("tiny-bn", &synthetic_shape, LOCAL_BATCH, 1);
     size_t n_params = probe->n_params;
     if (ddp_attach_buckets(pg, probe, 0.0) != NULL) {  // --bucket-mb 0: flat
@@ -646,7 +683,12 @@ static void test_bucketed_equals_flat(void **state) {
     if (!(same_b && same_f && equal)) fail();
 }
 
+void test_only_rank0_prints(void **state);           // program_output.c
+int lesson03_program_dispatch(int argc, char **argv);  // program_output.c: `--program ARGS` runs train.c's main
+
 int main(int argc, char **argv) {
+    int program = lesson03_program_dispatch(argc, argv);
+    if (program >= 0) return program;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_for_rank),
         cmocka_unit_test(test_setup_process_group),
@@ -660,6 +702,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_global_metrics),
         cmocka_unit_test(test_eval_counts_every_sample_once),
         cmocka_unit_test(test_bucketed_equals_flat),
+        cmocka_unit_test(test_only_rank0_prints),
     };
     return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
