@@ -56,6 +56,27 @@ static inline int grading_launcher_rank(void) {
     return 0;
 }
 
+// Fails the calling test with "fix TODO <todo> first: <why>" when `ok` is false. tests/grade.py recognises the
+// message and shows it instead of the test's own hint (which is about a later TODO and would mislead).
+// In a multi-rank test `ok` must be the same on every rank (decide it from a collective), so that every rank
+// leaves the test at the same point and none waits in a collective for the others.
+// A macro, so that the failure's file:line is the calling test's.
+#define grading_require_todo(ok, todo, ...)                                  \
+    do {                                                                     \
+        if (!(ok)) {                                                         \
+            char text_[1024];                                                \
+            int used_ = snprintf(text_, sizeof text_, "fix TODO %s first: ", (todo)); \
+            snprintf(text_ + used_, sizeof text_ - (size_t)used_, __VA_ARGS__); \
+            print_error("%s\n", text_); /* one write: ranks' lines do not interleave */ \
+            fail();                                                          \
+        }                                                                    \
+    } while (0)
+
+// A test binary made of several .c files: the one with main() includes this header as it is; the others
+// define GRADING_HELPERS_ONLY first and get only the helpers above. The verdict channel below must exist once
+// per program (its .preinit_array entry takes the rank's token, which a second entry would find gone).
+#ifndef GRADING_HELPERS_ONLY
+
 // ---------------------------------------------------------------- the verdict channel
 
 #define GRADING_TOKEN_MAX 64
@@ -172,22 +193,6 @@ static inline const char *grading_group_name(const char *argv0) {
     return slash ? slash + 1 : (argv0 ? argv0 : "tests");
 }
 
-// Fails the calling test with "fix TODO <todo> first: <why>" when `ok` is false. tests/grade.py recognises the
-// message and shows it instead of the test's own hint (which is about a later TODO and would mislead).
-// In a multi-rank test `ok` must be the same on every rank (decide it from a collective), so that every rank
-// leaves the test at the same point and none waits in a collective for the others.
-// A macro, so that the failure's file:line is the calling test's.
-#define grading_require_todo(ok, todo, ...)                                  \
-    do {                                                                     \
-        if (!(ok)) {                                                         \
-            char text_[1024];                                                \
-            int used_ = snprintf(text_, sizeof text_, "fix TODO %s first: ", (todo)); \
-            snprintf(text_ + used_, sizeof text_ - (size_t)used_, __VA_ARGS__); \
-            print_error("%s\n", text_); /* one write: ranks' lines do not interleave */ \
-            fail();                                                          \
-        }                                                                    \
-    } while (0)
-
 static inline int grading_usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--list | --only TEST_NAME]\n", argv0);
     return 2;
@@ -226,5 +231,7 @@ static inline int grading_run(int argc, char **argv, const struct CMUnitTest *te
     grading_split_xml_by_rank();
     return _cmocka_run_group_tests(grading_group_name(argv[0]), tests, n, NULL, NULL);
 }
+
+#endif // GRADING_HELPERS_ONLY
 
 #endif // GRADING_H
