@@ -1,0 +1,144 @@
+// kit/ckpt.h: checkpoints: one self-describing, versioned, little-endian file per save.
+//
+//   header   magic "KITCKPT\0", format version, the model (name, width, input shape, classes), the dataset,
+//            where training stood (world size, global batch, step, epoch, batch inside the epoch, seed),
+//            the optimizer and schedule, the metrics so far; its own CRC-32
+//   table    one entry per tensor: name (the kit's view name, no wrapper prefix), group (params, momentum,
+//            buffers), dtype, shape, byte offset, byte count, CRC-32 of its bytes; the table's CRC is in
+//            the header
+//   data     the three flat buffers, tensor after tensor, starting on a 64-byte boundary
+//   trailer  "KITCKEND" and the CRC-32 of every byte before it
+// The byte-level layout is in kit/CHECKPOINT.md; tools/ckpt_read.py reads it with numpy alone.
+//
+// The file holds no device pointer and no device name: a checkpoint written from GPU memory loads onto the
+// CPU and the reverse, on any number of ranks. Reading validates EVERYTHING (sizes, magic, version, every
+// CRC, and against a model: its config and every tensor's name and shape) before it touches the model, so a
+// bad file is one clear error and the model is left as it was: never a crash, never a partial load.
+// Saving is atomic: the bytes go to PATH.tmp in the same folder, are fsync'ed, renamed over PATH, and the
+// folder is fsync'ed; a crash at any moment leaves either the previous file or the new one.
+#ifndef KIT_CKPT_H
+#define KIT_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_MAGIC "KITCKPT"      // 8 bytes with its NUL
+#define CKPT_END_MAGIC "KITCKEND" // 8 bytes, no NUL
+#define CKPT_VERSION 1u
+#define CKPT_MAX_TENSORS 4096     // a sanity bound for readers: the kit's models have a few dozen
+
+typedef enum { CKPT_PARAMS = 0, CKPT_MOMENTUM = 1, CKPT_BUFFERS = 2, CKPT_GROUPS = 3 } CkptGroup;
+typedef enum { CKPT_F32 = 0 } CkptDtype;
+
+// Where a training run stood when it was saved: what an exact resume needs besides the tensors.
+// The kit's random numbers are counter-based (kit/rng.h): the shuffle of an epoch is a function of
+// (seed, epoch), a sample's augmentation of (seed, epoch, sample index), the initialisation of the seed.
+// So (seed, epoch, batch_in_epoch) IS the state of every random stream, on every rank.
+typedef struct {
+    ModelConfig model;      // architecture: name, width, input shape, classes
+    char dataset[32];
+    int world;              // ranks that saved it (informational: any world size may load it)
+    int global_batch;       // images per step over all ranks
+    int steps_per_epoch;
+    int epochs;             // epochs the run was planned for
+    int epoch;              // the epoch in progress, 0-based
+    int batch_in_epoch;     // batches of that epoch already trained; == steps_per_epoch: only its evaluation is left
+    long long step;         // optimizer steps done since the start (epoch * steps_per_epoch + batch_in_epoch)
+    uint64_t seed;          // every random stream (see above)
+    // The optimizer and the learning-rate schedule (a resume with other values is not the same run).
+    float peak_lr, final_lr;
+    int warmup_steps, total_steps, decay;  // decay: kit/optim.h DecayKind
+    float momentum, weight_decay;
+    int nesterov;
+    // Metrics so far.
+    double loss_sum;        // the epoch in progress, summed over all ranks
+    long long correct, count;
+    long long images;       // images trained on since the start, all ranks
+    double last_loss, test_acc;  // of the last finished epoch (0 before the first)
+} CkptState;
+
+// One entry of the tensor table.
+typedef struct {
+    char name[48];     // the kit's view name ("03.bn.weight"): no "module." or other wrapper prefix
+    CkptGroup group;
+    CkptDtype dtype;
+    int ndim;          // 1..4
+    int shape[4];
+    uint64_t offset;   // bytes from the start of the file
+    uint64_t nbytes;
+    uint32_t crc;      // zlib crc32 of the nbytes
+} CkptTensor;
+
+// A checkpoint in host memory, validated as a file (format, sizes, every CRC): no model needed.
+typedef struct {
+    CkptState state;
+    uint32_t version;
+    int n_tensors;
+    CkptTensor *tensors;    // (n_tensors)
+    const uint8_t *bytes;   // the whole file
+    size_t size;
+    uint8_t *owned;         // what ckpt_free releases (NULL when decoding a caller's buffer)
+} Ckpt;
+
+// ---------------------------------------------------------------- writing
+
+// The file's exact bytes for m's parameters, momentum (velocity) and buffers, copied from m's device, and *st.
+// Returns a malloc'd buffer (free it) of *bytes bytes.
+uint8_t *ckpt_encode(const Model *m, const CkptState *st, size_t *bytes);
+
+// Writes buf to path atomically and durably: PATH.tmp in the same folder, write, fsync, close, rename over
+// PATH, fsync of the folder. Returns 0, or -1 with the failing step and errno's text in err (and PATH.tmp
+// removed). PATH is never seen half written.
+int ckpt_write_atomic(const char *path, const void *buf, size_t n, char *err, size_t errlen);
+
+// ckpt_encode + ckpt_write_atomic.
+int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- reading
+
+// Validates n bytes as a checkpoint file and fills *ck (pointing into buf, which must outlive it).
+// Returns 0, or -1 with one line in err saying what is wrong (truncated, wrong magic, version, a CRC
+// mismatch naming the section or tensor, a table entry out of bounds, ...). Safe on arbitrary bytes.
+int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen);
+// Reads the whole file and decodes it (*ck owns the bytes). Errors name the path.
+int ckpt_read(Ckpt *ck, const char *path, char *err, size_t errlen);
+void ckpt_free(Ckpt *ck);
+
+// Does the checkpoint fit m? Same config (name, width, input shape, classes), and every tensor of m's three
+// buffers present with the same shape, and nothing else. Returns 0, or -1 naming the first difference.
+int ckpt_check_model(const Ckpt *ck, const Model *m, char *err, size_t errlen);
+// Copies the tensors into m's buffers on m's device (call ckpt_check_model first: it exits on a mismatch).
+void ckpt_apply(const Ckpt *ck, Model *m);
+
+// ckpt_read + ckpt_check_model + ckpt_apply, state into *st (may be NULL). On error m is untouched.
+int ckpt_load(const char *path, Model *m, CkptState *st, char *err, size_t errlen);
+
+// The tensor of this group and name, or NULL; its data as floats (copied out: the file need not be aligned).
+const CkptTensor *ckpt_find(const Ckpt *ck, CkptGroup g, const char *name);
+void ckpt_tensor_data(const Ckpt *ck, const CkptTensor *t, float *out);
+
+const char *ckpt_group_name(CkptGroup g);  // "params", "momentum", "buffers"
+
+// ---------------------------------------------------------------- a folder of checkpoints
+
+// The file name for a save at `step` in dir: "DIR/ckpt-00001234.ckpt" (zero-padded, so names sort by step).
+void ckpt_path_for_step(char *out, size_t outlen, const char *dir, long long step);
+// The valid checkpoint of highest step in dir (files ckpt-*.ckpt), into out. Corrupt ones are skipped with a
+// warning on stderr naming the file and the reason. Returns 0, or -1 (err says why: no folder, none valid).
+int ckpt_find_latest(const char *dir, char *out, size_t outlen, char *err, size_t errlen);
+// Removes all but the `keep` highest-step ckpt-*.ckpt files of dir (keep <= 0: removes nothing).
+// Returns how many were removed.
+int ckpt_prune(const char *dir, int keep);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KIT_CKPT_H
