@@ -18,6 +18,7 @@ include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit
 include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
 include mk/extras.mk      # run, slides, plots, benchmarks
 include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool
+include mk/ckpt.mk        # checkpoints: reader + PyTorch interchange test, fuzzing, speed + kill drill, lesson 04 extras
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

@@ -1,0 +1,87 @@
+# mk/ckpt.mk: checkpoints (kit/ckpt.c, issue 8): the checks beyond tests/test_ckpt.c (built by mk/kit.mk).
+#
+#   make test-ckpt-python   the numpy reader (tools/ckpt_read.py) and a kit checkpoint loaded into PyTorch
+#                           (bench/torch_cpu.py's resnet9) giving the kit's eval logits; the PyTorch part is
+#                           skipped, saying so, without torch; the whole target without numpy
+#   make fuzz               libFuzzer (clang, ASan + UBSan) over ckpt_decode and the dataset readers,
+#                           FUZZ_SECONDS each (default 60), corpus kept in tests/fuzz/corpus/
+#   make fuzz-smoke         the same for 5 s each (part of make test when clang's libFuzzer is installed)
+#   make bench-ckpt         save/load MB/s against a plain write + fsync of the same bytes, and the kill -9
+#                           drill (DRILL_TRIALS saves killed at random moments) -> bench/results-ckpt.md
+
+CKPT_EXPORT := $(BUILD)/tests/ckpt_torch_export
+BENCH_CKPT := $(BUILD)/bench/bench_ckpt
+
+$(CKPT_EXPORT): tests/ckpt_torch_export.c $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
+
+$(BENCH_CKPT): bench/bench_ckpt.c $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
+
+ALL_TARGETS += $(CKPT_EXPORT) $(BENCH_CKPT)
+TEST_TARGETS += test-ckpt-python fuzz-smoke
+HELP_TARGETS += test-ckpt-python fuzz fuzz-smoke bench-ckpt
+.PHONY: test-ckpt-python fuzz fuzz-smoke bench-ckpt
+
+# The first of $(PYTHON) and Debian's own python3 that has numpy (a pyenv or venv python may lack it).
+CKPT_PY = $(firstword $(foreach p,$(PYTHON) /usr/bin/python3,$(if $(shell $(p) -c 'import numpy' 2>/dev/null && echo y),$(p))))
+
+test-ckpt-python: $(CKPT_EXPORT)
+	@if [ -z "$(CKPT_PY)" ]; then echo "test-ckpt-python: skipped: numpy not found (python3-numpy: make deps)"; \
+	else timeout --kill-after=5 300 $(CKPT_PY) tests/test_ckpt_torch.py $(CKPT_EXPORT); fi
+
+# ---- fuzzing: the kit's C sources (no MPI, no CUDA) rebuilt with clang's coverage + sanitizers in build-fuzz/
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build-fuzz
+FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -Wno-pass-failed \
+              -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION  # CRCs accepted: see kit/ckpt.c crc_differs
+FUZZ_KIT_C := $(filter-out kit/dist%.c,$(KIT_C))
+FUZZ_OBJ := $(FUZZ_KIT_C:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_TARGETS := $(FUZZ_BUILD)/fuzz_ckpt $(FUZZ_BUILD)/fuzz_data
+.SECONDARY: $(FUZZ_OBJ)
+HAVE_LIBFUZZER := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n){return 0;}\n' | \
+                    $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null >/dev/null 2>&1 && echo yes)
+
+$(FUZZ_BUILD)/kit/%.o: kit/%.c $(KIT_HEADERS)
+	@mkdir -p $(dir $@)
+	$(say) FUZZCC $<
+	$(Q)$(FUZZ_CC) -Ikit $(OPENBLAS_CFLAGS) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	$(say) FUZZLD $@
+	$(Q)$(FUZZ_CC) -Ikit -std=c11 -D_GNU_SOURCE $(WARN) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ -fopenmp $(OPENBLAS_LIBS) -lz -lm -lpthread
+
+# Runs each target on a scratch copy of its corpus (new inputs are kept only by `make fuzz`, which merges
+# them back minimised); prints executions and crashes. A crash leaves crash-* in build-fuzz/ and fails.
+define fuzz_run
+	@set -e; for t in ckpt data; do \
+	  work=$(FUZZ_BUILD)/corpus-$$t; rm -rf $$work; mkdir -p $$work; cp tests/fuzz/corpus/$$t/* $$work/ 2>/dev/null || true; \
+	  echo "fuzz_$$t: $(1) s"; \
+	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t $$work -max_total_time=$(1) -max_len=65536 \
+	    -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- -print_final_stats=1 2>$(FUZZ_BUILD)/fuzz_$$t.log \
+	    || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; echo "fuzz_$$t: CRASH (input in $(FUZZ_BUILD)/crash-$$t-*)"; exit 1; }; \
+	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/fuzz_$$t.log); \
+	  echo "fuzz_$$t: $$execs executions, 0 crashes, corpus $$(ls $$work | wc -l) inputs"; \
+	  if [ "$(2)" = merge ]; then $(FUZZ_BUILD)/fuzz_$$t -merge=1 tests/fuzz/corpus/$$t $$work 2>/dev/null; fi; \
+	done
+endef
+
+ifeq ($(HAVE_LIBFUZZER),yes)
+fuzz: $(FUZZ_TARGETS)
+	$(call fuzz_run,$(FUZZ_SECONDS),merge)
+fuzz-smoke: $(FUZZ_TARGETS)
+	$(call fuzz_run,5,)
+else
+fuzz fuzz-smoke:
+	@echo "$@: skipped: $(FUZZ_CC) with libFuzzer not found (Debian: clang; make deps)"
+endif
+
+# ---- speed and the kill -9 drill
+DRILL_TRIALS ?= 200
+bench-ckpt: $(BENCH_CKPT)
+	$(BENCH_CKPT) --out bench/results-ckpt.md --trials $(DRILL_TRIALS)
