@@ -10,9 +10,10 @@
 #                           drill (DRILL_TRIALS saves killed at random moments) -> bench/results-ckpt.md
 
 CKPT_EXPORT := $(BUILD)/tests/ckpt_torch_export
+CKPT_COMPARE := $(BUILD)/tests/ckpt_compare
 BENCH_CKPT := $(BUILD)/bench/bench_ckpt
 
-$(CKPT_EXPORT): tests/ckpt_torch_export.c $(KIT_LIB)
+$(CKPT_EXPORT) $(CKPT_COMPARE): $(BUILD)/tests/ckpt_%: tests/ckpt_%.c $(KIT_LIB)
 	@mkdir -p $(dir $@)
 	$(say) LINK $@
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
@@ -22,7 +23,7 @@ $(BENCH_CKPT): bench/bench_ckpt.c $(KIT_LIB)
 	$(say) LINK $@
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
 
-ALL_TARGETS += $(CKPT_EXPORT) $(BENCH_CKPT)
+ALL_TARGETS += $(CKPT_EXPORT) $(CKPT_COMPARE) $(BENCH_CKPT)
 TEST_TARGETS += test-ckpt-python fuzz-smoke
 HELP_TARGETS += test-ckpt-python fuzz fuzz-smoke bench-ckpt
 .PHONY: test-ckpt-python fuzz fuzz-smoke bench-ckpt

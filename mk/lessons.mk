@@ -15,6 +15,9 @@
 #   NEEDS := mpi        compile with Open MPI's flags, link $(DIST_LIBS) (MPI, and NCCL when found)
 #   DEFAULT_NP := 2     ranks for `make lesson-NN` when NP= is not given (default 1)
 #   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
+#   USES := 03-ddp      earlier lessons whose SOLUTION sources are linked in (without their main: -DAUTOGRADER),
+#                       so what the learner built there comes complete from its one source (the lesson
+#                       includes its header as "solutions/03-ddp/lesson.h")
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
 #
 # Variables: SOLUTIONS=1 (build/run/grade solutions/ instead of lessons/), NP=n, ARGS="..." (program options),
@@ -34,15 +37,20 @@ lesson_num = $(firstword $(subst -, ,$(1)))
 # Reads solutions/NN-name/lesson.mk into NEEDS_<name>, DEFAULT_NP_<name>, GRADE_NP_<name>.
 define lesson_read_config
 NEEDS :=
+USES :=
 DEFAULT_NP := 1
 GRADE_NP := 1
 include $(wildcard solutions/$(1)/lesson.mk)
 NEEDS_$(1) := $$(NEEDS)
+USES_$(1) := $$(USES)
 DEFAULT_NP_$(1) := $$(DEFAULT_NP)
 GRADE_NP_$(1) := $$(GRADE_NP)
 endef
 $(foreach l,$(LESSON_NAMES),$(eval $(call lesson_read_config,$(l))))
 NEEDS :=
+USES :=
+# The objects of the earlier lessons a lesson uses (USES), in its object folder $(2): always from solutions/.
+lesson_uses_obj = $(foreach u,$(USES_$(1)),$(patsubst solutions/%.c,$(2)/uses/%.o,$(wildcard solutions/$(u)/*.c)))
 
 # Flags and libraries for what a lesson needs. Empty HAVE_<thing> means the lesson cannot be built here.
 NEEDS_CPPFLAGS_mpi = $(MPI_CFLAGS)
@@ -58,17 +66,22 @@ LEARNER_NVCCFLAGS = $(filter-out -Werror all-warnings,$(NVCCFLAGS)) -Xcompiler -
 # $(1) lesson folder name, $(2) source root, $(3) object folder, $(4) output binary, $(5) extra flags,
 # $(6) the test sources (empty: the lesson's own program).
 define lesson_program
-$(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
+$(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h) $$(foreach u,$$(USES_$(1)),$$(wildcard solutions/$$(u)/*.h))
 	@mkdir -p $$(@D)
 	$$(say) CC $$<
 	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) -c $$< -o $$@
+
+$(3)/uses/%.o: solutions/%.c $$(KIT_HEADERS) $$(wildcard solutions/*/*.h)
+	@mkdir -p $$(@D)
+	$$(say) CC $$<
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) -DAUTOGRADER -c $$< -o $$@
 
 $(3)/%.cu.o: $(2)/$(1)/%.cu $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
 	@mkdir -p $$(@D)
 	$$(say) NVCC $$<
 	$$(Q)$$(NVCC) $(if $(filter -Wno-error,$(5)),$$(LEARNER_NVCCFLAGS),$$(NVCCFLAGS)) -DKIT_CUDA -I$(2)/$(1) $$(filter -D%,$(5)) -c $$< -o $$@
 
-$(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
+$(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) $$(call lesson_uses_obj,$(1),$(3)) \
       $$(if $$(HAVE_CUDA),$$(patsubst $(2)/$(1)/%.cu,$(3)/%.cu.o,$$(wildcard $(2)/$(1)/*.cu))) \
       $(6) $$(KIT_LIB)
 	@test -d $(2)/$(1) || { echo "$(2)/$(1) does not exist (maintainers: make starters)" >&2; exit 1; }

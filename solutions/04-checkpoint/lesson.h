@@ -1,0 +1,100 @@
+// lesson.h: the functions you write in lesson 04, shared by train.c, ckpt.c and the autograder.
+//
+// Lesson 03's DDP comes complete from its solution (../03-ddp/lesson.h: ddp_train_step, ddp_global_metrics,
+// ...). The kit supplies the checkpoint FILE (kit/ckpt.h: encoding, every check of a file, loading onto a
+// model on its device). You write what makes a distributed training run survive being stopped.
+#ifndef LESSON04_H
+#define LESSON04_H
+
+#include <signal.h>
+
+#include "03-ddp/lesson.h"
+#include "ckpt.h"
+#include "cli.h"
+#include "dist.h"
+#include "model.h"
+#include "train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Where a training run stands: everything besides the model's buffers that an exact resume needs.
+typedef struct {
+    int epoch;           // the epoch in progress, 0-based
+    int batch_in_epoch;  // batches of it already trained (the next batch to train)
+    long long step;      // optimizer steps done since the start: epoch * steps_per_epoch + batch_in_epoch
+    Metrics carry;       // the epoch in progress, summed over ALL ranks, before this process (re)started
+    long long images;    // images trained on since the start, all ranks
+    double last_loss, test_acc;  // of the last finished epoch
+} RunState;
+
+// What to save, where, and when.
+typedef struct {
+    const char *file;    // --checkpoint FILE: overwritten at every save
+    const char *dir;     // --checkpoint-dir DIR: DIR/ckpt-STEP.ckpt, the newest `keep` kept
+    int keep;
+    int save_every;      // steps; 0: at the end of every epoch only
+    long stop_at;        // save and stop after this step (0: never)
+    char last_saved[1024];  // path of the last checkpoint written ("" before the first)
+    long long last_saved_step;
+    double save_seconds; // time spent saving, rank 0
+    const char *stopped_by;  // why train_run returned RUN_STOPPED
+} Checkpointer;
+
+// Why train_run returned.
+typedef enum {
+    RUN_DONE,       // every epoch trained
+    RUN_STOPPED,    // SIGTERM/SIGINT or --stop-at: a checkpoint was saved, resume from it
+    RUN_NONFINITE,  // the loss became NaN or Inf: stopped before saving
+    RUN_FAILED,     // a checkpoint could not be saved or loaded (message printed)
+} RunStatus;
+
+// ---------------------------------------------------------------- what you write (ckpt.c)
+
+// TODO 1: writes n bytes to path so that path is never seen half written, and is on disk when this returns.
+// Returns 0, or -1 with the failing step and the system's reason in err.
+int ckpt_write_file(const char *path, const void *buf, size_t n, char *err, size_t errlen);
+
+// TODO 2: saves m and *st to path from rank 0 only; every rank returns the same result, and only once the
+// file is durable. Returns 0, or -1 on every rank (err: the reason on rank 0, a pointer to it elsewhere).
+int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const CkptState *st, char *err,
+                    size_t errlen);
+
+// TODO 3: the checkpoint's description of this run: model, dataset, world, the position, the schedule, the
+// optimizer, and the metrics so far. epoch_local: this rank's sums over the epoch in progress (this session).
+CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
+                       int steps_per_epoch, Metrics epoch_local);
+// TODO 3 (the other way): the run's position and metrics from a checkpoint.
+RunState ckpt_restore(const CkptState *st);
+
+// TODO 4: loads path into m on every rank (each onto its own device). Returns 0, or -1 on EVERY rank when any
+// rank could not load it (err: the reason). On success the replicas are identical.
+int ckpt_load_all(ProcessGroup *pg, const char *path, Model *m, CkptState *st, char *err, size_t errlen);
+
+// TODO 5: must the run stop after this step? Sets *nonfinite when the step's loss (batch: this rank's) was
+// NaN or Inf on ANY rank, *signalled when SIGTERM/SIGINT reached ANY rank. Every rank gets the same answers.
+void ckpt_stop_flags(ProcessGroup *pg, const Metrics *batch, bool *signalled, bool *nonfinite);
+
+// Set by the signal handler (train.c installs it for SIGTERM and SIGINT).
+extern volatile sig_atomic_t g_stop_signal;
+
+// ---------------------------------------------------------------- given (train.c)
+
+// Lesson 03's training loop with checkpoints: resumes when o->resume is set, saves as the Checkpointer says,
+// stops on a signal, --stop-at or a non-finite loss. m: built and broadcast by the caller; *run: where to
+// start (zero for a fresh run), updated as training goes; log: begun by the caller (rank 0 prints).
+RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Model *m, Ddp *ddp, Checkpointer *ck,
+                    RunState *run, TrainLog *log);
+// Everything main does after the process group: data, model, --resume, train_run, the report. Returns why it
+// stopped; *model_out (when not NULL) gets the model (the caller frees it), *resumed_from the step resumed
+// from (-1: none). The autograder runs whole trainings through it.
+RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out, long long *resumed_from);
+// The path of the checkpoint saved at `step`: --checkpoint's file, or the step's file in --checkpoint-dir.
+void checkpointer_path(const Checkpointer *ck, long long step, char *out, size_t outlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // LESSON04_H
