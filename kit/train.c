@@ -142,7 +142,9 @@ void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test
     log->test_acc = safe_div((double)test->correct, (double)test->count);
     double train_acc = safe_div((double)train->correct, (double)train->count);
     double test_loss = safe_div(test->loss_sum, (double)test->count);
-    double images_per_s = safe_div((double)train->count, seconds);
+    // This process's images times the ranks (as trainlog_final): not train->count, which may hold a resumed
+    // epoch's images from before the restart (lesson 04).
+    double images_per_s = safe_div((double)log->local.count * log->world, seconds);
     if (!log->enabled) return;
     printf("epoch %d: train_loss %.4f train_acc %.2f%% test_loss %.4f test_acc %.2f%% (%.1f s, %.0f img/s)\n",
            log->epoch + 1, log->last_loss, 100.0 * train_acc, test_loss, 100.0 * log->test_acc, seconds, images_per_s);

@@ -86,3 +86,20 @@ endif
 DRILL_TRIALS ?= 200
 bench-ckpt: $(BENCH_CKPT)
 	$(BENCH_CKPT) --out bench/results-ckpt.md --trials $(DRILL_TRIALS)
+
+# ---- lesson 04's checks beyond the autograder that `make grade-solutions` runs on GRADE_NP ranks (the
+# pattern of lesson 03's): the autograder on worlds 1 and 4, SIGTERM + exact resume, elastic resume, bad resumes.
+#
+#   make test-lesson04
+LESSON04_TEST := $(GRADE_SOLUTIONS_OUT)/test_lesson04
+LESSON04_TRAIN := $(BUILD)/solutions/04-checkpoint/train
+.PHONY: test-lesson04
+HELP_TARGETS += test-lesson04
+ifneq ($(filter 04-checkpoint,$(LESSONS_GRADED)),)
+TEST_TARGETS += test-lesson04
+test-lesson04: $(LESSON04_TEST) $(LESSON04_TRAIN) $(CKPT_COMPARE)
+	@tests/lesson04/run-tests.sh $(LESSON04_TEST) $(LESSON04_TRAIN) $(CKPT_COMPARE)
+else
+test-lesson04:
+	@echo "test-lesson04: skipped: lesson 04 needs Open MPI (install libopenmpi-dev + openmpi-bin: make deps)"
+endif

@@ -204,7 +204,7 @@ RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out
         CkptState st;
         if (ckpt_load_all(pg, path, m, &st, err, sizeof err) != 0 ||
             check_resumable(&st, o, world, steps_per_epoch, err, sizeof err) != 0) {
-            fprintf(stderr, "error: rank %d: cannot resume from %s: %s\n", rank, path, err);
+            fprintf(stderr, "error: rank %d: cannot resume: %s\n", rank, err);
             status = RUN_FAILED;
         } else {
             run = ckpt_restore(&st);

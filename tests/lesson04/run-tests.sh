@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# tests/lesson04/run-tests.sh: lesson 04's checks beyond `make grade-solutions` (which runs the autograder on
+# GRADE_NP ranks): the solution's autograder on worlds 1 and 4 (the tests' batches divide by both), then the real program:
+#   1. SIGTERM to ONE rank mid-run: every rank saves and the job exits 0 saying how to resume; the resumed run
+#      ends with the uninterrupted run's checkpoint, bit for bit (BN net, 2 ranks);
+#   2. elastic resume 2 -> 1 and 4 -> 2 (BN-free net): equal to the uninterrupted run within lesson 03's
+#      DDP-vs-one-process tolerance;
+#   3. bad resumes: a corrupt file, a truncated newest file under --resume auto, another --batch-size.
+#
+#   tests/lesson04/run-tests.sh BUILD/grade-solutions/test_lesson04 BUILD/solutions/04-checkpoint/train BUILD/tests/ckpt_compare
+#
+# LESSON04_WORLDS="1 4" chooses the autograder's world sizes.
+set -u
+tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
+train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
+compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
+cd "$(dirname "$0")/../.."
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log=$work/log
+failed=0
+ok() { echo "ok   lesson 04: $*"; }
+bad() { echo "!! FAIL: lesson 04: $*"; failed=1; }
+show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
+
+# ---- the autograder of the solution on other world sizes
+for np in ${LESSON04_WORLDS:-1 4}; do
+  start=$(date +%s)
+  timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q 'PASSED.*12 test' "$log"; then
+    ok "autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
+  else
+    bad "autograder on the solution, world $np (exit $rc)"
+    grep -E 'FAILED|ERROR|error|differ' "$log" | sort -u | head -n 20 | sed 's/^/   | /'
+  fi
+done
+
+# run NP OUT ARGS...: the program on NP ranks, output in OUT; returns its exit status.
+run() {
+  local np=$1 out=$2
+  shift 2
+  timeout --kill-after=5 180 scripts/launch.sh "$np" "$train" --dataset synthetic --timeout 20 "$@" >"$out" 2>&1
+}
+
+# ---- 1. SIGTERM to one rank, exit 0, resume, bit for bit
+bn="--model tiny-bn --epochs 3 --batch-size 64"
+if run 2 "$work/ref.log" $bn --checkpoint-dir "$work/ref"; then
+  scripts/launch.sh 2 "$train" --dataset synthetic --timeout 20 $bn --checkpoint-dir "$work/sig" >"$work/sig.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 600); do  # until the first epoch is done: the ranks are deep in training
+    grep -q '^epoch 1:' "$work/sig.log" && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  victim=$(pgrep -P "$launcher" -f "$train" | sort -n | tail -n 1)
+  [ -n "$victim" ] && kill -TERM "$victim"
+  wait "$launcher"
+  rc=$?
+  if [ -z "$victim" ] || [ $rc -ne 0 ] || ! grep -q '^resume with the same command and: --resume auto' "$work/sig.log"; then
+    bad "SIGTERM to one rank: expected exit 0 and a line saying how to resume (exit $rc, victim '${victim}')"
+    show "$work/sig.log"
+  else
+    step=$(sed -n 's/^stopped after step \([0-9]*\) .*/\1/p' "$work/sig.log")
+    ok "SIGTERM to rank 1 of 2: every rank saved after step $step, exit 0"
+    if run 2 "$work/res.log" $bn --checkpoint-dir "$work/sig" --resume auto && grep -q "resumed_from=$step" "$work/res.log"; then
+      last=$(ls "$work/ref" | tail -n 1)
+      if "$compare" "$work/ref/$last" "$work/sig/$last" >"$work/cmp" 2>&1 && grep -q identical "$work/cmp"; then
+        ok "resumed from step $step: the final checkpoint equals the uninterrupted run's bit for bit ($last)"
+      else
+        bad "resumed from step $step: the final checkpoint differs from the uninterrupted run's: $(cat "$work/cmp")"
+      fi
+    else
+      bad "the resume after SIGTERM failed, or its final line lacks resumed_from=$step"
+      show "$work/res.log"
+    fi
+  fi
+else
+  bad "the uninterrupted BN run failed"
+  show "$work/ref.log"
+fi
+
+# ---- 2. elastic resume: saved on W1 ranks at step 32, finished on W2 (38 steps in all), against W1 uninterrupted.
+# Tolerance 1e-6 of the largest parameter, lesson 03's test_ddp_equals_single_process: the state at step 32 is
+# the W1 run's exactly (it is the file); the 6 steps after it sum the same gradients in another order (per rank,
+# then across ranks), which changes the float32 rounding and nothing else. Bit-exactness is impossible for the
+# same reason. A BN-free net: with plain BN each rank normalises over its own local batch, so another world
+# size is another computation (lesson 05's SyncBN removes that).
+tiny="--model tiny --epochs 2 --batch-size 256"
+for pair in "2 1" "4 2"; do
+  set -- $pair
+  from=$1 to=$2
+  if run "$from" "$work/u$from.log" $tiny --checkpoint-dir "$work/u$from" &&
+     run "$from" "$work/e$from.log" $tiny --checkpoint-dir "$work/e$from$to" --stop-at 32 &&
+     run "$to" "$work/e$to.log" $tiny --checkpoint-dir "$work/e$from$to" --resume auto; then
+    last=$(ls "$work/u$from" | tail -n 1)
+    if "$compare" "$work/u$from/$last" "$work/e$from$to/$last" 1e-6 >"$work/cmp" 2>&1; then
+      ok "elastic resume $from -> $to ranks at step 32: $(cat "$work/cmp")"
+    else
+      bad "elastic resume $from -> $to ranks: beyond 1e-6: $(cat "$work/cmp")"
+    fi
+  else
+    bad "elastic resume $from -> $to ranks: a run failed"
+    show "$work/e$to.log"
+  fi
+done
+
+# ---- 3. bad resumes: clear errors, exit 1, never a hang, never a silent fresh start
+f=$work/u2/$(ls "$work/u2" | tail -n 1)
+cp "$f" "$work/flipped.ckpt"
+printf '\x01' | dd of="$work/flipped.ckpt" bs=1 seek=5000 conv=notrunc status=none
+run 2 "$work/bad.log" $tiny --resume "$work/flipped.ckpt"
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'cannot resume: .*CRC mismatch' "$work/bad.log"; then
+  ok "a corrupt --resume file is refused: $(grep -m1 -o 'CRC mismatch.*' "$work/bad.log" | cut -c1-120)"
+else
+  bad "a corrupt --resume file: expected exit 1 and a CRC message (exit $rc)"; show "$work/bad.log"
+fi
+run 2 "$work/bad.log" --model tiny --epochs 2 --batch-size 128 --resume "$f"
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'trained with --batch-size 256' "$work/bad.log"; then
+  ok "another --batch-size is refused, naming the option"
+else
+  bad "resume with another --batch-size: expected exit 1 naming --batch-size (exit $rc)"; show "$work/bad.log"
+fi
+newest=$(ls "$work/u2" | tail -n 1)
+truncate -s 1000 "$work/u2/$newest"
+run 1 "$work/auto.log" $tiny --checkpoint-dir "$work/u2" --resume auto
+rc=$?
+if [ $rc -eq 0 ] && grep -q 'skipping a corrupt checkpoint' "$work/auto.log" && grep -q 'resumed from' "$work/auto.log"; then
+  ok "--resume auto skips a truncated newest file with a warning and resumes from the one before"
+else
+  bad "--resume auto with a truncated newest file (exit $rc)"; show "$work/auto.log"
+fi
+
+[ $failed -eq 0 ] && echo "lesson 04: all extra tests passed"
+exit $failed
