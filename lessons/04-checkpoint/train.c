@@ -218,6 +218,12 @@ RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out
         }
     }
 
+    if (o->resume) {  // one rank that cannot resume stops them all (the others would wait for it)
+        double failed = status == RUN_FAILED ? 1.0 : 0.0;
+        pg_allreduce_sum_double_host(pg, &failed, 1);
+        if (failed > 0.0) status = RUN_FAILED;
+    }
+
     TrainLog log;
     trainlog_begin(&log, o, data.train.name, dev, world, is_main);
     if (status == RUN_DONE) {

@@ -471,7 +471,8 @@ static Model *run_with(ProcessGroup *pg, TrainOptions o, RunStatus expect, long 
     Model *m = NULL;
     long long from = -2;
     RunStatus s = run_program(pg, &o, &m, &from);
-    if (s != expect) print_error("run_program returned status %d, expected %d\n", (int)s, (int)expect);
+    static const char *names[] = {"RUN_DONE", "RUN_STOPPED", "RUN_NONFINITE", "RUN_FAILED (see the error above)"};
+    if (s != expect) print_error("run_program returned %s, expected %s\n", names[s], names[expect]);
     if (resumed_from) *resumed_from = from;
     if (s != expect) {
         model_free(m);
