@@ -22,10 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "ckpt.h"
-#include "log.h"
-#include "model.h"
+#include "kit/check.h"
+#include "kit/ckpt.h"
+#include "kit/log.h"
+#include "kit/model.h"
 
 enum { RUNS = 5 };
 

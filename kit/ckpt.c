@@ -4,7 +4,7 @@
 // layout does not depend on the compiler's struct padding. Tensor data is copied as it sits in memory,
 // which is little-endian IEEE-754 on every machine the kit builds for (x86-64, AArch64); the static
 // assertion stops a big-endian build instead of letting it write files nobody else can read.
-#include "ckpt.h"
+#include "kit/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,8 +17,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "check.h"
-#include "device.h"
+#include "kit/check.h"
+#include "kit/device.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format stores tensors little-endian");
 _Static_assert(sizeof(float) == 4, "tensors are stored as 32-bit floats");

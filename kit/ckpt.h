@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "kit/model.h"
 
 #ifdef __cplusplus
 extern "C" {

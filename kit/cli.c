@@ -71,6 +71,17 @@ static const CliOption OPTIONS[] = {
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
     {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,
      "seconds a collective may wait for a peer before the job stops"},
+    {"checkpoint", "FILE", CLI_CKPT, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
+     "save to FILE at the end of every epoch (and every --save-every steps)"},
+    {"checkpoint-dir", "DIR", CLI_CKPT, OPT_STRING, FIELD(checkpoint_dir), NULL, 0, 0, NULL,
+     "or save DIR/ckpt-STEP.ckpt files, keeping the newest --keep"},
+    {"save-every", "N", CLI_CKPT, OPT_INT, FIELD(save_every), "0", 0, 1 << 30, NULL,
+     "also save every N steps (0: at the end of every epoch only)"},
+    {"keep", "K", CLI_CKPT, OPT_INT, FIELD(keep), "3", 1, 1000000, NULL, "checkpoints kept in --checkpoint-dir"},
+    {"resume", "FILE|auto", CLI_CKPT, OPT_STRING, FIELD(resume), NULL, 0, 0, NULL,
+     "resume from FILE, or from the newest valid checkpoint of\n--checkpoint-dir (none there: start from step 0)"},
+    {"stop-at", "STEP", CLI_CKPT, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
+     "save and stop after global step STEP (0: never; to chain jobs)"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };
@@ -245,6 +256,9 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         snprintf(msg, sizeof msg, "--metrics '%%s' cannot be written: %s", why);
         usage_error(msg, o->metrics);
     }
+    if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
+    if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
+        usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");
 }
 
 void cli_apply_dataset_defaults(TrainOptions *o) {

@@ -2,7 +2,7 @@
 //
 // One parser for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
-// and --bucket-mb); an option outside those groups is an error like any unknown option.
+// and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options); an option outside those groups is an error like any unknown option.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
 //
 // Adding an option: a field below and a row of the option table in kit/cli.c (name, group, type, field,
@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -30,6 +30,12 @@ typedef struct {
     const char *backend;      // CLI_DIST: auto|mpi|nccl
     double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)
     double timeout_s;         // CLI_DIST: collective timeout
+    const char *checkpoint;      // CLI_CKPT: file to save to (overwritten at every save)
+    const char *checkpoint_dir;  // CLI_CKPT: or a folder of ckpt-STEP.ckpt files, the newest --keep kept
+    const char *resume;          // CLI_CKPT: a checkpoint file to resume from, or "auto" (newest valid in the folder)
+    int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
+    int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
+    int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups

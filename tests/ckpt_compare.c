@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ckpt.h"
+#include "kit/check.h"
+#include "kit/ckpt.h"
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 4) die("usage: %s A.ckpt B.ckpt [TOLERANCE]", argv[0]);

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "ckpt.h"
-#include "data.h"
-#include "model.h"
-#include "ops.h"
-#include "optim.h"
+#include "kit/check.h"
+#include "kit/ckpt.h"
+#include "kit/data.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
 
 enum { BATCH = 32, STEPS = 40, TEST_N = 500, CLASSES = 10 };
 
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         cross_entropy_backward(DEVICE_CPU, b->n, CLASSES, logits, b->y, 0.0f, 1.0f / b->n, m->dlogits);
         model_zero_grad(m);
         model_backward(m, b->x, m->dlogits, b->n);
-        optim_step(m, &opt, opt.lr);
+        optim_step(m, &opt);
     }
     loader_free(L);
 

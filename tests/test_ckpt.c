@@ -3,7 +3,7 @@
 // message naming what is wrong and leaves the model untouched; a writer killed at random moments always
 // leaves a loadable file; a folder of checkpoints gives its latest valid one; and a file saved from one
 // device loads onto the other (when a GPU is present).
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "ckpt.h"
-#include "model.h"
+#include "kit/ckpt.h"
+#include "kit/model.h"
 
 // The format's fixed sizes (kit/CHECKPOINT.md), restated here so a change of layout fails a test.
 enum { HEADER = 240, ENTRY = 96, TRAILER = 16 };

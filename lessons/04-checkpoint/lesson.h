@@ -8,12 +8,12 @@
 
 #include <signal.h>
 
-#include "03-ddp/lesson.h"
-#include "ckpt.h"
-#include "cli.h"
-#include "dist.h"
-#include "model.h"
-#include "train.h"
+#include "solutions/03-ddp/lesson.h"
+#include "kit/ckpt.h"
+#include "kit/cli.h"
+#include "kit/dist.h"
+#include "kit/model.h"
+#include "kit/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,9 +82,9 @@ extern volatile sig_atomic_t g_stop_signal;
 // ---------------------------------------------------------------- given (train.c)
 
 // Lesson 03's training loop with checkpoints: resumes when o->resume is set, saves as the Checkpointer says,
-// stops on a signal, --stop-at or a non-finite loss. m: built and broadcast by the caller; *run: where to
+// stops on a signal, --stop-at or a non-finite loss. ddp->model: built and broadcast by the caller; *run: where to
 // start (zero for a fresh run), updated as training goes; log: begun by the caller (rank 0 prints).
-RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Model *m, Ddp *ddp, Checkpointer *ck,
+RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Ddp *ddp, Checkpointer *ck,
                     RunState *run, TrainLog *log);
 // Everything main does after the process group: data, model, --resume, train_run, the report. Returns why it
 // stopped; *model_out (when not NULL) gets the model (the caller frees it), *resumed_from the step resumed

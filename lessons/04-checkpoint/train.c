@@ -17,16 +17,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "check.h"
-#include "cli.h"
-#include "data.h"
-#include "device.h"
-#include "dist.h"
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/dist.h"
 #include "lesson.h"
-#include "log.h"
-#include "model.h"
-#include "optim.h"
-#include "train.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
 
 void checkpointer_path(const Checkpointer *ck, long long step, char *out, size_t outlen) {
     if (ck->file) snprintf(out, outlen, "%s", ck->file);
@@ -51,8 +51,9 @@ static int save_now(ProcessGroup *pg, const TrainOptions *o, const Model *m, Che
     return 0;
 }
 
-RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Model *m, Ddp *ddp, Checkpointer *ck,
+RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Ddp *ddp, Checkpointer *ck,
                     RunState *run, TrainLog *log) {
+    Model *m = ddp->model;
     bool is_main = pg_rank(pg) == 0;
     SgdConfig opt = train_sgd_config(o);
     int steps_per_epoch = loader_batches_per_epoch(data->train_loader);
@@ -69,8 +70,8 @@ RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Mo
         const Batch *b;
         double wait;
         while ((b = loader_next(data->train_loader, &wait)) != NULL) {
-            Metrics batch = {0, 0, 0};
-            ddp_train_step(ddp, m, b, &opt, lr_at(&sched, (int)run->step), o->label_smoothing, &batch);
+            opt.lr = lr_at(&sched, (int)run->step);  // the schedule sets this step's rate: from the restored step
+            Metrics batch = ddp_step(ddp, b, &opt, o->label_smoothing);
             trainlog_step(log, b->index, &batch, wait);
             run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
             run->step++;
@@ -183,7 +184,7 @@ RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out
     model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
     Model *m = model_create(&cfg, dev, local_batch, o->seed);
     ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
+    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
     Checkpointer ck = {.file = o->checkpoint, .dir = o->checkpoint_dir, .keep = o->keep, .save_every = o->save_every,
                        .stop_at = o->stop_at, .last_saved_step = -1};
@@ -235,7 +236,7 @@ RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out
             sigaction(SIGTERM, &sa, &old_term);
             sigaction(SIGINT, &sa, &old_int);
         }
-        status = train_run(pg, o, &data, m, &ddp, &ck, &run, &log);
+        status = train_run(pg, o, &data, &ddp, &ck, &run, &log);
         if (checkpointer_enabled(&ck)) {
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGINT, &old_int, NULL);

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "ckpt.h"
-#include "model.h"
+#include "kit/ckpt.h"
+#include "kit/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "kit/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,8 +10,8 @@
 // to the kernel. Hints for failures are in hints.tsv.
 #include <mpi.h>
 
-#include "testutil.h"
-#include "grading.h"
+#include "tests/testutil.h"
+#include "tests/grading.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -21,12 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "cli.h"
-#include "dist.h"
+#include "kit/ckpt.h"
+#include "kit/cli.h"
+#include "kit/dist.h"
 #include "lesson.h"
-#include "model.h"
-#include "train.h"
+#include "kit/model.h"
+#include "kit/train.h"
 
 #define TEST_SEED 7
 #define TEST_TIMEOUT_S 20.0
