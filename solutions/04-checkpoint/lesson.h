@@ -1,6 +1,6 @@
 // lesson.h: the functions you write in lesson 04, shared by train.c, ckpt.c and the autograder.
 //
-// Lesson 03's DDP comes complete from its solution (../03-ddp/lesson.h: ddp_train_step, ddp_global_metrics,
+// Lesson 03's DDP comes complete from its solution (solutions/03-ddp/lesson.h: ddp_step, ddp_global_metrics,
 // ...). The kit supplies the checkpoint FILE (kit/ckpt.h: encoding, every check of a file, loading onto a
 // model on its device). You write what makes a distributed training run survive being stopped.
 #ifndef LESSON04_H
