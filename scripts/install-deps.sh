@@ -13,6 +13,7 @@ packages=(
   build-essential clang libomp-dev libopenblas-dev libopenmpi-dev openmpi-bin libcmocka-dev
   zlib1g-dev libpng-dev python3 python3-numpy gnuplot-nox dataset-fashion-mnist curl ca-certificates
   bubblewrap  # tests/grade.py's sandbox: code under test sees the kit read-only, in its own PID namespace
+  libclang-rt-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz, and the fuzz smoke run in make test
 )
 slides_packages=(pandoc texlive-latex-recommended texlive-pictures lmodern)
 
