@@ -72,3 +72,13 @@ void die(const char *fmt, ...) {
     report(buf, used);
     exit(1);
 }
+
+int check_reason(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}

@@ -26,6 +26,11 @@ void check_fail(const char *file, int line, const char *call, const char *error,
 void check_failf(const char *file, int line, const char *call, const char *hint, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 5, 6)));
 
+// For functions that report a bad input instead of stopping (the dataset readers, the checkpoint loader:
+// a caller may skip a corrupt file and try the next): formats the one-line reason into err (when err is
+// not NULL) and returns -1, so that a reader can `return check_reason(err, errlen, "truncated at %zu", off);`.
+int check_reason(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 // A condition that must hold. CHECK(n > 0, "the dataset is empty: did the download finish?")
 #define CHECK(cond, hint)                                                       \
     do {                                                                        \

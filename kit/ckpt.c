@@ -30,17 +30,6 @@ enum {
     DATA_ALIGN = 64,     // the data starts on a 64-byte boundary: numpy/mmap readers can view it in place
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 const char *ckpt_group_name(CkptGroup g) {
     static const char *names[] = {"params", "momentum", "buffers"};
     return (unsigned)g < CKPT_GROUPS ? names[g] : "?";
@@ -391,11 +380,11 @@ typedef struct {
 static int write_atomic_pieces(const char *path, const Piece *pieces, int n_pieces, char *err, size_t errlen) {
     char tmp[4096], dir[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return fail(err, errlen, "%s: path too long", path);
+        return check_reason(err, errlen, "%s: path too long", path);
     dir_of(path, dir, sizeof dir);
     // 1. a temporary file in the SAME folder: rename(2) is atomic only within one file system.
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    if (fd < 0) return check_reason(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
     // 2. the bytes, then 3. fsync: until it returns they may sit in the page cache only.
     const char *step = NULL;
     for (int i = 0; i < n_pieces && !step; i++)
@@ -405,23 +394,23 @@ static int write_atomic_pieces(const char *path, const Piece *pieces, int n_piec
     if (close(fd) != 0 && !step) step = "close", saved = errno;  // NFS reports write errors at close
     if (step) {
         unlink(tmp);
-        return fail(err, errlen, "%s: %s failed: %s (the previous %s is untouched)", tmp, step, strerror(saved),
+        return check_reason(err, errlen, "%s: %s failed: %s (the previous %s is untouched)", tmp, step, strerror(saved),
                     path);
     }
     // 4. rename over the old file: readers see the old or the new file, never a mix.
     if (rename(tmp, path) != 0) {
         saved = errno;
         unlink(tmp);
-        return fail(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(saved));
+        return check_reason(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(saved));
     }
     // 5. fsync the folder: the rename is a change of the folder, and lives in its page cache until then.
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return fail(err, errlen, "%s: cannot open the folder to fsync it: %s", dir, strerror(errno));
+    if (dfd < 0) return check_reason(err, errlen, "%s: cannot open the folder to fsync it: %s", dir, strerror(errno));
     int rc = fsync(dfd);
     saved = errno;
     close(dfd);
     if (rc != 0 && saved != EINVAL)  // EINVAL: a file system that cannot sync folders (nothing to wait for)
-        return fail(err, errlen, "%s: fsync of the folder failed: %s", dir, strerror(saved));
+        return check_reason(err, errlen, "%s: fsync of the folder failed: %s", dir, strerror(saved));
     return 0;
 }
 
@@ -448,23 +437,23 @@ static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __buil
 // The table entry must be a sane f32 tensor inside the data section with a matching byte count.
 static int check_entry(const CkptTensor *t, int i, const Layout *l, char *err, size_t errlen) {
     if ((unsigned)t->group >= CKPT_GROUPS)
-        return fail(err, errlen, "tensor table entry %d (%s): unknown group %u", i, t->name, (unsigned)t->group);
+        return check_reason(err, errlen, "tensor table entry %d (%s): unknown group %u", i, t->name, (unsigned)t->group);
     if (t->dtype != CKPT_F32)
-        return fail(err, errlen, "tensor %s: unknown dtype %u (this kit reads f32 = 0)", t->name, (unsigned)t->dtype);
+        return check_reason(err, errlen, "tensor %s: unknown dtype %u (this kit reads f32 = 0)", t->name, (unsigned)t->dtype);
     if (t->ndim < 1 || t->ndim > 4)
-        return fail(err, errlen, "tensor %s: %d dimensions (1..4 expected)", t->name, t->ndim);
+        return check_reason(err, errlen, "tensor %s: %d dimensions (1..4 expected)", t->name, t->ndim);
     uint64_t count = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] <= 0 || mul_overflows(count, (uint64_t)t->shape[d], &count))
-            return fail(err, errlen, "tensor %s: bad shape (dimension %d is %d)", t->name, d, t->shape[d]);
+            return check_reason(err, errlen, "tensor %s: bad shape (dimension %d is %d)", t->name, d, t->shape[d]);
     }
     uint64_t nbytes, end;
     if (mul_overflows(count, sizeof(float), &nbytes) || nbytes != t->nbytes)
-        return fail(err, errlen, "tensor %s: %llu bytes for %llu floats", t->name, (unsigned long long)t->nbytes,
+        return check_reason(err, errlen, "tensor %s: %llu bytes for %llu floats", t->name, (unsigned long long)t->nbytes,
                     (unsigned long long)count);
     if (t->offset < l->data_offset || __builtin_add_overflow(t->offset, t->nbytes, &end) ||
         end > l->data_offset + l->data_bytes)
-        return fail(err, errlen, "tensor %s: bytes [%llu, +%llu) lie outside the data section [%llu, +%llu)", t->name,
+        return check_reason(err, errlen, "tensor %s: bytes [%llu, +%llu) lie outside the data section [%llu, +%llu)", t->name,
                     (unsigned long long)t->offset, (unsigned long long)t->nbytes,
                     (unsigned long long)l->data_offset, (unsigned long long)l->data_bytes);
     return 0;
@@ -473,44 +462,44 @@ static int check_entry(const CkptTensor *t, int i, const Layout *l, char *err, s
 int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen) {
     memset(ck, 0, sizeof *ck);
     const uint8_t *p = buf;
-    if (n < 16) return fail(err, errlen, "truncated: %zu bytes, not even a header", n);
+    if (n < 16) return check_reason(err, errlen, "truncated: %zu bytes, not even a header", n);
     if (memcmp(p, CKPT_MAGIC, 8) != 0)
-        return fail(err, errlen, "wrong magic: this is not a kit checkpoint (expected \"%s\" at byte 0)", CKPT_MAGIC);
+        return check_reason(err, errlen, "wrong magic: this is not a kit checkpoint (expected \"%s\" at byte 0)", CKPT_MAGIC);
     Get r = {p, 8};
     uint32_t version = get_u32(&r), header_bytes = get_u32(&r);
     if (version != CKPT_VERSION)
-        return fail(err, errlen, "format version %u; this kit reads version %u", version, CKPT_VERSION);
+        return check_reason(err, errlen, "format version %u; this kit reads version %u", version, CKPT_VERSION);
     if (header_bytes != HEADER_BYTES)
-        return fail(err, errlen, "header of %u bytes; version %u has %u", header_bytes, version, HEADER_BYTES);
-    if (n < HEADER_BYTES) return fail(err, errlen, "truncated in the header: %zu of %d bytes", n, HEADER_BYTES);
+        return check_reason(err, errlen, "header of %u bytes; version %u has %u", header_bytes, version, HEADER_BYTES);
+    if (n < HEADER_BYTES) return check_reason(err, errlen, "truncated in the header: %zu of %d bytes", n, HEADER_BYTES);
     Get c = {p, HEADER_BYTES - 4};
     if (crc_differs(get_u32(&c), crc_of(0, p, HEADER_BYTES - 4)))
-        return fail(err, errlen, "header CRC mismatch: the header is corrupt");
+        return check_reason(err, errlen, "header CRC mismatch: the header is corrupt");
     Layout l;
-    if (!read_header(p, &ck->state, &l)) return fail(err, errlen, "header: a name field is not NUL-terminated");
+    if (!read_header(p, &ck->state, &l)) return check_reason(err, errlen, "header: a name field is not NUL-terminated");
     ck->version = version;
 
     // Sizes: the header says how long the file is; anything else is truncation or garbage.
     if (l.n_tensors > CKPT_MAX_TENSORS)
-        return fail(err, errlen, "header: %u tensors (more than %d: corrupt)", l.n_tensors, CKPT_MAX_TENSORS);
+        return check_reason(err, errlen, "header: %u tensors (more than %d: corrupt)", l.n_tensors, CKPT_MAX_TENSORS);
     uint64_t table_end = HEADER_BYTES + (uint64_t)l.n_tensors * ENTRY_BYTES, total;
     if (l.data_offset < table_end || l.data_offset % DATA_ALIGN != 0 || l.data_offset - table_end >= DATA_ALIGN ||
         __builtin_add_overflow(l.data_offset, l.data_bytes, &total) ||
         __builtin_add_overflow(total, (uint64_t)TRAILER_BYTES, &total))
-        return fail(err, errlen, "header: inconsistent layout (data at %llu, table ends at %llu)",
+        return check_reason(err, errlen, "header: inconsistent layout (data at %llu, table ends at %llu)",
                     (unsigned long long)l.data_offset, (unsigned long long)table_end);
     if (n < total)
-        return fail(err, errlen, "truncated: %zu bytes, the header says %llu (cut in the %s)", n,
+        return check_reason(err, errlen, "truncated: %zu bytes, the header says %llu (cut in the %s)", n,
                     (unsigned long long)total,
                     n < table_end ? "tensor table" : n < l.data_offset + l.data_bytes ? "tensor data" : "trailer");
     if (n > total)
-        return fail(err, errlen, "%zu bytes, the header says %llu: trailing bytes after the trailer", n,
+        return check_reason(err, errlen, "%zu bytes, the header says %llu: trailing bytes after the trailer", n,
                     (unsigned long long)total);
     if (crc_differs(crc_of(0, p + HEADER_BYTES, table_end - HEADER_BYTES), l.table_crc))
-        return fail(err, errlen, "tensor table CRC mismatch: the table is corrupt");
+        return check_reason(err, errlen, "tensor table CRC mismatch: the table is corrupt");
     size_t trailer = (size_t)(total - TRAILER_BYTES);
     if (memcmp(p + trailer, CKPT_END_MAGIC, 8) != 0)
-        return fail(err, errlen, "trailer: wrong end magic (expected \"%s\")", CKPT_END_MAGIC);
+        return check_reason(err, errlen, "trailer: wrong end magic (expected \"%s\")", CKPT_END_MAGIC);
 
     // Table entries: bounds, then every tensor's CRC, then the whole file's.
     ck->tensors = xcalloc(l.n_tensors ? l.n_tensors : 1, sizeof *ck->tensors);
@@ -520,11 +509,11 @@ int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen) {
         if (!read_entry(p + HEADER_BYTES + (size_t)i * ENTRY_BYTES, t)) {
             free(ck->tensors);
             ck->tensors = NULL;
-            return fail(err, errlen, "tensor table entry %d: the name is not NUL-terminated", i);
+            return check_reason(err, errlen, "tensor table entry %d: the name is not NUL-terminated", i);
         }
         int bad = check_entry(t, i, &l, err, errlen);
         if (!bad && crc_differs(crc_of(0, p + t->offset, t->nbytes), t->crc))
-            bad = fail(err, errlen, "tensor %s (%s): CRC mismatch: its data is corrupt", t->name,
+            bad = check_reason(err, errlen, "tensor %s (%s): CRC mismatch: its data is corrupt", t->name,
                        ckpt_group_name(t->group));
         if (bad) {
             free(ck->tensors);
@@ -547,7 +536,7 @@ int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen) {
     if (crc_differs(get_u32(&tr), file_crc)) {
         free(ck->tensors);
         ck->tensors = NULL;
-        return fail(err, errlen, "file CRC mismatch (trailer): bytes outside the header, table and tensors are corrupt");
+        return check_reason(err, errlen, "file CRC mismatch (trailer): bytes outside the header, table and tensors are corrupt");
     }
     ck->bytes = p;
     ck->size = n;
@@ -557,11 +546,11 @@ int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen) {
 int ckpt_read(Ckpt *ck, const char *path, char *err, size_t errlen) {
     memset(ck, 0, sizeof *ck);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return check_reason(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return check_reason(err, errlen, "%s: not a regular file", path);
     }
     size_t n = (size_t)sb.st_size;
     uint8_t *buf = xmalloc(n ? n : 1);
@@ -577,7 +566,7 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, size_t errlen) {
     if (got != n || ckpt_decode(ck, buf, n, why, sizeof why) != 0) {
         if (got != n) snprintf(why, sizeof why, "read %zu of %zu bytes", got, n);
         free(buf);
-        return fail(err, errlen, "%s: %s", path, why);
+        return check_reason(err, errlen, "%s: %s", path, why);
     }
     ck->owned = buf;
     return 0;
@@ -609,7 +598,7 @@ int ckpt_check_model(const Ckpt *ck, const Model *m, char *err, size_t errlen) {
     const ModelConfig *a = &ck->state.model, *b = &m->cfg;
     if (strcmp(a->name, b->name) != 0 || a->width != b->width || a->in_c != b->in_c || a->in_h != b->in_h ||
         a->in_w != b->in_w || a->classes != b->classes)
-        return fail(err, errlen,
+        return check_reason(err, errlen,
                     "model mismatch: the checkpoint holds %s (width %d, input %dx%dx%d, %d classes), this program "
                     "built %s (width %d, input %dx%dx%d, %d classes)",
                     a->name, a->width, a->in_c, a->in_h, a->in_w, a->classes, b->name, b->width, b->in_c, b->in_h,
@@ -622,17 +611,17 @@ int ckpt_check_model(const Ckpt *ck, const Model *m, char *err, size_t errlen) {
         for (int i = 0; i < g[k].n; i++) {
             const TensorView *v = &g[k].views[i];
             const CkptTensor *t = ckpt_find(ck, (CkptGroup)k, v->name);
-            if (!t) return fail(err, errlen, "%s: tensor %s is missing from the checkpoint", ckpt_group_name(k), v->name);
+            if (!t) return check_reason(err, errlen, "%s: tensor %s is missing from the checkpoint", ckpt_group_name(k), v->name);
             if (t->ndim != v->ndim || memcmp(t->shape, v->shape, (size_t)v->ndim * sizeof(int)) != 0) {
                 char want[64], got[64];
                 shape_str(want, sizeof want, v->ndim, v->shape);
                 shape_str(got, sizeof got, t->ndim, t->shape);
-                return fail(err, errlen, "%s: tensor %s has shape %s in the checkpoint, %s in the model",
+                return check_reason(err, errlen, "%s: tensor %s has shape %s in the checkpoint, %s in the model",
                             ckpt_group_name(k), v->name, got, want);
             }
         }
         if (in_file != g[k].n)
-            return fail(err, errlen, "%s: the checkpoint has %d tensors, the model %d", ckpt_group_name(k), in_file,
+            return check_reason(err, errlen, "%s: the checkpoint has %d tensors, the model %d", ckpt_group_name(k), in_file,
                         g[k].n);
     }
     return 0;
@@ -671,7 +660,7 @@ int ckpt_load(const char *path, Model *m, CkptState *st, char *err, size_t errle
     char why[400];
     if (ckpt_check_model(&ck, m, why, sizeof why) != 0) {
         ckpt_free(&ck);
-        return fail(err, errlen, "%s: %s", path, why);
+        return check_reason(err, errlen, "%s: %s", path, why);
     }
     ckpt_apply(&ck, m);
     if (st) *st = ck.state;
@@ -720,7 +709,7 @@ static int list_steps(const char *dir, long long **steps) {
 int ckpt_find_latest(const char *dir, char *out, size_t outlen, char *err, size_t errlen) {
     long long *steps = NULL;
     int n = list_steps(dir, &steps);
-    if (n < 0) return fail(err, errlen, "%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
+    if (n < 0) return check_reason(err, errlen, "%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
     for (int i = 0; i < n; i++) {
         ckpt_path_for_step(out, outlen, dir, steps[i]);
         Ckpt ck;
@@ -733,7 +722,7 @@ int ckpt_find_latest(const char *dir, char *out, size_t outlen, char *err, size_
         fprintf(stderr, "warning: skipping a corrupt checkpoint: %s\n", why);
     }
     free(steps);
-    return fail(err, errlen, "%s: no valid checkpoint (ckpt-*.ckpt) in this folder (%d corrupt)", dir, n);
+    return check_reason(err, errlen, "%s: no valid checkpoint (ckpt-*.ckpt) in this folder (%d corrupt)", dir, n);
 }
 
 int ckpt_prune(const char *dir, int keep) {

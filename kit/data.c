@@ -18,18 +18,6 @@
 
 // ---------------------------------------------------------------- common helpers
 
-// Formats the one-line error message; always returns -1 so callers can `return fail(...)`.
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static void dataset_alloc(Dataset *ds, const char *name, int n, int c, int h, int w, int classes) {
     memset(ds, 0, sizeof *ds);
     snprintf(ds->name, sizeof ds->name, "%s", name);
@@ -59,7 +47,7 @@ static void dataset_set_stats(Dataset *ds, const float *mean, const float *std) 
 int dataset_load(Dataset *ds, const char *name, const char *dir, Split split, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
     const DatasetInfo *info = name ? dataset_info(name) : NULL;
-    if (!info) return fail(err, errlen, "unknown dataset '%s': expected %s", name ? name : "", dataset_names());
+    if (!info) return check_reason(err, errlen, "unknown dataset '%s': expected %s", name ? name : "", dataset_names());
     return info->load(ds, dir ? dir : ".", split, err, errlen);
 }
 
@@ -84,13 +72,13 @@ static long cifar_count(const char *path, const CifarFormat *f, char *err, size_
     struct stat st;
     long rec = f->label_bytes + CIFAR_PIXELS;
     if (stat(path, &st) != 0)
-        return fail(err, errlen, "%s: cannot open (%s): expected a %s binary file (run datasets/fetch.sh)",
+        return check_reason(err, errlen, "%s: cannot open (%s): expected a %s binary file (run datasets/fetch.sh)",
                     path, strerror(errno), f->dataset);
-    if (!S_ISREG(st.st_mode)) return fail(err, errlen, "%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode)) return check_reason(err, errlen, "%s: not a regular file", path);
     if (st.st_size == 0)
-        return fail(err, errlen, "%s: file is empty: expected records of %ld bytes (10000 per file)", path, rec);
+        return check_reason(err, errlen, "%s: file is empty: expected records of %ld bytes (10000 per file)", path, rec);
     if (st.st_size % rec != 0)
-        return fail(err, errlen,
+        return check_reason(err, errlen,
                     "%s: truncated record: expected a multiple of %ld bytes (records of %d label + %d pixel "
                     "bytes), found %lld bytes (%lld whole records + %lld bytes)",
                     path, rec, f->label_bytes, CIFAR_PIXELS, (long long)st.st_size, (long long)(st.st_size / rec),
@@ -102,27 +90,27 @@ static long cifar_count(const char *path, const CifarFormat *f, char *err, size_
 static int cifar_read(const char *path, long count, const CifarFormat *f, uint8_t *images, uint8_t *labels,
                       char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
-    if (!fp) return fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    if (!fp) return check_reason(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     int rc = 0;
     for (long i = 0; i < count && rc == 0; i++) {
         uint8_t lab[2];
         uint8_t *img = images + (size_t)i * CIFAR_PIXELS;
         if (fread(lab, 1, (size_t)f->label_bytes, fp) != (size_t)f->label_bytes ||
             fread(img, 1, CIFAR_PIXELS, fp) != CIFAR_PIXELS) {
-            rc = fail(err, errlen, "%s: truncated record %ld: expected %ld records, the file ended early", path,
+            rc = check_reason(err, errlen, "%s: truncated record %ld: expected %ld records, the file ended early", path,
                       i, count);
         } else if (f->coarse_classes && lab[0] >= f->coarse_classes) {
-            rc = fail(err, errlen, "%s: record %ld has coarse label %d: expected 0..%d", path, i, lab[0],
+            rc = check_reason(err, errlen, "%s: record %ld has coarse label %d: expected 0..%d", path, i, lab[0],
                       f->coarse_classes - 1);
         } else if (lab[f->label_at] >= f->classes) {
-            rc = fail(err, errlen, "%s: record %ld has label %d: expected 0..%d", path, i, lab[f->label_at],
+            rc = check_reason(err, errlen, "%s: record %ld has label %d: expected 0..%d", path, i, lab[f->label_at],
                       f->classes - 1);
         } else {
             labels[i] = lab[f->label_at];
         }
     }
     if (rc == 0 && fgetc(fp) != EOF)  // the file grew since stat(): do not silently ignore bytes
-        rc = fail(err, errlen, "%s: trailing bytes after %ld records", path, count);
+        rc = check_reason(err, errlen, "%s: trailing bytes after %ld records", path, count);
     fclose(fp);
     return rc;
 }
@@ -137,11 +125,11 @@ static int cifar_load(Dataset *ds, const char *name, const CifarFormat *f, char 
         counts[i] = cifar_count(paths[i], f, err, errlen);
         if (counts[i] < 0) return -1;
         if (same_count && counts[i] != counts[0])
-            return fail(err, errlen, "%s: wrong size: expected %ld records like %s, found %ld", paths[i], counts[0],
+            return check_reason(err, errlen, "%s: wrong size: expected %ld records like %s, found %ld", paths[i], counts[0],
                         paths[0], counts[i]);
         total += counts[i];
     }
-    if (total > 0x7fffffffL / CIFAR_PIXELS) return fail(err, errlen, "%s: too many records (%ld)", paths[0], total);
+    if (total > 0x7fffffffL / CIFAR_PIXELS) return check_reason(err, errlen, "%s: too many records (%ld)", paths[0], total);
     dataset_alloc(ds, name, (int)total, 3, 32, 32, f->classes);
     long at = 0;
     for (int i = 0; i < files; i++) {
@@ -194,7 +182,7 @@ static int idx_path(char *out, size_t outlen, const char *dir, const char *base,
     if (access(out, F_OK) == 0) return 0;
     snprintf(out, outlen, "%s/%s", dir, base);
     if (access(out, F_OK) == 0) return 0;
-    return fail(err, errlen, "%s/%s.gz: missing (and no uncompressed %s): expected a Fashion-MNIST IDX file "
+    return check_reason(err, errlen, "%s/%s.gz: missing (and no uncompressed %s): expected a Fashion-MNIST IDX file "
                 "(apt install dataset-fashion-mnist)", dir, base, base);
 }
 
@@ -212,7 +200,7 @@ static int gz_read_all(gzFile gz, const char *path, void *buf, size_t len, const
         if (r < 0) {
             int zerr = 0;
             const char *msg = gzerror(gz, &zerr);
-            return fail(err, errlen, "%s: corrupt gzip data while reading the %s (zlib: %s)", path, what, msg);
+            return check_reason(err, errlen, "%s: corrupt gzip data while reading the %s (zlib: %s)", path, what, msg);
         }
         if (r == 0) break;
         got += (size_t)r;
@@ -220,7 +208,7 @@ static int gz_read_all(gzFile gz, const char *path, void *buf, size_t len, const
     if (got < len) {
         int zerr = 0;
         const char *msg = gzerror(gz, &zerr);
-        return fail(err, errlen, "%s: truncated %s: expected %zu bytes, found %zu%s%s%s", path, what, len, got,
+        return check_reason(err, errlen, "%s: truncated %s: expected %zu bytes, found %zu%s%s%s", path, what, len, got,
                     zerr ? " (zlib: " : "", zerr ? msg : "", zerr ? ")" : "");
     }
     return 0;
@@ -232,16 +220,16 @@ static gzFile idx_open(const char *path, uint32_t magic, int ndims, const uint32
                        char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        check_reason(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
     if (st.st_size == 0) {
-        fail(err, errlen, "%s: file is empty: expected an IDX file (magic 0x%08x)", path, magic);
+        check_reason(err, errlen, "%s: file is empty: expected an IDX file (magic 0x%08x)", path, magic);
         return NULL;
     }
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
-        fail(err, errlen, "%s: cannot open (%s)", path, errno ? strerror(errno) : "zlib could not allocate");
+        check_reason(err, errlen, "%s: cannot open (%s)", path, errno ? strerror(errno) : "zlib could not allocate");
         return NULL;
     }
     uint8_t head[4 + 4 * 3];
@@ -251,7 +239,7 @@ static gzFile idx_open(const char *path, uint32_t magic, int ndims, const uint32
         return NULL;
     }
     if (be32(head) != magic) {
-        fail(err, errlen, "%s: wrong IDX magic: expected 0x%08x, found 0x%08x", path, magic, be32(head));
+        check_reason(err, errlen, "%s: wrong IDX magic: expected 0x%08x, found 0x%08x", path, magic, be32(head));
         gzclose(gz);
         return NULL;
     }
@@ -259,10 +247,10 @@ static gzFile idx_open(const char *path, uint32_t magic, int ndims, const uint32
     for (int d = 0; d < ndims; d++) {
         if (expect[d] && dims[d] != expect[d]) {
             if (ndims == 3)
-                fail(err, errlen, "%s: wrong dimensions: expected %ux%u images, found %ux%u", path, expect[1],
+                check_reason(err, errlen, "%s: wrong dimensions: expected %ux%u images, found %ux%u", path, expect[1],
                      expect[2], dims[1], dims[2]);
             else
-                fail(err, errlen, "%s: wrong dimension %d: expected %u, found %u", path, d, expect[d], dims[d]);
+                check_reason(err, errlen, "%s: wrong dimension %d: expected %u, found %u", path, d, expect[d], dims[d]);
             gzclose(gz);
             return NULL;
         }
@@ -274,10 +262,10 @@ static gzFile idx_open(const char *path, uint32_t magic, int ndims, const uint32
 static int idx_no_trailing(gzFile gz, const char *path, size_t payload, char *err, size_t errlen) {
     uint8_t extra;
     int r = gzread(gz, &extra, 1);
-    if (r > 0) return fail(err, errlen, "%s: trailing bytes after the %zu bytes the IDX header announces", path, payload);
+    if (r > 0) return check_reason(err, errlen, "%s: trailing bytes after the %zu bytes the IDX header announces", path, payload);
     if (r < 0) {
         int zerr = 0;
-        return fail(err, errlen, "%s: corrupt gzip data at the end (zlib: %s)", path, gzerror(gz, &zerr));
+        return check_reason(err, errlen, "%s: corrupt gzip data at the end (zlib: %s)", path, gzerror(gz, &zerr));
     }
     return 0;
 }
@@ -302,10 +290,10 @@ int dataset_load_fashion_mnist(Dataset *ds, const char *dir, Split split, char *
     }
     int rc = 0;
     if (lab_dims[0] != img_dims[0]) {
-        rc = fail(err, errlen, "%s: wrong size: expected %u labels (one per image in %s), found %u", lab_path,
+        rc = check_reason(err, errlen, "%s: wrong size: expected %u labels (one per image in %s), found %u", lab_path,
                   img_dims[0], img_path, lab_dims[0]);
     } else if (img_dims[0] == 0 || img_dims[0] > 0x7fffffffu / (28 * 28)) {
-        rc = fail(err, errlen, "%s: wrong size: expected 1..%u images, found %u", img_path,
+        rc = check_reason(err, errlen, "%s: wrong size: expected 1..%u images, found %u", img_path,
                   0x7fffffffu / (28 * 28), img_dims[0]);
     }
     if (rc == 0) {
@@ -318,7 +306,7 @@ int dataset_load_fashion_mnist(Dataset *ds, const char *dir, Split split, char *
         if (rc == 0) rc = idx_no_trailing(gl, lab_path, (size_t)n, err, errlen);
         for (int i = 0; rc == 0 && i < n; i++)
             if (ds->labels[i] >= 10)
-                rc = fail(err, errlen, "%s: label %d of record %d: expected 0..9", lab_path, ds->labels[i], i);
+                rc = check_reason(err, errlen, "%s: label %d of record %d: expected 0..9", lab_path, ds->labels[i], i);
         if (rc != 0) dataset_free(ds);
     }
     gzclose(gi);

@@ -496,24 +496,24 @@ UID_BASE, UID_SLOTS = 64200, 64
 _UIDS_IN_USE = set()
 
 
-def uid_sandbox_problem():
-    """Why the uid sandbox cannot be used here, or "" when it can."""
+def uid_unowned(uid):
+    """True when no account and no group has this id (so a test may run as it)."""
     import grp
     import pwd
-    if os.geteuid() != 0:
-        return "not root, so no other user to run tests as"
-    free = 0
-    for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+    for lookup in (pwd.getpwuid, grp.getgrgid):
         try:
-            pwd.getpwuid(uid)
-            continue
+            lookup(uid)
+            return False
         except KeyError:
             pass
-        try:
-            grp.getgrgid(uid)
-            continue
-        except KeyError:
-            free += 1
+    return True
+
+
+def uid_sandbox_problem():
+    """Why the uid sandbox cannot be used here, or "" when it can."""
+    if os.geteuid() != 0:
+        return "not root, so no other user to run tests as"
+    free = sum(1 for uid in range(UID_BASE, UID_BASE + UID_SLOTS) if uid_unowned(uid))
     if not free:
         return f"every uid {UID_BASE}..{UID_BASE + UID_SLOTS - 1} belongs to an account"
     # What the test needs to read: every folder from / down to the repository, and its tests, kit, scripts.
@@ -537,21 +537,9 @@ def uid_sandbox_problem():
 
 
 def take_uid():
-    import grp
-    import pwd
     with _SPAWN_LOCK:
         for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
-            if uid in _UIDS_IN_USE:
-                continue
-            try:
-                pwd.getpwuid(uid)
-                continue
-            except KeyError:
-                pass
-            try:
-                grp.getgrgid(uid)
-                continue
-            except KeyError:
+            if uid not in _UIDS_IN_USE and uid_unowned(uid):
                 _UIDS_IN_USE.add(uid)
                 return uid
     raise RuntimeError("no free uid for the test")

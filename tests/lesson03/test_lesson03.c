@@ -14,6 +14,7 @@
 
 #include "tests/testutil.h"
 #include "tests/grading.h"
+#include "tests/mpi_testutil.h"
 
 #include "kit/cli.h"
 #include "kit/data.h"
@@ -27,45 +28,9 @@ enum { LOCAL_BATCH = 16 };           // images per rank per step in these tests
 #define TEST_SEED 7
 #define TEST_TIMEOUT_S 20.0
 
-// Under SANITIZE=1, AddressSanitizer stays on but its leak check does not: Open MPI keeps memory until exit in
-// plugins it has already unloaded, so no suppression can name it, and the leak report would turn every passing
-// test into a failed exit status. (The kit's own buffers are leak-checked by its single-process tests.)
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "detect_leaks=0"; }
-
 // ---------------------------------------------------------------- the test process group
 
-static ProcessGroup *g_pg;  // one per process, finalized at exit (MPI_Init/MPI_Finalize happen once)
-
-static void finish_mpi(void) {
-    if (g_pg) {
-        pg_finalize(g_pg);
-        g_pg = NULL;
-        return;
-    }
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Finalize();  // mpirun treats a rank that exits without it as failed
-}
-
-static void register_exit(void) {
-    static bool done = false;
-    if (!done) atexit(finish_mpi);
-    done = true;
-}
-
-static ProcessGroup *test_pg(void) {
-    if (!g_pg) {
-        static char name[] = "test_lesson03";
-        static char *args[] = {name, NULL};
-        int argc = 1;
-        char **argv = args;
-        register_exit();
-        g_pg = pg_init(&argc, &argv, "mpi", DEVICE_CPU, TEST_TIMEOUT_S);
-    }
-    return g_pg;
-}
+static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson03", TEST_TIMEOUT_S); }
 
 // The largest of every rank's x, known to every rank (NaN counts as infinite).
 static double max_over_ranks(ProcessGroup *pg, double x) {

@@ -12,6 +12,7 @@
 
 #include "tests/testutil.h"
 #include "tests/grading.h"
+#include "tests/mpi_testutil.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -30,10 +31,6 @@
 
 #define TEST_SEED 7
 #define TEST_TIMEOUT_S 20.0
-
-// Open MPI keeps memory until exit in plugins it has unloaded: no leak report under SANITIZE=1 (see lesson 03).
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "detect_leaks=0"; }
 
 // ---------------------------------------------------------------- what the learner's code does to files
 
@@ -93,31 +90,7 @@ static void dir_of(const char *path, char *out, size_t len) {
 
 // ---------------------------------------------------------------- the test process group, shared folders
 
-static ProcessGroup *g_pg;
-
-static void finish_mpi(void) {
-    if (g_pg) {
-        pg_finalize(g_pg);
-        g_pg = NULL;
-        return;
-    }
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Finalize();
-}
-
-static ProcessGroup *test_pg(void) {
-    if (!g_pg) {
-        static char name[] = "test_lesson04";
-        static char *args[] = {name, NULL};
-        int argc = 1;
-        char **argv = args;
-        atexit(finish_mpi);
-        g_pg = pg_init(&argc, &argv, "mpi", DEVICE_CPU, TEST_TIMEOUT_S);
-    }
-    return g_pg;
-}
+static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson04", TEST_TIMEOUT_S); }
 
 static double sum_over_ranks(ProcessGroup *pg, double x) {
     pg_allreduce_sum_double_host(pg, &x, 1);
