@@ -5,8 +5,9 @@
 #   make EMU=1 [target]   builds into build-emu[-debug][-clang]; the CUDA backend there is the emulator
 #                         (device name "cuda-emu"), always with AddressSanitizer + UBSan, never NCCL
 #   make test-emu         (part of make test, GPU or not) builds the emulation variant and runs the
-#                         emulator's own test (tests/test_emu.cu), tests/test_cuda.c and lesson 01's
-#                         kernel test (solution passes, starter fails)
+#                         emulator's own test (tests/test_emu.cu), tests/test_cuda.c, lesson 01's
+#                         kernel test (solution passes, starter fails), and one epoch of lessons 02 and 03's
+#                         programs on the emulated CUDA path against the CPU (tests/emu-lessons.sh)
 #
 # Included from the Makefile right after mk/config.mk: with EMU=1 it replaces config.mk's CUDA settings
 # before mk/kit.mk and mk/lessons.mk read them.
@@ -74,5 +75,9 @@ ifneq ($(EMU_LESSON01),)
 	@if $(EMU_BUILD)/grade-lessons/test_lesson01 --only $(EMU_SGD_TEST) >$(EMU_BUILD)/sgd-starter.log 2>&1 || \
 	    ! grep -q '^\[  FAILED  \] 1 test' $(EMU_BUILD)/sgd-starter.log; then \
 	  cat $(EMU_BUILD)/sgd-starter.log; echo "test-emu: the starter's kernel must FAIL (not pass, not crash)"; exit 1; fi
+	@echo "== the lesson programs' CUDA path in the emulator, one epoch, against the CPU (tests/emu-lessons.sh)"
+	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/solutions/02-data-parallel/train \
+	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/03-ddp/train)
+	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
 	@echo "test-emu: ok"
 endif

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tests/emu-lessons.sh: the CUDA path of the lesson PROGRAMS, end to end, in the CUDA emulator (make EMU=1).
+#
+#   tests/emu-lessons.sh CPU_BUILD EMU_BUILD
+#
+# tests/test_cuda.c checks every op on the CUDA path against the CPU, one call at a time; this checks what
+# those tests cannot see: that each lesson's program drives the CUDA backend correctly over a whole epoch
+# (replicas on two emulated GPUs in lesson 02, the MPI backend staging device buffers in lesson 03; lesson 01's
+# program is the single-device part of both, and its kernel has a test of its own in test-emu).
+# Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
+# and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
+# OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
+# 39 steps of an epoch amplify it to ~1e-4 in the parameters (bench/ddp_drift.c measures this drift). The
+# tolerances, 0.01 on the epoch's mean loss and 1 point of test accuracy, sit ~100x above that, and far below
+# what a real mistake does (a missing gradient reduce or a stale replica moves the loss by 0.1 or more).
+set -u
+cpu=${1:?usage: $0 CPU_BUILD EMU_BUILD}
+emu=${2:?usage: $0 CPU_BUILD EMU_BUILD}
+cd "$(dirname "$0")/.."
+args=(--model tiny --epochs 1)
+status=0
+
+# field NAME LINE: the value of NAME=... in a `final:` line.
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# check LABEL CPU_COMMAND... -- EMU_COMMAND...
+check() {
+  local label=$1; shift
+  local -a cpu_cmd=() emu_cmd=()
+  while [ "$1" != "--" ]; do cpu_cmd+=("$1"); shift; done
+  shift; emu_cmd=("$@")
+  local want got start secs
+  want=$("${cpu_cmd[@]}" 2>&1 | grep '^final:')
+  start=$(date +%s)
+  got=$("${emu_cmd[@]}" 2>&1 | grep '^final:')
+  secs=$(( $(date +%s) - start ))
+  if [ -z "$want" ] || [ -z "$got" ]; then
+    echo "FAIL $label: no final: line (cpu: '${want:-none}', cuda-emu: '${got:-none}')"; status=1; return
+  fi
+  if awk -v a="$(field train_loss "$want")" -v b="$(field train_loss "$got")" \
+         -v c="$(field test_acc "$want")" -v d="$(field test_acc "$got")" \
+         'BEGIN { dl = a - b; da = c - d; exit !(dl < 0.01 && -dl < 0.01 && da < 0.01 && -da < 0.01) }'; then
+    echo "ok   $label (${secs} s in the emulator): train_loss $(field train_loss "$got") vs $(field train_loss "$want") on the CPU, test_acc $(field test_acc "$got") vs $(field test_acc "$want")"
+  else
+    echo "FAIL $label: the CUDA path (emulated) and the CPU path disagree beyond rounding:"
+    echo "     cpu:      $want"; echo "     cuda-emu: $got"; status=1
+  fi
+}
+
+check "lesson 02 on two emulated GPUs" \
+  "$cpu/solutions/02-data-parallel/train" --device cpu --devices 2 "${args[@]}" -- \
+  env KIT_EMU_GPUS=2 "$emu/solutions/02-data-parallel/train" --device cuda-emu --devices 2 "${args[@]}"
+if [ -x "$cpu/solutions/03-ddp/train" ] && [ -x "$emu/solutions/03-ddp/train" ]; then
+  check "lesson 03 on 2 ranks, MPI backend, emulated GPUs" \
+    scripts/launch.sh 2 "$cpu/solutions/03-ddp/train" --device cpu "${args[@]}" -- \
+    scripts/launch.sh 2 "$emu/solutions/03-ddp/train" --device cuda-emu "${args[@]}"
+fi
+exit $status
