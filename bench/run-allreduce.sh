@@ -32,7 +32,7 @@ trap 'rm -f "$tmp"' EXIT
   echo
   echo "The last two columns are plain Open MPI on the same buffers: blocking MPI_Allreduce, and MPI_Iallreduce"
   echo "+ MPI_Wait. busbw vs the last column is the cost of the kit's timeout-watching poll loop; the last two"
-  echo "columns differ by Open MPI's algorithms (pg_init selects libnbc's ring for the non-blocking one; see below)."
+  echo "columns differ by Open MPI's algorithms (pg_init selects libnbc's ring for the non-blocking one on 2 ranks; see below)."
   if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
     echo
     echo "**The machine was busy (load average above its core count) while this ran: ranks lost their cores"
@@ -40,7 +40,7 @@ trap 'rm -f "$tmp"' EXIT
   fi
   launch "$np" "$bin" --backend mpi --device cpu --raw | grep -v '^process group'
 } >"$tmp"
-# libnbc's algorithm for the kit's MPI_Iallreduce: the ring pg_init selects vs the binomial tree that is
+# libnbc's algorithm for the kit's MPI_Iallreduce: the ring (pg_init selects it on 2 ranks) vs the binomial tree that is
 # libnbc's default for in-place buffers (the environment variable wins over pg_init's choice).
 # ALGO_NPS="2 4": rank counts compared; the load average is taken before and after, and a run on a machine
 # busier than 1.5 is marked, since two ranks on two cores then share them with something else.
