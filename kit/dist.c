@@ -419,8 +419,13 @@ static void nccl_init(ProcessGroup *pg) {
 // file to carry. A value someone set (OMPI_MCA_coll_libnbc_iallreduce_algorithm, an MCA parameter file)
 // is left alone: only libnbc's own default, 0 ("ignore" = let libnbc decide), is replaced. Another MPI has
 // no such variable, and nothing is changed.
+// Only on 2 ranks: there each element is one addition, a + b, and IEEE addition commutes, so the ring gives
+// the tree's bits. From 3 ranks on, the ring's summation order of an element depends on which of the N
+// chunks it falls in, i.e. on the buffer's length, and bucketed gradients would no longer equal the flat
+// all-reduce bit for bit (tests/mpi_dist.c checks that they do).
 static void mpi_prefer_ring_iallreduce(void) {
-    int provided = 0, index = 0, count = 0;
+    int provided = 0, index = 0, count = 0, world = 0;
+    if (MPI_Comm_size(MPI_COMM_WORLD, &world) != MPI_SUCCESS || world != 2) return;
     if (MPI_T_init_thread(MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return;
     MPI_T_cvar_handle handle;
     if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
