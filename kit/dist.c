@@ -411,6 +411,34 @@ static void nccl_init(ProcessGroup *pg) {
 }
 #endif
 
+// Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree for in-place calls, the only kind the
+// kit makes: reduce to rank 0, then broadcast back, so the whole buffer crosses the root's links about
+// 2 log2(N) times. Its ring sends each rank 2(N-1)/N of the buffer, the traffic blocking MPI_Allreduce
+// has, and ran at that call's speed in bench/results-allreduce.md. The choice is made here, through
+// MPI_T, so that every launch (scripts/launch.sh, a plain mpirun, srun) gets it with no environment or
+// file to carry. A value someone set (OMPI_MCA_coll_libnbc_iallreduce_algorithm, an MCA parameter file)
+// is left alone: only libnbc's own default, 0 ("ignore" = let libnbc decide), is replaced. Another MPI has
+// no such variable, and nothing is changed.
+// Only on 2 ranks: there each element is one addition, a + b, and IEEE addition commutes, so the ring gives
+// the tree's bits. From 3 ranks on, the ring's summation order of an element depends on which of the N
+// chunks it falls in, i.e. on the buffer's length, and bucketed gradients would no longer equal the flat
+// all-reduce bit for bit (tests/mpi_dist.c checks that they do).
+static void mpi_prefer_ring_iallreduce(void) {
+    int provided = 0, index = 0, count = 0, world = 0;
+    if (MPI_Comm_size(MPI_COMM_WORLD, &world) != MPI_SUCCESS || world != 2) return;
+    if (MPI_T_init_thread(MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return;
+    MPI_T_cvar_handle handle;
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) == MPI_SUCCESS) {
+        int algorithm = 0;
+        const int ring = 1;  // the variable's enum: 0 ignore, 1 ring, 2 binomial, 3 rabenseifner, ...
+        if (count == 1 && MPI_T_cvar_read(handle, &algorithm) == MPI_SUCCESS && algorithm == 0)
+            MPI_T_cvar_write(handle, &ring);
+        MPI_T_cvar_handle_free(&handle);
+    }
+    MPI_T_finalize();  // the written value stays in effect: MPI_T only gave access to it
+}
+
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -420,6 +448,7 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
         if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
             die("MPI_Init failed: start the program with mpirun (scripts/launch.sh) or srun --mpi=pmix");
     }
+    mpi_prefer_ring_iallreduce();  // before the first collective, on every rank alike
     ProcessGroup *pg = xcalloc(1, sizeof *pg);
     pg->dev = dev;
     pg->timeout_s = timeout_from_env(timeout_s);
