@@ -14,14 +14,14 @@ set -euo pipefail
 
 usage="usage: $0 start DIR [NODES] | stop DIR"
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
+if [ -z "$cmd" ] || [ -z "$dir" ]; then echo "$usage" >&2; exit 2; fi
 
 stop_cluster() {
   local f pid
   for f in "$dir"/slurmd-*.pid "$dir"/slurmctld.pid; do
     [ -f "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
   done
   # slurmd keeps no pid file of its steps: wait for the daemons to go, so the ports are free for the next start.
   for _ in $(seq 50); do
