@@ -26,6 +26,7 @@ set title 'speedup (images/s relative to 1 rank)'
 set xlabel 'ranks'
 set logscale x 2
 set xtics (1, 2, 4, 8, 16)
+set xrange [0.9:10]
 set key top left
 plot '$dir/scaling-speedup.csv' using 1:1 with lines dashtype 2 title 'ideal', \
      '' using 1:7 with lines lw 2 title 'cores ($cores): the ceiling here', \
@@ -43,6 +44,7 @@ unset multiplot
 set output '$dir/scaling-split.png'
 unset logscale x
 set xtics auto
+set autoscale x
 set format y '%g'
 set yrange [0:*]
 set style data histograms
@@ -79,6 +81,7 @@ set style fill solid 0.8 border -1
 set boxwidth 0.7
 set yrange [0:*]
 set output '$dir/scaling-link.png'
+set xtics rotate by -25
 set multiplot layout 1,$cols title 'the interconnect, 2 ranks$loaded'
 set title 'seconds per epoch by link (TCP: two network namespaces)'
 set ylabel 'seconds'

@@ -149,5 +149,5 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 bench/scaling_summary.py --out-dir "$out" --cores "$cores" --load-start "$load_start" --load-end "$load_end" \
   --loaded-limit "$loaded_limit" --started "$started" --program "${program#"$PWD"/}" --args "${base[*]}" \
   --batch "$batch" --params "$(cat "$work/params" 2>/dev/null)" --netns "$([ $netns_ok = 1 ] && echo yes || echo "no: ${netns_why#netns-cluster: }")" \
-  --link-note "${link_note#link shaped: }" --cpu "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)" > "$md"
+  --link-note "$(sed 's/^link shaped: //; s/ rate [0-9]* Mbit\/s//' <<< "$link_note")" --cpu "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)" > "$md"
 echo "run-scaling: wrote $md and $out/scaling-*.csv; bench/plot-scaling.sh draws them (make plot-scaling)"

@@ -114,7 +114,7 @@ def main():
               f"{r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['load1']} |")
     if bucket:
         p()
-        p(f"## Gradient bucket size: 2 hosts x 1 rank, TCP {bucket[0]['link']} ({o.link_note or 'shaped'})")
+        p(f"## Gradient bucket size: 2 hosts x 1 rank, {bucket[0]['link']} ({o.link_note or 'shaped'})")
         p()
         p("`--bucket-mb 0`: one all-reduce of the whole gradient after backward; small buckets start while backward")
         mb = int(o.params or 0) * 4 / 1e6

@@ -11,6 +11,8 @@
 #   tests/scale-out/slurm.sh PROGRAM CKPT_COMPARE
 #     PROGRAM        a training program with checkpoints (lesson 04's or later: --checkpoint-dir, --resume auto)
 #     CKPT_COMPARE   build/tests/ckpt_compare
+# SCALEOUT_SLURM_TIMELIMIT=1 adds the real thing, slower (up to ~90 s): a job with a 1-minute limit and
+# --signal=TERM@40 gets its SIGTERM from Slurm itself, saves, and requeues.
 # SCALEOUT_ENV_PROGRAM=path also trains with that program through KIT_LAUNCH=env (a program with the
 # torchrun-style bootstrap, lesson 07's), checking that it runs on 4 ranks.
 set -u
@@ -137,6 +139,28 @@ else
     else
       bad "after the requeue the final checkpoint differs from the uninterrupted job's: $(cat "$work/cmp")"
     fi
+  fi
+fi
+
+# ---- 2b. (optional) the SIGTERM that --signal sends before the time limit, from Slurm itself
+if [ "${SCALEOUT_SLURM_TIMELIMIT:-0}" = 1 ]; then
+  # Long enough never to finish within the minute; Slurm checks time limits every ~30 s, so the signal comes
+  # 20-50 s after the start.
+  id=$(KIT_PROGRAM="$program" KIT_CKPT_DIR="$work/tl" KIT_MAX_REQUEUE=1 submit "$work/tl.out" -N 2 --ntasks-per-node=1 \
+       --time=1 --signal=TERM@40 scripts/slurm/train-multinode.sbatch --device cpu --dataset synthetic \
+       --model tiny --epochs 10000 --timeout 20)
+  for _ in $(seq 900); do
+    grep -q '^run-job: stopped by SIGTERM after saving: requeueing' "$work/tl.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  restarts=$(scontrol show job "$id" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+  scancel "$id" 2>/dev/null
+  if grep -q '^stopped after step [0-9]* by SIGTERM' "$work/tl.out" && [ "${restarts:-0}" -ge 1 ] &&
+     [ -n "$(find "$work/tl" -name 'ckpt-*.ckpt')" ]; then
+    ok "--time=1 --signal=TERM@40: Slurm's own SIGTERM -> $(sed -n 's/^\(stopped after step [0-9]*\) .*/\1/p' "$work/tl.out" | head -n 1), checkpoint, requeued"
+  else
+    bad "--signal=TERM@40 before a 1-minute limit: no checkpointed stop and requeue (restarts ${restarts:-?})"
+    show "$work/tl.out"
   fi
 fi
 
