@@ -68,7 +68,8 @@ set -e
 # exits 0): put the job back in the queue; the same script runs again and resumes.
 if [ "$rc" -eq 0 ] && [ "$ckpt" != none ] && grep -q '^stopped after step [0-9]* by SIGTERM' "$log"; then
   if [ "$restarts" -ge "$max_requeue" ]; then
-    echo "run-job: stopped by a signal again, but requeued $restarts times already (KIT_MAX_REQUEUE): giving up" >&2
+    echo "run-job: stopped by SIGTERM after $restarts requeue(s); KIT_MAX_REQUEUE=$max_requeue allows no more: giving up" \
+         "(the checkpoints stay in $ckpt)" >&2
     exit 1
   fi
   echo "run-job: stopped by SIGTERM after saving: requeueing job $SLURM_JOB_ID (it resumes from $ckpt)"
