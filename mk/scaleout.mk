@@ -11,11 +11,12 @@
 #
 # The program the tests and the study drive: SCALEOUT_PROGRAM (needs --checkpoint-dir/--resume: lesson 04 or
 # later), SCALING_PROGRAM (needs --bucket-mb and the DDP summary lines: lesson 03 or later).
-# SCALEOUT_ENV_PROGRAM: a program with the torchrun-style bootstrap (lesson 07), also started without mpirun.
+# SCALEOUT_ENV_PROGRAM: a program with the torchrun-style bootstrap, also started without mpirun (srun --mpi=none
+# + torchrun's variables; 4 processes across the namespaces): lesson 07's solution once it is in the tree.
 
 SCALEOUT_PROGRAM ?= $(BUILD)/solutions/04-checkpoint/train
 SCALING_PROGRAM ?= $(BUILD)/solutions/03-ddp/train
-SCALEOUT_ENV_PROGRAM ?=
+SCALEOUT_ENV_PROGRAM ?= $(if $(wildcard solutions/07-scale-out/lesson.mk),$(BUILD)/solutions/07-scale-out/train)
 SLURM_DIR ?= $(BUILD)/slurm
 SLURM_NODES ?= 2
 SCALEOUT_SCRIPTS := scripts/slurm/*.sh scripts/netns-cluster.sh scripts/netns-rsh.sh tests/scale-out/*.sh \
@@ -26,7 +27,7 @@ TEST_TARGETS += test-scaleout
 HELP_TARGETS += test-scaleout bench-scaling plot-scaling slurm-up slurm-down
 
 ifeq ($(HAVE_MPI),yes)
-test-scaleout: $(SCALEOUT_PROGRAM) $(CKPT_COMPARE)
+test-scaleout: $(SCALEOUT_PROGRAM) $(CKPT_COMPARE) $(SCALEOUT_ENV_PROGRAM)
 	@if command -v shellcheck >/dev/null 2>&1; then shellcheck -x $(SCALEOUT_SCRIPTS) && \
 	  echo "ok   scale-out: shellcheck clean"; else echo "skip scale-out: shellcheck not installed"; fi
 	@tests/scale-out/torchrun-env.sh
