@@ -229,14 +229,23 @@ static double forward_violation(const BnCase *k, const BnForward *mine, const Bn
     return worst;
 }
 
-// Do the learner's statistics look like this rank's own batch's (the all-reduce forgotten)?
-static bool looks_local(const BnCase *k, const BnForward *mine) {
+// How far two sets of statistics are apart (relative, summed over the channels).
+static double stats_distance(const BnCase *k, const BnForward *a, const BnForward *b) {
+    double d = 0.0;
+    for (int c = 0; c < k->C; c++)
+        d += fabs((double)a->mean[c] - b->mean[c]) / (fabs((double)b->mean[c]) + 1e-3) +
+             fabs((double)a->invstd[c] - b->invstd[c]) / fabs((double)b->invstd[c]);
+    return isnan(d) ? INFINITY : d;
+}
+
+// Do the learner's statistics look like this rank's own batch's (the all-reduce forgotten)? Much closer to them
+// than the local statistics are to the global ones.
+static bool looks_local(const BnCase *k, const BnForward *mine, const BnForward *ref) {
     if (k->world == 1) return false;
     BnForward loc = bn_reference_forward(k, local_x(k), k->n[k->rank]);
-    bool same = true;
-    for (int c = 0; c < k->C; c++) same = same && fabs((double)mine->mean[c] - loc.mean[c]) <= 1e-5 * fabs(loc.mean[c]);
+    bool local = stats_distance(k, mine, &loc) < 0.01 * stats_distance(k, &loc, ref);
     bn_forward_free(&loc);
-    return same;
+    return local;
 }
 
 static int *even_counts(ProcessGroup *pg, int n) {
@@ -254,7 +263,7 @@ static bool forward_matches(ProcessGroup *pg, BnCase *k, double u, const char *l
     const char *what;
     double v = forward_violation(k, &mine, &ref, &t, u == U_FLOAT, &what);
     double worst = max_over_ranks(pg, v);
-    bool local = looks_local(k, &mine);
+    bool local = looks_local(k, &mine, &ref);
     if (pg_rank(pg) == 0)
         print_message("%s: %d ranks, %d values per channel: worst error %.3g of the tolerance (derived: see "
                       "bn_tol)\n", label, k->world, (int)s.M, worst);
