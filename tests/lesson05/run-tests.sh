@@ -27,8 +27,8 @@ for np in ${LESSON05_WORLDS:-1 2 3 4}; do
     failed=1
   fi
 done
-# The program: 3 ranks (an odd world: 128 images do not split evenly, so the sampler's drop and SyncBN's counts
-# are exercised), one epoch, and its report of what SyncBN cost.
+# The program: 3 ranks (an odd world), one epoch, and its report of what SyncBN cost (2 BN layers in tiny-bn: 4
+# all-reduces per step).
 if timeout --kill-after=5 120 scripts/launch.sh 3 "$train" --epochs 1 --batch-size 96 >"$log" 2>&1 &&
    grep -q '^syncbn: 4.0 all-reduces per step' "$log" && grep -q '^final:' "$log"; then
   echo "ok   lesson 05 program on 3 ranks: $(grep -m1 '^syncbn:' "$log" | cut -c1-110)"

@@ -748,7 +748,7 @@ static void test_program_converts(void **state) {
     cli_parse(&o, 1, argv, CLI_DIST | CLI_CKPT);
     o.dataset = "synthetic";
     o.model = "tiny-bn";
-    o.batch_size = 512;
+    o.batch_size = 128 * pg_world(pg);  // the global batch must divide over the ranks
     o.seed = TEST_SEED;
     cli_apply_dataset_defaults(&o);
     o.epochs = 1;
