@@ -554,8 +554,8 @@ typedef struct {
 // - parameter move and gradients: lesson 03's STEP_TOL (1e-3 of the move or of ||g||, 2-norm) and its derivation:
 //   float32 sums of at most k = B H W products per gradient element in an order the BLAS kernel and the split over
 //   ranks choose, lambda sqrt(k) u_f sum|terms| with probability 1 - 1e-8; the BN sums (double in the kit, float or
-//   double in yours) add M u at most over M = B H W = 64 * 1024 values, 4e-3 worst case and 6 * 256 * u_f = 9e-5
-//   in the same probabilistic sense.
+//   double in yours) add M u at most over M = G H W <= 32 * 1024 values (4 ranks x 8 images of 32 x 32), 2e-3
+//   worst case in float and 6 * 181 * u_f = 6.5e-5 in the same probabilistic sense.
 // - logits: each forward layer is a float32 dot product of k <= 8 * 9 = 72 terms (conv 2) or 16 * 8 * 8 = 1024
 //   (linear) per output, in a blocking that the batch size may change: lambda sqrt(k) u_f = 6 * 32 * 6e-8 = 1.2e-5
 //   of sum|terms| per layer; BN then divides by the channel's spread, which scales an error relative to |x| by
