@@ -386,8 +386,12 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
             float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
             if (train) {
                 float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-                batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
-                                        m->bn_sync, m->work);
+                if (m->bn_ops)  // lesson 05: the learner's SyncBN (Model.bn_ops)
+                    m->bn_ops->forward_train(m->bn_ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean,
+                                             run_var);
+                else
+                    batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
+                                            m->bn_sync, m->work);
             } else {
                 batchnorm_forward_eval(d, &bd, in, gamma, beta, run_mean, run_var, out);
             }
@@ -434,9 +438,13 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         case LAYER_BN: {
             BatchNormDims bd = bn_dims(l, n);
             const float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-            batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
-                               view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
-                               m->bn_sync, m->work);
+            if (m->bn_ops)  // lesson 05: the learner's SyncBN (Model.bn_ops)
+                m->bn_ops->backward(m->bn_ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy,
+                                    dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
+            else
+                batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
+                                   view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                                   m->bn_sync, m->work);
             break;
         }
         case LAYER_RELU: relu_backward(d, count, out, dy, dx); break;

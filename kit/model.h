@@ -66,6 +66,17 @@ typedef struct {
     int classes;
 } ModelConfig;
 
+// The BN layer's training-mode forward and backward, replaceable (Model.bn_ops): the arguments of
+// batchnorm_forward_train and batchnorm_backward (kit/ops.h) without the device, the sync hook and the
+// scratch, which an implementation brings in its ctx.
+typedef struct {
+    void (*forward_train)(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                          float *y, float *mean, float *invstd, float *running_mean, float *running_var);
+    void (*backward)(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
+                     const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta);
+    void *ctx;
+} BatchNormLayerOps;
+
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VIEWS 128
 
@@ -105,6 +116,9 @@ typedef struct {
 
     // Lesson 05 sets this to all-reduce BN statistics across ranks (SyncBN). NULL: plain BN.
     const BatchNormSync *bn_sync;
+    // Lesson 05's dispatch point: when set, BN layers in training mode call these instead of the kit's ops
+    // (lesson 05's syncbn_convert installs the learner's SyncBN here on the CPU). NULL: the kit's ops.
+    const BatchNormLayerOps *bn_ops;
 
     // Called by model_backward each time a layer's parameter gradients are final, with their range
     // [offset, offset + count) in m->grads (ranges arrive from the end of the buffer towards the start).

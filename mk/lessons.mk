@@ -17,7 +17,8 @@
 #   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
 #   USES := 03-ddp      earlier lessons whose SOLUTION sources are linked in (without their main: -DAUTOGRADER),
 #                       so what the learner built there comes complete from its one source (the lesson
-#                       includes its header as "solutions/03-ddp/lesson.h")
+#                       includes its header as "solutions/03-ddp/lesson.h"); a file (04-checkpoint/ckpt.c)
+#                       links that file only (lesson 05 has its own train.c, lesson 04's with one call added)
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
 #
 # Variables: SOLUTIONS=1 (build/run/grade solutions/ instead of lessons/), NP=n, ARGS="..." (program options),
@@ -50,7 +51,9 @@ $(foreach l,$(LESSON_NAMES),$(eval $(call lesson_read_config,$(l))))
 NEEDS :=
 USES :=
 # The objects of the earlier lessons a lesson uses (USES), in its object folder $(2): always from solutions/.
-lesson_uses_obj = $(foreach u,$(USES_$(1)),$(patsubst solutions/%.c,$(2)/uses/%.o,$(wildcard solutions/$(u)/*.c)))
+lesson_uses_obj = $(foreach u,$(USES_$(1)),$(patsubst solutions/%.c,$(2)/uses/%.o,$(filter %.c,$(wildcard solutions/$(u)/*.c solutions/$(u)))))
+# The folder of a USES entry (03-ddp or 04-checkpoint/ckpt.c -> solutions/NN-name), for its headers.
+lesson_uses_dir = solutions/$(firstword $(subst /, ,$(1)))
 
 # Flags and libraries for what a lesson needs. Empty HAVE_<thing> means the lesson cannot be built here.
 NEEDS_CPPFLAGS_mpi = $(MPI_CFLAGS)
@@ -66,7 +69,7 @@ LEARNER_NVCCFLAGS = $(filter-out -Werror all-warnings,$(NVCCFLAGS)) -Xcompiler -
 # $(1) lesson folder name, $(2) source root, $(3) object folder, $(4) output binary, $(5) extra flags,
 # $(6) the test sources (empty: the lesson's own program).
 define lesson_program
-$(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h) $$(foreach u,$$(USES_$(1)),$$(wildcard solutions/$$(u)/*.h))
+$(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h) $$(foreach u,$$(USES_$(1)),$$(wildcard $$(call lesson_uses_dir,$$(u))/*.h))
 	@mkdir -p $$(@D)
 	$$(say) CC $$<
 	$$(Q)$$(CC) $$(CPPFLAGS) -I$(2)/$(1) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) $(5) -c $$< -o $$@
