@@ -33,6 +33,7 @@ static void no_mpi(void) {
         "(libopenmpi-dev openmpi-bin: `make deps`), then `make clean` and rebuild.");
 }
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) { no_mpi(); }
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) { no_mpi(); }
 void pg_finalize(ProcessGroup *pg) { no_mpi(); }
 int pg_rank(const ProcessGroup *pg) { no_mpi(); }
 int pg_world(const ProcessGroup *pg) { no_mpi(); }
@@ -81,6 +82,7 @@ struct ProcessGroup {
     Device dev;
     PgBackend backend;
     double timeout_s;
+    SockGroup *sock;     // the socket backend (pg_init_socket, no MPI at all), else NULL
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
     // Arrival notes, for naming the rank a timed-out collective waits for (see wait_until).
     MPI_Comm note_comm;      // another duplicate: notes never match a collective's messages
@@ -125,6 +127,9 @@ void pg_abort(ProcessGroup *pg, const char *msg) {
     // Frees NCCL's kernels and proxy threads that would otherwise wait forever for the dead peer.
     if (pg && pg->nccl) ncclCommAbort(pg->nccl);
 #endif
+    // The socket backend has no launcher to ask: our connections close with us, and every other rank stops at
+    // its next receive with a message naming this rank.
+    if (pg && pg->sock) exit(1);
     // MPI_Abort asks mpirun to kill every rank. Should it hang (its daemon is gone), the alarm ends us.
     alarm(10);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -257,7 +262,7 @@ static float *stage_reserve(float **buf, size_t *cap, size_t bytes) {
     return *buf;
 }
 
-static bool staged(const ProcessGroup *pg) { return pg->backend == PG_BACKEND_MPI && pg->dev == DEVICE_CUDA; }
+static bool staged(const ProcessGroup *pg) { return pg->backend != PG_BACKEND_NCCL && pg->dev == DEVICE_CUDA; }
 
 // ---------------------------------------------------------------- NCCL helpers
 #ifdef KIT_NCCL
@@ -485,10 +490,52 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     return pg;
 }
 
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) {
+    const char *req = backend ? backend : "auto";
+    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0)
+        die("--backend %s needs mpirun (or srun) to start the job; a job started from a rendezvous store "
+            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend: --backend auto", req);
+    ProcessGroup *pg = xcalloc(1, sizeof *pg);
+    pg->rank = peers->rank;
+    pg->world = peers->world;
+    pg->local_rank = peers->local_rank;
+    pg->local_world = peers->local_world;
+    pg->dev = dev;
+    pg->backend = PG_BACKEND_SOCKET;
+    pg->timeout_s = timeout_from_env(timeout_s);
+#ifdef KIT_CUDA
+    if (dev == DEVICE_CUDA) {  // the GPU by local rank, as pg_init does; the collectives stage through the host
+        int gpus = device_gpu_count();
+        CHECK(gpus > 0, "--device cuda needs a usable GPU on every node: run `nvidia-smi` there");
+        device_set_gpu(pg->local_rank % gpus);
+    }
+#endif
+    char err[1024];
+    pg->sock = sockgroup_create(pg->rank, pg->world, peers->root_addr, peers->listen_fd, pg->timeout_s, err, sizeof err);
+    if (!pg->sock)
+        check_failf(__FILE__, __LINE__, "sockgroup_create", "every rank must start within the timeout and reach rank 0's "
+                    "address (KIT_SOCKET_IFNAME picks the interface rank 0 publishes; a firewall may block the port)",
+                    "%s", err);
+    if (pg->rank == 0)
+        printf("process group: %d rank%s, backend socket (started from a rendezvous store, without mpirun), device %s, "
+               "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", device_name(dev), pg->timeout_s);
+    return pg;
+}
+
 void pg_finalize(ProcessGroup *pg) {
     if (!pg) return;
     // A rank that is missing now is reported here, with the deadline, not as a hang in MPI_Finalize.
     pg_barrier(pg);
+    if (pg->sock) {
+        for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
+            CHECK(!pg->slots[i].busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
+            host_free_pinned(pg->slots[i].host);
+        }
+        host_free_pinned(pg->stage);
+        sockgroup_free(pg->sock);
+        free(pg);
+        return;
+    }
     for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
         Slot *s = &pg->slots[i];
         CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
@@ -556,6 +603,10 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
         data = stage_reserve(&s->host, &s->host_cap, n * sizeof(float));
         device_copy_from(pg->dev, data, buf, n * sizeof(float));  // waits for the kernels that made buf
     }
+    if (pg->sock) {  // blocking: the socket backend overlaps nothing with backward
+        sockgroup_allreduce_sum(pg->sock, data, n, false);
+        return (PgRequest){i};
+    }
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &s->req));
     return (PgRequest){i};
 }
@@ -571,7 +622,7 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
         return;
     }
 #endif
-    mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
+    if (!pg->sock) mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
     float *data = s->staged ? s->host : s->buf;
     if (s->op == PG_AVG) {
         // Divide (not multiply by 1/world): the same rounding as PyTorch DDP's grad.div_(world).
@@ -585,6 +636,10 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
 static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
+    if (pg->sock) {
+        sockgroup_allreduce_sum(pg->sock, host_buf, (size_t)n, true);
+        return;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host_buf, n, MPI_DOUBLE, MPI_SUM, pg->comm, &req));
     mpi_wait(pg, &req, "all-reduce (host)", (size_t)n, "doubles");
@@ -605,9 +660,13 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
         data = stage_reserve(&pg->stage, &pg->stage_cap, n * sizeof(float));
         if (pg->rank == root) device_copy_from(pg->dev, data, buf, n * sizeof(float));
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(data, mpi_count(n), MPI_FLOAT, root, pg->comm, &req));
-    mpi_wait(pg, &req, "broadcast", n, "floats");
+    if (pg->sock) {
+        sockgroup_broadcast(pg->sock, data, n * sizeof(float), root);
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibcast(data, mpi_count(n), MPI_FLOAT, root, pg->comm, &req));
+        mpi_wait(pg, &req, "broadcast", n, "floats");
+    }
     if (staged(pg) && pg->rank != root) device_copy_to(pg->dev, buf, data, n * sizeof(float));
 }
 
@@ -629,13 +688,21 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
         src = h;
         dst = h + n;
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Iallgather(src, mpi_count(n), MPI_FLOAT, dst, mpi_count(n), MPI_FLOAT, pg->comm, &req));
-    mpi_wait(pg, &req, "all-gather", n, "floats");
+    if (pg->sock) {
+        sockgroup_allgather(pg->sock, src, dst, n * sizeof(float));
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(src, mpi_count(n), MPI_FLOAT, dst, mpi_count(n), MPI_FLOAT, pg->comm, &req));
+        mpi_wait(pg, &req, "all-gather", n, "floats");
+    }
     if (staged(pg)) device_copy_to(pg->dev, recv, dst, total * sizeof(float));
 }
 
 void pg_barrier(ProcessGroup *pg) {
+    if (pg->sock) {
+        sockgroup_barrier(pg->sock);
+        return;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
     mpi_wait(pg, &req, "barrier", 0, "bytes");
@@ -647,6 +714,10 @@ void pg_barrier(ProcessGroup *pg) {
 static uint32_t *gather_hashes(ProcessGroup *pg, const float *buf, size_t n) {
     uint32_t mine = pg_hash_floats(pg->dev, buf, n);
     uint32_t *all = xcalloc((size_t)pg->world, sizeof *all);
+    if (pg->sock) {
+        sockgroup_allgather(pg->sock, &mine, all, sizeof mine);
+        return all;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_UINT32_T, all, 1, MPI_UINT32_T, pg->comm, &req));
     mpi_wait(pg, &req, "all-gather of buffer hashes", 1, "ints");

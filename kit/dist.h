@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1 } PgBackend;
+typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1, PG_BACKEND_SOCKET = 2 } PgBackend;
 
 typedef struct ProcessGroup ProcessGroup;
 
@@ -51,7 +51,18 @@ typedef struct ProcessGroup ProcessGroup;
 // Rank 0 prints one line saying which backend runs and why. Errors (unknown backend, NCCL refused,
 // MPI failure) are a clear message and exit status 1.
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s);
-// Waits for every rank (with the timeout), releases the backend and calls MPI_Finalize.
+// The start WITHOUT mpirun (lesson 07, torchrun-style): the ranks found each other through a rendezvous store
+// (kit/store.h), which told every rank where rank 0's process group listens. Runs the socket backend
+// (kit/dist_socket.c: why not MPI, and what it costs); backend must be "auto" or "socket" (mpi and nccl need
+// mpirun here: a clear error). The GPU is picked by local rank as in pg_init; collectives stage through the host.
+typedef struct {
+    int rank, world, local_rank, local_world;
+    char root_addr[64];  // "HOST:PORT" where rank 0 listens for the other ranks
+    int listen_fd;       // rank 0: that listener, bound before its address was published; others: -1
+} PgPeers;
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s);
+
+// Waits for every rank (with the timeout), releases the backend and calls MPI_Finalize (not for the socket backend).
 void pg_finalize(ProcessGroup *pg);
 
 int pg_rank(const ProcessGroup *pg);
@@ -60,7 +71,7 @@ int pg_local_rank(const ProcessGroup *pg);
 int pg_local_world(const ProcessGroup *pg);  // processes on this node
 Device pg_device(const ProcessGroup *pg);
 PgBackend pg_backend(const ProcessGroup *pg);
-const char *pg_backend_name(PgBackend b);    // "mpi" or "nccl"
+const char *pg_backend_name(PgBackend b);    // "mpi", "nccl" or "socket"
 double pg_timeout(const ProcessGroup *pg);
 
 // Prints `msg` (when not NULL) prefixed with "rank R: " and aborts every rank (MPI_Abort): for errors
