@@ -64,7 +64,7 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
     if (port < 1 || port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
     snprintf(e->url, sizeof e->url, "tcp://%s:%d", addr, port);
     return 0;
-    // STARTER: (void)init_method;
+    // STARTER: (void)init_method, (void)env_int;
     // STARTER: *e = (RdzvEnv){.local_rank = -1};
     // STARTER: return check_reason(err, errlen, "TODO 1a: rdzv_env_read is not written yet");
     // END SOLUTION

@@ -268,12 +268,12 @@ static Store *ring_up(Ring *ring, const char *tag) {
     char job[64], err[1024] = "";
     job_id(job, sizeof job, tag);
     int rank = mpi_rank(), world = mpi_world(), port = free_port_shared();
-    set_env(rank, world, port, job);
-    RdzvEnv e;
-    Store *s = NULL;
-    bool ok = rdzv_env_read(&e, "env", err, sizeof err) == 0 && (s = rdzv_open(&e, STORE_TIMEOUT_S, err, sizeof err));
-    ok = ok && ring_connect(s, ring, err, sizeof err) == 0;
-    grading_require_todo(all_ok(ok), "1-3", "the ring's ranks meet through the store: %s", err[0] ? err : "(another rank failed)");
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    Store *s = store_open(url, job, rank, world, STORE_TIMEOUT_S, err, sizeof err);  // the kit's: no TODO 1 needed
+    bool ok = s != NULL && ring_connect(s, ring, err, sizeof err) == 0;  // the addresses go through TODO 3
+    grading_require_todo(all_ok(ok), "3", "the ring's ranks exchange their addresses with bootstrap_allgather: %s",
+                         err[0] ? err : "(another rank failed)");
     return s;
 }
 
