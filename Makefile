@@ -19,6 +19,7 @@ include mk/lessons.mk     # lessons (found by pattern), starters, the autograder
 include mk/extras.mk      # run, slides, plots, benchmarks
 include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool
 include mk/ckpt.mk        # checkpoints: reader + PyTorch interchange test, fuzzing, speed + kill drill, lesson 04 extras
+include mk/ring.mk        # lesson 07: the ring all-reduce over sockets against MPI_Allreduce (make bench-ring)
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)
