@@ -34,6 +34,7 @@ static void no_mpi(void) {
 }
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) { no_mpi(); }
 ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) { no_mpi(); }
+bool pg_nccl_unique_id(void *out) { no_mpi(); }
 void pg_finalize(ProcessGroup *pg) { no_mpi(); }
 int pg_rank(const ProcessGroup *pg) { no_mpi(); }
 int pg_world(const ProcessGroup *pg) { no_mpi(); }
@@ -162,6 +163,7 @@ static double note_after(const ProcessGroup *pg) {
 // message: an MPI error here (a dead peer's connection) skips that peer instead of stopping the job with a less
 // useful message than the timeout's.
 static void note_send(ProcessGroup *pg, long long seq) {
+    if (pg->sock) return;  // no MPI under the socket backend (with NCCL on GPUs): no notes
     for (int r = 0; r < pg->world; r++) {
         if (r == pg->rank) continue;
         if (pg->note_req[r] != MPI_REQUEST_NULL) {
@@ -177,6 +179,7 @@ static void note_send(ProcessGroup *pg, long long seq) {
 // Reads every note that has arrived into pg->seen. Called at the start of every wait too, so the notes of a
 // rank that never waits itself (the slowest one, which the others note every step) do not pile up.
 static void note_drain(ProcessGroup *pg) {
+    if (pg->sock) return;
     for (;;) {
         int flag = 0;
         MPI_Status st;
@@ -192,8 +195,12 @@ static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const cha
 static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, long long seq,
                          double waited) {
     char who[384], msg[1024];
-    pg->seen[pg->rank] = seq;
-    pg_describe_absent(pg->seen, pg->world, pg->rank, seq, who, sizeof who);
+    if (pg->sock) {
+        snprintf(who, sizeof who, "a peer rank did not take part (its own output says why)");
+    } else {
+        pg->seen[pg->rank] = seq;
+        pg_describe_absent(pg->seen, pg->world, pg->rank, seq, who, sizeof who);
+    }
     snprintf(msg, sizeof msg,
              "%s #%lld of %zu %s timed out after %.1f s (limit %.0f s): %s\n"
              "  HINT: every rank must call the same collectives in the same order; if one step is just slow, "
@@ -395,12 +402,19 @@ static int pick_gpu(ProcessGroup *pg, MPI_Comm node) {
 }
 
 #ifdef KIT_NCCL
+static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id);
+
 static void nccl_init(ProcessGroup *pg) {
     ncclUniqueId id;
     if (pg->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_Request req;
     MPI_CHECK(MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, pg->comm, &req));
     mpi_wait(pg, &req, "broadcast of the ncclUniqueId", sizeof id, "bytes");
+    nccl_init_with(pg, id);
+}
+
+// The communicator from rank 0's id, however it came (MPI_Bcast above, or a rendezvous store: pg_init_socket).
+static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&pg->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->inputs_ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->blocking_done, cudaEventDisableTiming));
@@ -490,11 +504,42 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     return pg;
 }
 
+bool pg_nccl_unique_id(void *out) {
+#ifdef KIT_NCCL
+    ncclUniqueId id;
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    _Static_assert(sizeof id == PG_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
+    memcpy(out, &id, sizeof id);
+    return true;
+#else
+    memset(out, 0, PG_NCCL_ID_BYTES);
+    return false;
+#endif
+}
+
+// GPUs under the socket backend: the most ranks of one node that share a physical GPU (node name + PCI bus
+// id, gathered over the sockets), as pick_gpu finds it under MPI.
+#ifdef KIT_CUDA
+static int socket_ranks_per_gpu(ProcessGroup *pg, const char *node) {
+    enum { ID = 128 };
+    char mine[ID] = {0}, bus[32] = {0};
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, pg->local_rank % device_gpu_count()));
+    snprintf(mine, ID, "%.90s|%s", node ? node : "", bus);
+    char *all = xcalloc((size_t)pg->world, ID);
+    sockgroup_allgather(pg->sock, mine, all, ID);
+    int most = pg_max_duplicates(all, pg->world, ID);
+    free(all);
+    return most;
+}
+#endif
+
 ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) {
     const char *req = backend ? backend : "auto";
-    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0)
+    bool nccl_asked = strcmp(req, "nccl") == 0 && dev == DEVICE_CUDA;
+    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0 && !nccl_asked)
         die("--backend %s needs mpirun (or srun) to start the job; a job started from a rendezvous store "
-            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend: --backend auto", req);
+            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend (--backend auto), "
+            "or on NCCL with --device cuda", req);
     ProcessGroup *pg = xcalloc(1, sizeof *pg);
     pg->rank = peers->rank;
     pg->world = peers->world;
@@ -516,9 +561,35 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
         check_failf(__FILE__, __LINE__, "sockgroup_create", "every rank must start within the timeout and reach rank 0's "
                     "address (KIT_SOCKET_IFNAME picks the interface rank 0 publishes; a firewall may block the port)",
                     "%s", err);
+    char why[512] = "host sums over TCP, around rank 0";
+#ifdef KIT_CUDA
+    if (dev == DEVICE_CUDA && strcmp(req, "socket") != 0) {
+        // As under mpirun: NCCL when every rank has a GPU of its own; its unique id came through the store.
+        PgBackend choice;
+        int ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
+        if (!pg_choose_backend(req, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, why, sizeof why))
+            die("%s", why);  // every rank reached the same verdict from the same gathered ids
+        if (choice != PG_BACKEND_NCCL && strncmp(why, "auto: mpi", 9) == 0) {  // here the fallback is the sockets
+            char said[512];
+            snprintf(said, sizeof said, "auto: socket%s", why + 9);
+            snprintf(why, sizeof why, "%s", said);
+        }
+        if (choice == PG_BACKEND_NCCL) {
+            CHECK(peers->nccl_id != NULL, "on GPUs rank 0's NCCL unique id must reach every rank through the store "
+                                          "(pg_nccl_unique_id on rank 0, then the bootstrap) before pg_init_socket");
+#ifdef KIT_NCCL
+            ncclUniqueId id;
+            memcpy(&id, peers->nccl_id, sizeof id);
+            pg->backend = PG_BACKEND_NCCL;
+            nccl_init_with(pg, id);
+#endif
+        }
+    }
+#endif
     if (pg->rank == 0)
-        printf("process group: %d rank%s, backend socket (started from a rendezvous store, without mpirun), device %s, "
-               "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", device_name(dev), pg->timeout_s);
+        printf("process group: %d rank%s, backend %s (started from a rendezvous store, without mpirun: %s), device %s, "
+               "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", pg_backend_name(pg->backend), why,
+               device_name(dev), pg->timeout_s);
     return pg;
 }
 
@@ -530,7 +601,21 @@ void pg_finalize(ProcessGroup *pg) {
         for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
             CHECK(!pg->slots[i].busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
             host_free_pinned(pg->slots[i].host);
+#ifdef KIT_NCCL
+            if (pg->slots[i].has_event) CUDA_CHECK(cudaEventDestroy(pg->slots[i].done));
+#endif
         }
+#ifdef KIT_NCCL
+        if (pg->nccl) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+            nccl_settle(pg, ncclCommFinalize(pg->nccl), "NCCL shutdown", 0);
+#endif
+            NCCL_CHECK(ncclCommDestroy(pg->nccl));
+            CUDA_CHECK(cudaEventDestroy(pg->inputs_ready));
+            CUDA_CHECK(cudaEventDestroy(pg->blocking_done));
+            CUDA_CHECK(cudaStreamDestroy(pg->stream));
+        }
+#endif
         host_free_pinned(pg->stage);
         sockgroup_free(pg->sock);
         free(pg);

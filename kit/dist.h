@@ -53,14 +53,22 @@ typedef struct ProcessGroup ProcessGroup;
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s);
 // The start WITHOUT mpirun (lesson 07, torchrun-style): the ranks found each other through a rendezvous store
 // (kit/store.h), which told every rank where rank 0's process group listens. Runs the socket backend
-// (kit/dist_socket.c: why not MPI, and what it costs); backend must be "auto" or "socket" (mpi and nccl need
-// mpirun here: a clear error). The GPU is picked by local rank as in pg_init; collectives stage through the host.
+// (kit/dist_socket.c: why not MPI, and what it costs). On CUDA, as pg_init does: the GPU by local rank, and
+// NCCL (from the unique id rank 0 made with pg_nccl_unique_id and the store carried) when every rank has a
+// GPU of its own; the sockets then carry only the host-side collectives. backend: "auto", "socket" (host
+// staging even on GPUs) or "nccl" (CUDA only); "mpi" needs mpirun: a clear error.
+#define PG_NCCL_ID_BYTES 128
 typedef struct {
     int rank, world, local_rank, local_world;
     char root_addr[64];  // "HOST:PORT" where rank 0 listens for the other ranks
     int listen_fd;       // rank 0: that listener, bound before its address was published; others: -1
+    const char *node;    // this rank's node name (ranks with the same name share a node)
+    const void *nccl_id; // (PG_NCCL_ID_BYTES) rank 0's NCCL unique id on every rank, or NULL (CPU, no NCCL)
 } PgPeers;
 ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s);
+// Rank 0 of a store-started job on GPUs: writes a new NCCL unique id (PG_NCCL_ID_BYTES) to out. False (and
+// zeros) when the kit was built without NCCL.
+bool pg_nccl_unique_id(void *out);
 
 // Waits for every rank (with the timeout), releases the backend and calls MPI_Finalize (not for the socket backend).
 void pg_finalize(ProcessGroup *pg);

@@ -225,6 +225,15 @@ ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
     }
     if (bootstrap_share(s, "pg-root", peers.root_addr, sizeof peers.root_addr, err, sizeof err) < 0)
         check_failf(__FILE__, __LINE__, "bootstrap_share", RDZV_HINT, "rank %d: %s", e.rank, err);
+    // On GPUs the same road carries NCCL's unique id: rank 0 makes it, every rank hands it to NCCL.
+    unsigned char nccl_id[PG_NCCL_ID_BYTES] = {0};
+    if (dev == DEVICE_CUDA) {
+        if (e.rank == 0) pg_nccl_unique_id(nccl_id);  // zeros when the kit has no NCCL: then nothing reads them
+        if (bootstrap_share(s, "nccl-id", nccl_id, sizeof nccl_id, err, sizeof err) < 0)
+            check_failf(__FILE__, __LINE__, "bootstrap_share", RDZV_HINT, "rank %d: %s", e.rank, err);
+        peers.nccl_id = nccl_id;
+    }
+    peers.node = me;
     store_close(s);  // every rank has the address now; rank 0 waits here until all have left the store
     return pg_init_socket(&peers, o->backend, dev, o->timeout_s);
 }
