@@ -571,7 +571,7 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
             die("%s", why);  // every rank reached the same verdict from the same gathered ids
         if (choice != PG_BACKEND_NCCL && strncmp(why, "auto: mpi", 9) == 0) {  // here the fallback is the sockets
             char said[512];
-            snprintf(said, sizeof said, "auto: socket%s", why + 9);
+            snprintf(said, sizeof said, "auto: socket%.480s", why + 9);
             snprintf(why, sizeof why, "%s", said);
         }
         if (choice == PG_BACKEND_NCCL) {
