@@ -183,6 +183,13 @@ static void node_name(char out[RDZV_HOST_LEN]) {
     "job (or one still exiting) has it: pick another MASTER_PORT. 'refused': two jobs share the port or file, or a " \
     "RANK is given twice. A rank that 'never joined' did not start, or started with other settings."
 
+// Stops this rank with the reason (prefixed with the rank unless it names one already) and the hint.
+static void rdzv_fail(int line, const char *call, int rank, const char *err) __attribute__((noreturn));
+static void rdzv_fail(int line, const char *call, int rank, const char *err) {
+    if (strncmp(err, "rank ", 5) == 0) check_failf(__FILE__, line, call, RDZV_HINT, "%s", err);
+    check_failf(__FILE__, line, call, RDZV_HINT, "rank %d: %s", rank, err);
+}
+
 bool scaleout_started_by_mpi(void) {
     // mpirun (Open MPI) and srun --mpi=pmix put these in every rank's environment; torchrun does not.
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
@@ -197,14 +204,14 @@ ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
                     "sets them: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./train & RANK=1 ...",
                     "%s", err);
     Store *s = rdzv_open(&e, o->timeout_s, err, sizeof err);
-    if (!s) check_failf(__FILE__, __LINE__, "rdzv_open", RDZV_HINT, "rank %d: %s", e.rank, err);
+    if (!s) rdzv_fail(__LINE__, "rdzv_open", e.rank, err);
 
     // Who shares a node: from every rank's host name.
     char me[RDZV_HOST_LEN];
     node_name(me);
     char (*hosts)[RDZV_HOST_LEN] = xcalloc((size_t)e.world, sizeof *hosts);
     if (bootstrap_allgather(s, "host", me, RDZV_HOST_LEN, hosts, err, sizeof err) < 0)
-        check_failf(__FILE__, __LINE__, "bootstrap_allgather", RDZV_HINT, "rank %d: %s", e.rank, err);
+        rdzv_fail(__LINE__, "bootstrap_allgather", e.rank, err);
     NodeMap nm = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, e.world, e.rank);
     free(hosts);
     if (e.local_rank >= 0 && e.local_rank != nm.local_rank)
@@ -224,13 +231,13 @@ ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
         snprintf(peers.root_addr, sizeof peers.root_addr, "%s:%d", host, port);
     }
     if (bootstrap_share(s, "pg-root", peers.root_addr, sizeof peers.root_addr, err, sizeof err) < 0)
-        check_failf(__FILE__, __LINE__, "bootstrap_share", RDZV_HINT, "rank %d: %s", e.rank, err);
+        rdzv_fail(__LINE__, "bootstrap_share", e.rank, err);
     // On GPUs the same road carries NCCL's unique id: rank 0 makes it, every rank hands it to NCCL.
     unsigned char nccl_id[PG_NCCL_ID_BYTES] = {0};
     if (dev == DEVICE_CUDA) {
         if (e.rank == 0) pg_nccl_unique_id(nccl_id);  // zeros when the kit has no NCCL: then nothing reads them
         if (bootstrap_share(s, "nccl-id", nccl_id, sizeof nccl_id, err, sizeof err) < 0)
-            check_failf(__FILE__, __LINE__, "bootstrap_share", RDZV_HINT, "rank %d: %s", e.rank, err);
+            rdzv_fail(__LINE__, "bootstrap_share", e.rank, err);
         peers.nccl_id = nccl_id;
     }
     peers.node = me;
