@@ -86,9 +86,10 @@ int main(int argc, char **argv) {
     Device dev;
     device_parse(o.device, &dev, true);
 
-    // Who started us? mpirun/srun leave their environment; a torchrun-style start leaves RANK and WORLD_SIZE.
-    // A bare ./train (neither) is a job of one, through MPI as in lesson 03.
-    bool by_store = !scaleout_started_by_mpi() && getenv("RANK") && getenv("WORLD_SIZE");
+    // Who started us? mpirun/srun leave their environment; a torchrun-style start leaves RANK and WORLD_SIZE
+    // (one of them alone is a broken job script: the store start says which is missing). A bare ./train
+    // (neither) is a job of one, through MPI as in lesson 03.
+    bool by_store = !scaleout_started_by_mpi() && (getenv("RANK") || getenv("WORLD_SIZE"));
     ProcessGroup *pg = by_store ? scaleout_setup_store(&o, dev) : ddp_setup(&argc, &argv, &o, dev);
     char host[RDZV_HOST_LEN] = {0};
     const char *forced = getenv("KIT_NODE_NAME");
