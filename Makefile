@@ -20,6 +20,7 @@ include mk/extras.mk      # run, slides, plots, benchmarks
 include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool
 include mk/ckpt.mk        # checkpoints: reader + PyTorch interchange test, fuzzing, speed + kill drill, lesson 04 extras
 include mk/scaleout.mk    # scale-out: Slurm scripts + local Slurm, network-namespace hosts, the scaling study (issue 13)
+include mk/ring.mk        # lesson 07: the ring all-reduce over sockets against MPI_Allreduce (make bench-ring)
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

@@ -82,6 +82,9 @@ static const CliOption OPTIONS[] = {
      "resume from FILE, or from the newest valid checkpoint of\n--checkpoint-dir (none there: start from step 0)"},
     {"stop-at", "STEP", CLI_CKPT, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
      "save and stop after global step STEP (0: never; to chain jobs)"},
+    // lesson 07: how ranks started without mpirun find each other (torch.distributed's init_method)
+    {"init-method", "URL", CLI_RDZV, OPT_STRING, FIELD(init_method), "env", 0, 0, NULL,
+     "without mpirun: env (tcp://MASTER_ADDR:MASTER_PORT), tcp://HOST:PORT\nor file:///SHARED/PATH"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };

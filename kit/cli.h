@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -36,6 +36,7 @@ typedef struct {
     int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
     int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
+    const char *init_method;     // CLI_RDZV (lesson 07): env (MASTER_ADDR/MASTER_PORT), tcp://HOST:PORT or file:///PATH
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups

@@ -33,6 +33,8 @@ static void no_mpi(void) {
         "(libopenmpi-dev openmpi-bin: `make deps`), then `make clean` and rebuild.");
 }
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) { no_mpi(); }
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) { no_mpi(); }
+bool pg_nccl_unique_id(void *out) { no_mpi(); }
 void pg_finalize(ProcessGroup *pg) { no_mpi(); }
 int pg_rank(const ProcessGroup *pg) { no_mpi(); }
 int pg_world(const ProcessGroup *pg) { no_mpi(); }
@@ -81,6 +83,7 @@ struct ProcessGroup {
     Device dev;
     PgBackend backend;
     double timeout_s;
+    SockGroup *sock;     // the socket backend (pg_init_socket, no MPI at all), else NULL
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
     // Arrival notes, for naming the rank a timed-out collective waits for (see wait_until).
     MPI_Comm note_comm;      // another duplicate: notes never match a collective's messages
@@ -125,6 +128,9 @@ void pg_abort(ProcessGroup *pg, const char *msg) {
     // Frees NCCL's kernels and proxy threads that would otherwise wait forever for the dead peer.
     if (pg && pg->nccl) ncclCommAbort(pg->nccl);
 #endif
+    // The socket backend has no launcher to ask: our connections close with us, and every other rank stops at
+    // its next receive with a message naming this rank.
+    if (pg && pg->sock) exit(1);
     // MPI_Abort asks mpirun to kill every rank. Should it hang (its daemon is gone), the alarm ends us.
     alarm(10);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -157,6 +163,7 @@ static double note_after(const ProcessGroup *pg) {
 // message: an MPI error here (a dead peer's connection) skips that peer instead of stopping the job with a less
 // useful message than the timeout's.
 static void note_send(ProcessGroup *pg, long long seq) {
+    if (pg->sock) return;  // no MPI under the socket backend (with NCCL on GPUs): no notes
     for (int r = 0; r < pg->world; r++) {
         if (r == pg->rank) continue;
         if (pg->note_req[r] != MPI_REQUEST_NULL) {
@@ -172,6 +179,7 @@ static void note_send(ProcessGroup *pg, long long seq) {
 // Reads every note that has arrived into pg->seen. Called at the start of every wait too, so the notes of a
 // rank that never waits itself (the slowest one, which the others note every step) do not pile up.
 static void note_drain(ProcessGroup *pg) {
+    if (pg->sock) return;
     for (;;) {
         int flag = 0;
         MPI_Status st;
@@ -187,8 +195,12 @@ static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const cha
 static void timeout_fail(ProcessGroup *pg, const char *what, size_t n, const char *unit, long long seq,
                          double waited) {
     char who[384], msg[1024];
-    pg->seen[pg->rank] = seq;
-    pg_describe_absent(pg->seen, pg->world, pg->rank, seq, who, sizeof who);
+    if (pg->sock) {
+        snprintf(who, sizeof who, "a peer rank did not take part (its own output says why)");
+    } else {
+        pg->seen[pg->rank] = seq;
+        pg_describe_absent(pg->seen, pg->world, pg->rank, seq, who, sizeof who);
+    }
     snprintf(msg, sizeof msg,
              "%s #%lld of %zu %s timed out after %.1f s (limit %.0f s): %s\n"
              "  HINT: every rank must call the same collectives in the same order; if one step is just slow, "
@@ -257,7 +269,7 @@ static float *stage_reserve(float **buf, size_t *cap, size_t bytes) {
     return *buf;
 }
 
-static bool staged(const ProcessGroup *pg) { return pg->backend == PG_BACKEND_MPI && pg->dev == DEVICE_CUDA; }
+static bool staged(const ProcessGroup *pg) { return pg->backend != PG_BACKEND_NCCL && pg->dev == DEVICE_CUDA; }
 
 // ---------------------------------------------------------------- NCCL helpers
 #ifdef KIT_NCCL
@@ -390,12 +402,19 @@ static int pick_gpu(ProcessGroup *pg, MPI_Comm node) {
 }
 
 #ifdef KIT_NCCL
+static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id);
+
 static void nccl_init(ProcessGroup *pg) {
     ncclUniqueId id;
     if (pg->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_Request req;
     MPI_CHECK(MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, pg->comm, &req));
     mpi_wait(pg, &req, "broadcast of the ncclUniqueId", sizeof id, "bytes");
+    nccl_init_with(pg, id);
+}
+
+// The communicator from rank 0's id, however it came (MPI_Bcast above, or a rendezvous store: pg_init_socket).
+static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&pg->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->inputs_ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->blocking_done, cudaEventDisableTiming));
@@ -485,10 +504,123 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     return pg;
 }
 
+bool pg_nccl_unique_id(void *out) {
+#ifdef KIT_NCCL
+    ncclUniqueId id;
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    _Static_assert(sizeof id == PG_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
+    memcpy(out, &id, sizeof id);
+    return true;
+#else
+    memset(out, 0, PG_NCCL_ID_BYTES);
+    return false;
+#endif
+}
+
+// GPUs under the socket backend: the most ranks of one node that share a physical GPU (node name + PCI bus
+// id, gathered over the sockets), as pick_gpu finds it under MPI.
+#ifdef KIT_CUDA
+static int socket_ranks_per_gpu(ProcessGroup *pg, const char *node) {
+    enum { ID = 128 };
+    char mine[ID] = {0}, bus[32] = {0};
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, pg->local_rank % device_gpu_count()));
+    snprintf(mine, ID, "%.90s|%s", node ? node : "", bus);
+    char *all = xcalloc((size_t)pg->world, ID);
+    sockgroup_allgather(pg->sock, mine, all, ID);
+    int most = pg_max_duplicates(all, pg->world, ID);
+    free(all);
+    return most;
+}
+#endif
+
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) {
+    const char *req = backend ? backend : "auto";
+    bool nccl_asked = strcmp(req, "nccl") == 0 && dev == DEVICE_CUDA;
+    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0 && !nccl_asked)
+        die("--backend %s needs mpirun (or srun) to start the job; a job started from a rendezvous store "
+            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend (--backend auto), "
+            "or on NCCL with --device cuda", req);
+    ProcessGroup *pg = xcalloc(1, sizeof *pg);
+    pg->rank = peers->rank;
+    pg->world = peers->world;
+    pg->local_rank = peers->local_rank;
+    pg->local_world = peers->local_world;
+    pg->dev = dev;
+    pg->backend = PG_BACKEND_SOCKET;
+    pg->timeout_s = timeout_from_env(timeout_s);
+#ifdef KIT_CUDA
+    if (dev == DEVICE_CUDA) {  // the GPU by local rank, as pg_init does; the collectives stage through the host
+        int gpus = device_gpu_count();
+        CHECK(gpus > 0, "--device cuda needs a usable GPU on every node: run `nvidia-smi` there");
+        device_set_gpu(pg->local_rank % gpus);
+    }
+#endif
+    char err[1024];
+    pg->sock = sockgroup_create(pg->rank, pg->world, peers->root_addr, peers->listen_fd, pg->timeout_s, err, sizeof err);
+    if (!pg->sock)
+        check_failf(__FILE__, __LINE__, "sockgroup_create", "every rank must start within the timeout and reach rank 0's "
+                    "address (KIT_SOCKET_IFNAME picks the interface rank 0 publishes; a firewall may block the port)",
+                    "%s", err);
+    char why[512] = "host sums over TCP, around rank 0";
+#ifdef KIT_CUDA
+    if (dev == DEVICE_CUDA && strcmp(req, "socket") != 0) {
+        // As under mpirun: NCCL when every rank has a GPU of its own; its unique id came through the store.
+        PgBackend choice;
+        int ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
+        if (!pg_choose_backend(req, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, why, sizeof why))
+            die("%s", why);  // every rank reached the same verdict from the same gathered ids
+        if (choice != PG_BACKEND_NCCL && strncmp(why, "auto: mpi", 9) == 0) {  // here the fallback is the sockets
+            char said[512];
+            snprintf(said, sizeof said, "auto: socket%.480s", why + 9);
+            snprintf(why, sizeof why, "%s", said);
+        }
+        if (choice == PG_BACKEND_NCCL) {
+            CHECK(peers->nccl_id != NULL, "on GPUs rank 0's NCCL unique id must reach every rank through the store "
+                                          "(pg_nccl_unique_id on rank 0, then the bootstrap) before pg_init_socket");
+#ifdef KIT_NCCL
+            ncclUniqueId id;
+            memcpy(&id, peers->nccl_id, sizeof id);
+            pg->backend = PG_BACKEND_NCCL;
+            nccl_init_with(pg, id);
+#endif
+        }
+    }
+#endif
+    if (pg->rank == 0)
+        printf("process group: %d rank%s, backend %s (started from a rendezvous store, without mpirun: %s), device %s, "
+               "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", pg_backend_name(pg->backend), why,
+               device_name(dev), pg->timeout_s);
+    return pg;
+}
+
 void pg_finalize(ProcessGroup *pg) {
     if (!pg) return;
     // A rank that is missing now is reported here, with the deadline, not as a hang in MPI_Finalize.
     pg_barrier(pg);
+    if (pg->sock) {
+        for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
+            CHECK(!pg->slots[i].busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
+            host_free_pinned(pg->slots[i].host);
+#ifdef KIT_NCCL
+            if (pg->slots[i].has_event) CUDA_CHECK(cudaEventDestroy(pg->slots[i].done));
+#endif
+        }
+#ifdef KIT_NCCL
+        if (pg->nccl) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+            nccl_settle(pg, ncclCommFinalize(pg->nccl), "NCCL shutdown", 0);
+#endif
+            NCCL_CHECK(ncclCommDestroy(pg->nccl));
+            CUDA_CHECK(cudaEventDestroy(pg->inputs_ready));
+            CUDA_CHECK(cudaEventDestroy(pg->blocking_done));
+            CUDA_CHECK(cudaStreamDestroy(pg->stream));
+        }
+#endif
+        host_free_pinned(pg->stage);
+        sockgroup_free(pg->sock);
+        free(pg);
+        return;
+    }
     for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
         Slot *s = &pg->slots[i];
         CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
@@ -556,6 +688,10 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
         data = stage_reserve(&s->host, &s->host_cap, n * sizeof(float));
         device_copy_from(pg->dev, data, buf, n * sizeof(float));  // waits for the kernels that made buf
     }
+    if (pg->sock) {  // blocking: the socket backend overlaps nothing with backward
+        sockgroup_allreduce_sum(pg->sock, data, n, false);
+        return (PgRequest){i};
+    }
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &s->req));
     return (PgRequest){i};
 }
@@ -571,7 +707,7 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
         return;
     }
 #endif
-    mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
+    if (!pg->sock) mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
     float *data = s->staged ? s->host : s->buf;
     if (s->op == PG_AVG) {
         // Divide (not multiply by 1/world): the same rounding as PyTorch DDP's grad.div_(world).
@@ -585,6 +721,10 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
 static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
+    if (pg->sock) {
+        sockgroup_allreduce_sum(pg->sock, host_buf, (size_t)n, true);
+        return;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host_buf, n, MPI_DOUBLE, MPI_SUM, pg->comm, &req));
     mpi_wait(pg, &req, "all-reduce (host)", (size_t)n, "doubles");
@@ -605,9 +745,13 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
         data = stage_reserve(&pg->stage, &pg->stage_cap, n * sizeof(float));
         if (pg->rank == root) device_copy_from(pg->dev, data, buf, n * sizeof(float));
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(data, mpi_count(n), MPI_FLOAT, root, pg->comm, &req));
-    mpi_wait(pg, &req, "broadcast", n, "floats");
+    if (pg->sock) {
+        sockgroup_broadcast(pg->sock, data, n * sizeof(float), root);
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibcast(data, mpi_count(n), MPI_FLOAT, root, pg->comm, &req));
+        mpi_wait(pg, &req, "broadcast", n, "floats");
+    }
     if (staged(pg) && pg->rank != root) device_copy_to(pg->dev, buf, data, n * sizeof(float));
 }
 
@@ -629,13 +773,21 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
         src = h;
         dst = h + n;
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Iallgather(src, mpi_count(n), MPI_FLOAT, dst, mpi_count(n), MPI_FLOAT, pg->comm, &req));
-    mpi_wait(pg, &req, "all-gather", n, "floats");
+    if (pg->sock) {
+        sockgroup_allgather(pg->sock, src, dst, n * sizeof(float));
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(src, mpi_count(n), MPI_FLOAT, dst, mpi_count(n), MPI_FLOAT, pg->comm, &req));
+        mpi_wait(pg, &req, "all-gather", n, "floats");
+    }
     if (staged(pg)) device_copy_to(pg->dev, recv, dst, total * sizeof(float));
 }
 
 void pg_barrier(ProcessGroup *pg) {
+    if (pg->sock) {
+        sockgroup_barrier(pg->sock);
+        return;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
     mpi_wait(pg, &req, "barrier", 0, "bytes");
@@ -647,6 +799,10 @@ void pg_barrier(ProcessGroup *pg) {
 static uint32_t *gather_hashes(ProcessGroup *pg, const float *buf, size_t n) {
     uint32_t mine = pg_hash_floats(pg->dev, buf, n);
     uint32_t *all = xcalloc((size_t)pg->world, sizeof *all);
+    if (pg->sock) {
+        sockgroup_allgather(pg->sock, &mine, all, sizeof mine);
+        return all;
+    }
     MPI_Request req;
     MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_UINT32_T, all, 1, MPI_UINT32_T, pg->comm, &req));
     mpi_wait(pg, &req, "all-gather of buffer hashes", 1, "ints");

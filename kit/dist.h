@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1 } PgBackend;
+typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1, PG_BACKEND_SOCKET = 2 } PgBackend;
 
 typedef struct ProcessGroup ProcessGroup;
 
@@ -51,7 +51,26 @@ typedef struct ProcessGroup ProcessGroup;
 // Rank 0 prints one line saying which backend runs and why. Errors (unknown backend, NCCL refused,
 // MPI failure) are a clear message and exit status 1.
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s);
-// Waits for every rank (with the timeout), releases the backend and calls MPI_Finalize.
+// The start WITHOUT mpirun (lesson 07, torchrun-style): the ranks found each other through a rendezvous store
+// (kit/store.h), which told every rank where rank 0's process group listens. Runs the socket backend
+// (kit/dist_socket.c: why not MPI, and what it costs). On CUDA, as pg_init does: the GPU by local rank, and
+// NCCL (from the unique id rank 0 made with pg_nccl_unique_id and the store carried) when every rank has a
+// GPU of its own; the sockets then carry only the host-side collectives. backend: "auto", "socket" (host
+// staging even on GPUs) or "nccl" (CUDA only); "mpi" needs mpirun: a clear error.
+#define PG_NCCL_ID_BYTES 128
+typedef struct {
+    int rank, world, local_rank, local_world;
+    char root_addr[64];  // "HOST:PORT" where rank 0 listens for the other ranks
+    int listen_fd;       // rank 0: that listener, bound before its address was published; others: -1
+    const char *node;    // this rank's node name (ranks with the same name share a node)
+    const void *nccl_id; // (PG_NCCL_ID_BYTES) rank 0's NCCL unique id on every rank, or NULL (CPU, no NCCL)
+} PgPeers;
+ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s);
+// Rank 0 of a store-started job on GPUs: writes a new NCCL unique id (PG_NCCL_ID_BYTES) to out. False (and
+// zeros) when the kit was built without NCCL.
+bool pg_nccl_unique_id(void *out);
+
+// Waits for every rank (with the timeout), releases the backend and calls MPI_Finalize (not for the socket backend).
 void pg_finalize(ProcessGroup *pg);
 
 int pg_rank(const ProcessGroup *pg);
@@ -60,7 +79,7 @@ int pg_local_rank(const ProcessGroup *pg);
 int pg_local_world(const ProcessGroup *pg);  // processes on this node
 Device pg_device(const ProcessGroup *pg);
 PgBackend pg_backend(const ProcessGroup *pg);
-const char *pg_backend_name(PgBackend b);    // "mpi" or "nccl"
+const char *pg_backend_name(PgBackend b);    // "mpi", "nccl" or "socket"
 double pg_timeout(const ProcessGroup *pg);
 
 // Prints `msg` (when not NULL) prefixed with "rank R: " and aborts every rank (MPI_Abort): for errors

@@ -63,6 +63,22 @@ void buckets_mark_ready(GradBuckets *gb, size_t offset, size_t count);
 // Buckets started in this step and not yet finished (all of them after a full backward).
 int buckets_in_flight(const GradBuckets *gb);
 
+// ---------------------------------------------------------------- the socket backend (lesson 07, kit/dist_socket.c)
+// A star of TCP connections to rank 0, for ranks started without mpirun. Every call is blocking and
+// collective; a closed connection or a timeout ends the process with a message naming the peer rank.
+typedef struct SockGroup SockGroup;
+// rank 0 accepts world - 1 connections on listen_fd (bound before its address went into the store); the
+// others connect to root_addr ("HOST:PORT"). NULL with the reason in err.
+SockGroup *sockgroup_create(int rank, int world, const char *root_addr, int listen_fd, double timeout_s, char *err,
+                            size_t errlen);
+void sockgroup_free(SockGroup *g);
+// (n) floats or doubles in host memory, summed in rank order on rank 0.
+void sockgroup_allreduce_sum(SockGroup *g, void *buf, size_t n, bool is_double);
+void sockgroup_broadcast(SockGroup *g, void *buf, size_t bytes, int root);
+// send (bytes) from each rank -> recv (world, bytes).
+void sockgroup_allgather(SockGroup *g, const void *send, void *recv, size_t bytes);
+void sockgroup_barrier(SockGroup *g);
+
 #ifdef __cplusplus
 }
 #endif

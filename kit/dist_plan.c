@@ -9,7 +9,9 @@
 #include "kit/check.h"
 #include "kit/dist_internal.h"
 
-const char *pg_backend_name(PgBackend b) { return b == PG_BACKEND_NCCL ? "nccl" : "mpi"; }
+const char *pg_backend_name(PgBackend b) {
+    return b == PG_BACKEND_NCCL ? "nccl" : b == PG_BACKEND_SOCKET ? "socket" : "mpi";
+}
 
 // Why NCCL cannot run here, or NULL when it can.
 static const char *nccl_blocker(Device dev, bool nccl_built, int ranks_per_gpu, char *buf, size_t len) {

@@ -1,0 +1,206 @@
+// bootstrap.c: lesson 07, how processes that nobody introduced become one job (what torchrun and
+// init_process_group(init_method="tcp://..." or "file://...") do before the first collective).
+//
+// mpirun starts every rank itself, so each process is born knowing its rank, the world and how to reach the
+// others. A job started any other way (torchrun, a Slurm script that runs one process per task, a shell loop
+// over ssh) gets only a few environment variables and must introduce its ranks itself:
+//
+//   every rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT from the environment   (TODO 1a)
+//               -> join the store at MASTER_ADDR:MASTER_PORT, served by rank 0, or a shared file (TODO 1b)
+//               -> publish its host name, read everyone's: which ranks share a node      (TODO 3, TODO 4)
+//   rank 0:     -> publish where its process group listens (or, on GPUs, NCCL's unique id) (TODO 2)
+//   every rank: -> connect; from here on the store is not needed
+//
+// The store is tiny (a few keys per rank) and slow (every wait polls it): it only carries addresses. The
+// gradients go over the connections it helped to make.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kit/check.h"
+#include "kit/dist.h"
+#include "kit/log.h"
+#include "kit/sock.h"
+#include "kit/store.h"
+#include "lesson.h"
+
+// ---------------------------------------------------------------- the environment (TODO 1)
+
+// Reads a non-negative integer from the environment variable `name` into *out. -1 with a reason when it is
+// missing or not a number.
+static int env_int(const char *name, int *out, char *err, size_t errlen) {
+    const char *v = getenv(name);
+    if (!v || !*v) return check_reason(err, errlen, "%s is not set", name);
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1000000) return check_reason(err, errlen, "%s='%s' is not a number >= 0", name, v);
+    *out = (int)x;
+    return 0;
+}
+
+// TODO 1a: what torchrun gives every process it starts (and what srun or your own script can give too):
+//   RANK and WORLD_SIZE (required; a RANK outside 0..WORLD_SIZE-1 is an error naming both), LOCAL_RANK
+//   (optional: -1 when absent; the node map of TODO 4 finds it anyway), and the store's address: with
+//   init_method "env", tcp://MASTER_ADDR:MASTER_PORT (both required); otherwise init_method IS the url.
+//   Every error names the variable, so that a typo in a job script is found in one look. (env_int above helps.)
+// PyTorch: dist.init_process_group(init_method="env://")  reads the same five variables
+int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen) {
+    (void)init_method, (void)env_int;
+    *e = (RdzvEnv){.local_rank = -1};
+    return check_reason(err, errlen, "TODO 1a: rdzv_env_read is not written yet");
+}
+
+// TODO 1b: join the store e->url as e->rank of e->world (kit/store.h), within timeout_s. Which job is this?
+//   Two jobs that picked the same port or file must not mix their ranks: the kit's store refuses a rank
+//   that comes with another job's id, if it is told the id (kit/store.h says where a job's id comes from).
+// PyTorch: dist.TCPStore(MASTER_ADDR, MASTER_PORT, world_size, is_master=(rank == 0))
+Store *rdzv_open(const RdzvEnv *e, double timeout_s, char *err, size_t errlen) {
+    (void)e, (void)timeout_s;
+    check_reason(err, errlen, "TODO 1b: rdzv_open is not written yet");
+    return NULL;
+}
+
+// ---------------------------------------------------------------- rank 0's bytes to everyone (TODO 2)
+
+// TODO 2: rank 0 publishes its len bytes under key; every other rank waits for them and copies them into
+//   its buf. A value of another length than len is an error (a rank of another build or version). This is
+//   how NCCL's unique id travels on GPUs (ncclGetUniqueId on rank 0, ncclCommInitRank on every rank with it),
+//   and how rank 0's socket-backend address does here.
+// PyTorch: inside init_process_group("nccl"): rank 0 store.set("ncclUniqueId", id); the others store.get(...)
+int bootstrap_share(Store *s, const char *key, void *buf, size_t len, char *err, size_t errlen) {
+    (void)s, (void)key, (void)buf, (void)len;
+    return check_reason(err, errlen, "TODO 2: bootstrap_share is not written yet");
+}
+
+// ---------------------------------------------------------------- everyone's bytes to everyone (TODO 3)
+
+// TODO 3: every rank publishes its own bytes under a key of its own (key and rank: "host/3"), waits until
+//   EVERY rank has published (one wait for all the keys: the store's error then names all that are
+//   missing, not just the first), then reads them all into all, rank r's at all + r * len.
+//   Which wait? store_wait over all the keys, with the store's timeout: a rank that never comes must be an
+//   error that names it, within the timeout, never a hang.
+// PyTorch: dist.all_gather_object before the process group exists: one store.set per rank, store.get of all
+int bootstrap_allgather(Store *s, const char *key, const void *mine, size_t len, void *all, char *err,
+                        size_t errlen) {
+    (void)s, (void)key, (void)mine, (void)len, (void)all;
+    return check_reason(err, errlen, "TODO 3: bootstrap_allgather is not written yet");
+}
+
+// ---------------------------------------------------------------- the node map (TODO 4)
+
+// TODO 4: where does rank `rank` run? Ranks with the same host name share a node. Number the nodes in order
+//   of first appearance (the node of rank 0 is node 0), and the ranks of a node in rank order (its local
+//   rank). This is what mpirun's MPI_COMM_TYPE_SHARED split told lesson 03, found from names alone: with
+//   one rank per GPU, the local rank is the GPU a rank drives.
+// PyTorch: torchrun sets LOCAL_RANK itself (it starts the processes of its node); Lightning reads it back.
+NodeMap rdzv_node_map(const char (*hosts)[RDZV_HOST_LEN], int world, int rank) {
+    NodeMap m = {0};
+    (void)hosts, (void)world, (void)rank;
+    return m;
+}
+
+// ---------------------------------------------------------------- given: the start without mpirun
+
+// The host name that says which ranks share a node. KIT_NODE_NAME overrides it: several "nodes" on one
+// machine (network namespaces share the host name), or a name that a cluster spells two ways.
+static void node_name(char out[RDZV_HOST_LEN]) {
+    const char *forced = getenv("KIT_NODE_NAME");
+    memset(out, 0, RDZV_HOST_LEN);
+    if (forced && *forced) snprintf(out, RDZV_HOST_LEN, "%s", forced);
+    else if (gethostname(out, RDZV_HOST_LEN - 1) < 0) snprintf(out, RDZV_HOST_LEN, "unknown");
+}
+
+#define RDZV_HINT                                                                                                  \
+    "rank 0 serves the store at MASTER_ADDR:MASTER_PORT: every rank needs the same pair, and MASTER_ADDR must be an " \
+    "address of rank 0's node that the other nodes can reach (not 127.0.0.1 across nodes). 'port in use': another "  \
+    "job (or one still exiting) has it: pick another MASTER_PORT. 'refused': two jobs share the port or file, or a " \
+    "RANK is given twice. A rank that 'never joined' did not start, or started with other settings."
+
+// Stops this rank with the reason (prefixed with the rank unless it names one already) and the hint.
+static void rdzv_fail(int line, const char *call, int rank, const char *err) __attribute__((noreturn));
+static void rdzv_fail(int line, const char *call, int rank, const char *err) {
+    if (strncmp(err, "rank ", 5) == 0) check_failf(__FILE__, line, call, RDZV_HINT, "%s", err);
+    check_failf(__FILE__, line, call, RDZV_HINT, "rank %d: %s", rank, err);
+}
+
+bool scaleout_started_by_mpi(void) {
+    // mpirun (Open MPI) and srun --mpi=pmix put these in every rank's environment; torchrun does not.
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
+    char err[2048];
+    RdzvEnv e;
+    if (rdzv_env_read(&e, o->init_method, err, sizeof err) < 0)
+        check_failf(__FILE__, __LINE__, "rdzv_env_read",
+                    "without mpirun every process needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun "
+                    "sets them: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./train & RANK=1 ...",
+                    "%s", err);
+    Store *s = rdzv_open(&e, o->timeout_s, err, sizeof err);
+    if (!s) rdzv_fail(__LINE__, "rdzv_open", e.rank, err);
+
+    // Who shares a node: from every rank's host name.
+    char me[RDZV_HOST_LEN];
+    node_name(me);
+    char (*hosts)[RDZV_HOST_LEN] = xcalloc((size_t)e.world, sizeof *hosts);
+    if (bootstrap_allgather(s, "host", me, RDZV_HOST_LEN, hosts, err, sizeof err) < 0)
+        rdzv_fail(__LINE__, "bootstrap_allgather", e.rank, err);
+    NodeMap nm = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, e.world, e.rank);
+    free(hosts);
+    if (e.local_rank >= 0 && e.local_rank != nm.local_rank)
+        fprintf(stderr, "rank %d: LOCAL_RANK=%d, but the host names say local rank %d: using LOCAL_RANK\n", e.rank,
+                e.local_rank, nm.local_rank);
+
+    // Rank 0 listens first (any free port), then publishes where: the others connect when they read it.
+    PgPeers peers = {.rank = e.rank, .world = e.world, .local_rank = e.local_rank >= 0 ? e.local_rank : nm.local_rank,
+                     .local_world = nm.local_world, .listen_fd = -1};
+    if (e.rank == 0) {
+        int port;
+        char host[40]  /* an IPv4 address in text */;
+        peers.listen_fd = sock_listen(0, &port, err, sizeof err);
+        if (peers.listen_fd < 0 || sock_local_address(store_fd(s), host, sizeof host, err, sizeof err) < 0)
+            check_failf(__FILE__, __LINE__, "rank 0's listener", "KIT_SOCKET_IFNAME must name an interface of this "
+                        "node that the other nodes reach (ip -br addr lists them)", "%s", err);
+        snprintf(peers.root_addr, sizeof peers.root_addr, "%s:%d", host, port);
+    }
+    if (bootstrap_share(s, "pg-root", peers.root_addr, sizeof peers.root_addr, err, sizeof err) < 0)
+        rdzv_fail(__LINE__, "bootstrap_share", e.rank, err);
+    // On GPUs the same road carries NCCL's unique id: rank 0 makes it, every rank hands it to NCCL.
+    unsigned char nccl_id[PG_NCCL_ID_BYTES] = {0};
+    if (dev == DEVICE_CUDA) {
+        if (e.rank == 0) pg_nccl_unique_id(nccl_id);  // zeros when the kit has no NCCL: then nothing reads them
+        if (bootstrap_share(s, "nccl-id", nccl_id, sizeof nccl_id, err, sizeof err) < 0)
+            rdzv_fail(__LINE__, "bootstrap_share", e.rank, err);
+        peers.nccl_id = nccl_id;
+    }
+    peers.node = me;
+    store_close(s);  // every rank has the address now; rank 0 waits here until all have left the store
+    return pg_init_socket(&peers, o->backend, dev, o->timeout_s);
+}
+
+void scaleout_print_mapping(ProcessGroup *pg, const char *host) {
+    int world = pg_world(pg), rank = pg_rank(pg);
+    // Host memory doubles are the one collective every backend has for any device: each rank fills its own
+    // row (its name, one character per double, and its local rank), the sum is everybody's rows.
+    enum { ROW = RDZV_HOST_LEN + 2 };
+    double *rows = xcalloc((size_t)world * ROW, sizeof *rows);
+    for (int i = 0; i < RDZV_HOST_LEN - 1 && host[i]; i++) rows[(size_t)rank * ROW + (size_t)i] = (unsigned char)host[i];
+    rows[(size_t)rank * ROW + RDZV_HOST_LEN] = pg_local_rank(pg);
+    rows[(size_t)rank * ROW + RDZV_HOST_LEN + 1] = pg_local_world(pg);
+    pg_allreduce_sum_double_host(pg, rows, world * ROW);
+    char (*hosts)[RDZV_HOST_LEN] = xcalloc((size_t)world, sizeof *hosts);
+    for (int r = 0; r < world; r++)
+        for (int i = 0; i < RDZV_HOST_LEN - 1; i++) hosts[r][i] = (char)rows[(size_t)r * ROW + (size_t)i];
+    if (rank == 0) {
+        NodeMap first = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, world, 0);
+        printf("mapping: %d rank%s on %d node%s\n", world, world == 1 ? "" : "s", first.nodes, first.nodes == 1 ? "" : "s");
+        for (int r = 0; r < world; r++) {
+            NodeMap m = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, world, r);
+            printf("  rank %d: node %d (%s), local rank %d of %d\n", r, m.node, hosts[r],
+                   (int)rows[(size_t)r * ROW + RDZV_HOST_LEN], (int)rows[(size_t)r * ROW + RDZV_HOST_LEN + 1]);
+        }
+    }
+    free(hosts);
+    free(rows);
+}

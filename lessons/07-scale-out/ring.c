@@ -1,0 +1,85 @@
+// ring.c: lesson 07, a ring all-reduce over plain TCP sockets: what NCCL and Open MPI do inside their
+// all-reduce, written out. A teaching artifact (the kit's process group does not use it): you measure it
+// against MPI_Allreduce on the same sizes (bench-ring, see the README).
+//
+// N ranks in a ring, each sending only to the next and receiving only from the previous. The buffer is cut
+// into N chunks. Two phases of N - 1 steps each:
+//
+//   reduce-scatter: in step s, rank r sends chunk (r - s) mod N to the next rank and receives chunk
+//                   (r - s - 1) mod N from the previous one, adding it into its own. After N - 1 steps
+//                   rank r holds the complete sum of chunk (r + 1) mod N.
+//   all-gather:     in step s, rank r sends chunk (r + 1 - s) mod N (complete) and receives chunk
+//                   (r - s) mod N (complete), copying it over its own. After N - 1 steps every rank holds
+//                   every complete chunk.
+//
+// Each rank sends 2 (N - 1) / N of the buffer in all, whatever N: the reason a ring scales ("bus bandwidth",
+// busbw = size x 2 (N - 1) / N / time, is the number that compares across N).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kit/check.h"
+#include "kit/log.h"
+#include "kit/sock.h"
+#include "kit/store.h"
+#include "lesson.h"
+
+// The part of a buffer of n floats that is chunk c of `world`: [*off, *off + *len). The first n % world
+// chunks have one float more, so any n works, including n < world (empty chunks).
+static void chunk_range(size_t n, int world, int c, size_t *off, size_t *len) {
+    size_t base = n / (size_t)world, extra = n % (size_t)world, uc = (size_t)c;
+    *off = uc * base + (uc < extra ? uc : extra);
+    *len = base + (uc < extra ? 1 : 0);
+}
+
+// TODO 5: the ring all-reduce of buf (n floats): reduce-scatter, then all-gather, as described at the top.
+//   One step is sock_sendrecv (kit/sock.h): send one chunk to ring->next_fd WHILE receiving another from
+//   ring->prev_fd (why both at once: the comment of sock_sendrecv). The deadline of each step is
+//   time_now() + ring->timeout_s. chunk_range above cuts the buffer. A received chunk in the reduce-scatter
+//   goes into a scratch buffer first, then is added: receiving straight into buf would overwrite your own
+//   part of the sum. On a failed step return -1 with the phase, the step and the reason in err.
+//   world == 1: nothing to do.
+// NCCL: ncclAllReduce with NCCL_ALGO=Ring;  Open MPI: coll_tuned_allreduce_algorithm 4 ("ring")
+int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen) {
+    (void)ring, (void)buf, (void)n, (void)chunk_range;
+    return check_reason(err, errlen, "TODO 5: ring_allreduce is not written yet");
+}
+
+// ---------------------------------------------------------------- given: making the ring
+
+int ring_connect(Store *s, Ring *ring, char *err, size_t errlen) {
+    int rank = store_rank(s), world = store_world(s);
+    *ring = (Ring){.rank = rank, .world = world, .next_fd = -1, .prev_fd = -1, .timeout_s = store_timeout(s)};
+    if (world == 1) return 0;
+    // Every rank listens on a free port and publishes "address:port" (TODO 3 gathers them all).
+    int port;
+    char host[40]  /* an IPv4 address in text */, mine[SOCK_ADDR_LEN] = {0};
+    int lfd = sock_listen(0, &port, err, errlen);
+    if (lfd < 0 || sock_local_address(store_fd(s), host, sizeof host, err, errlen) < 0) {
+        if (lfd >= 0) close(lfd);
+        return -1;
+    }
+    snprintf(mine, sizeof mine, "%s:%d", host, port);
+    char (*addrs)[SOCK_ADDR_LEN] = xcalloc((size_t)world, sizeof *addrs);
+    int rc = bootstrap_allgather(s, "ring", mine, SOCK_ADDR_LEN, addrs, err, errlen);
+    double deadline = time_now() + ring->timeout_s;
+    char next_host[SOCK_ADDR_LEN];
+    int next_port;
+    // Connect first, accept second: the listener's backlog completes our connection even while the next
+    // rank is itself still connecting, so no rank waits for another to reach accept().
+    if (rc == 0 && sock_split_addr(addrs[(rank + 1) % world], next_host, sizeof next_host, &next_port) < 0)
+        rc = check_reason(err, errlen, "rank %d published a bad address '%s'", (rank + 1) % world, addrs[(rank + 1) % world]);
+    if (rc == 0 && (ring->next_fd = sock_connect(next_host, next_port, deadline, err, errlen)) < 0) rc = -1;
+    if (rc == 0 && (ring->prev_fd = sock_accept(lfd, deadline, err, errlen)) < 0) rc = -1;
+    free(addrs);
+    close(lfd);
+    if (rc < 0) ring_close(ring);
+    return rc;
+}
+
+void ring_close(Ring *ring) {
+    if (ring->next_fd >= 0) close(ring->next_fd);
+    if (ring->prev_fd >= 0) close(ring->prev_fd);
+    ring->next_fd = ring->prev_fd = -1;
+}

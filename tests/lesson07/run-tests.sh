@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# tests/lesson07/run-tests.sh: lesson 07's checks beyond `make grade-solutions` (which runs the autograder on
+# GRADE_NP ranks, one test per process):
+#   1. the whole autograder of the SOLUTION on other world sizes (LESSON07_WORLDS, default "1 3")
+#   2. the real program started both ways: mpirun -np 2, and 2 processes with RANK/WORLD_SIZE/MASTER_* (tcp
+#      store) and with --init-method file://: every epoch line (losses, accuracies) must be the same text
+#   3. every failure mode ends within its limit with a non-zero status, the reason and a HINT: the master
+#      unreachable, the port in use, a wrong interface (KIT_SOCKET_IFNAME), a rank that never starts, a rank
+#      killed during training
+#
+#   tests/lesson07/run-tests.sh BUILD/grade-solutions/test_lesson07 BUILD/solutions/07-scale-out/train
+set -u
+tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
+train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
+cd "$(dirname "$0")/../.."
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failed=0
+ok()   { echo "ok   $*"; }
+bad()  { echo "!! FAIL: $*"; failed=1; }
+# A free TCP port (bound to port 0 by the system, then released): tests here run beside other suites.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+ARGS=(--dataset synthetic --model tiny --epochs 2 --bucket-mb 0 --seed 5)
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT KIT_SOCKET_IFNAME KIT_NODE_NAME
+
+# ---- 1. the autograder on other world sizes
+count=$("$tests" --list | wc -l)
+for np in ${LESSON07_WORLDS:-1 3}; do
+  start=$(date +%s)
+  timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$work/grade.log" 2>&1
+  rc=$?
+  # A world above 2 skips the bit-for-bit training comparison (its reason is in the test).
+  if [ $rc -eq 0 ] && grep -Eq "PASSED.*\\b($count|$((count - 1))) test" "$work/grade.log"; then
+    ok "lesson 07 autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
+  else
+    bad "lesson 07 autograder on the solution, world $np (exit $rc)"
+    grep -E 'FAILED|ERROR|error' "$work/grade.log" | sort -u | head -n 20 | sed 's/^/   | /'
+  fi
+done
+
+# ---- 2. the program, started three ways: the same training
+epochs() { grep -E '^epoch [0-9]+:' "$1" | sed 's/ ([0-9.]* s, [0-9]* img\/s)//'; }
+# Starts `world` ranks of the program in the background, torchrun-style; extra arguments go to every rank.
+store_start() {
+  local world=$1 port=$2 tag=$3; shift 3
+  local r
+  for ((r = 0; r < world; r++)); do
+    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-$tag-$$" \
+      timeout --kill-after=5 120 "$train" "$@" >"$work/$tag.$r.out" 2>"$work/$tag.$r.err" &
+    pids+=($!)
+  done
+}
+timeout --kill-after=5 120 scripts/launch.sh 2 "$train" "${ARGS[@]}" >"$work/mpi.out" 2>&1 || bad "mpirun -np 2 failed"
+store_start 2 "$(free_port)" tcp "${ARGS[@]}"
+store_start 2 0 file "${ARGS[@]}" --init-method "file://$work/job.store"
+wait
+epochs "$work/mpi.out" >"$work/mpi.epochs"
+for how in tcp file; do
+  epochs "$work/$how.0.out" >"$work/$how.epochs"
+  if [ -s "$work/mpi.epochs" ] && cmp -s "$work/mpi.epochs" "$work/$how.epochs" && grep -q 'backend=socket' "$work/$how.0.out"; then
+    ok "the program started from the $how store trains as under mpirun ($(wc -l <"$work/mpi.epochs") epoch lines equal)"
+  else
+    bad "the program started from the $how store differs from mpirun"
+    diff "$work/mpi.epochs" "$work/$how.epochs" | head -n 6 | sed 's/^/   | /'
+    cat "$work/$how.0.err" "$work/$how.1.err" | head -n 6 | sed 's/^/   | /'
+  fi
+done
+[ -e "$work/job.store" ] && bad "the file store $work/job.store was left behind"
+if grep -q 'rank 1: node 0 .*local rank 1 of 2' "$work/tcp.0.out"; then ok "the mapping names rank 1's node and local rank"
+else bad "no mapping line for rank 1 in the store start's output"; fi
+
+# ---- 3. failure modes: each ends within `limit` seconds, non-zero, with the reason and a HINT
+# expect NAME LIMIT PATTERN FILE: the exit status in $work/NAME.rc
+expect() {
+  local name=$1 limit=$2 pattern=$3 file=$4 rc took
+  rc=$(cat "$work/$name.rc"); took=$(cat "$work/$name.s")
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ "$took" -le "$limit" ] \
+     && grep -Eq "$pattern" "$file" && grep -q 'HINT' "$file"; then
+    ok "$name: exit $rc after $took s: $(grep -Em1 "$pattern" "$file" | cut -c1-150)"
+  else
+    bad "$name: exit $rc after $took s (limit $limit s), expected /$pattern/ and a HINT in:"
+    head -n 8 "$file" | sed 's/^/   | /'
+  fi
+}
+# run NAME RANK WORLD PORT [ENV=...] -- ARGS: one rank in the foreground, timed
+run_rank() {
+  local name=$1 rank=$2 world=$3 port=$4; shift 4
+  local start; start=$(date +%s)
+  env RANK="$rank" WORLD_SIZE="$world" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" KIT_RUN_ID="l07-$name-$$" "$@" \
+    >"$work/$name.out" 2>"$work/$name.err" </dev/null
+  echo $? >"$work/$name.rc"; echo $(( $(date +%s) - start )) >"$work/$name.s"
+}
+
+# The master unreachable: rank 1 alone, nobody serves the port.
+run_rank unreachable 1 2 "$(free_port)" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+expect unreachable 10 'cannot reach the store .*(refused|timeout)' "$work/unreachable.err"
+
+# The port in use: something else listens on MASTER_PORT when rank 0 starts.
+port=$(free_port)
+python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("", int(sys.argv[1]))); s.listen(); time.sleep(60)' "$port" &
+holder=$!; pids+=($holder); sleep 0.5
+run_rank port_in_use 0 2 "$port" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+kill $holder 2>/dev/null
+expect port_in_use 10 "port $port is already in use" "$work/port_in_use.err"
+
+# A rank that never starts: rank 0 of 2 alone.
+run_rank missing_rank 0 2 "$(free_port)" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+expect missing_rank 10 'rank 1 never joined the store' "$work/missing_rank.err"
+
+# A wrong interface: rank 0 is told to publish the address of an interface this host does not have.
+port=$(free_port)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-wrong_if-$$" KIT_SOCKET_IFNAME=nosuch0 \
+  timeout 60 "$train" "${ARGS[@]}" --timeout 3 >"$work/wrong_if1.out" 2>"$work/wrong_if1.err" &
+other=$!; pids+=($other)
+run_rank wrong_if 0 2 "$port" env KIT_SOCKET_IFNAME=nosuch0 timeout 60 "$train" "${ARGS[@]}" --timeout 3
+expect wrong_if 10 'KIT_SOCKET_IFNAME=nosuch0: no such interface' "$work/wrong_if.err"
+wait $other; rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'lost the store' "$work/wrong_if1.err"; then ok "wrong_if: rank 1 stopped too (exit $rc): the store is gone"
+else bad "wrong_if: rank 1 exit $rc:"; head -n 4 "$work/wrong_if1.err" | sed 's/^/   | /'; fi
+
+# A rank killed during training: rank 0 stops within the timeout, naming it.
+port=$(free_port)
+# (no `timeout` in front: $! must be the program itself, not a wrapper that would survive the kill)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-killed-$$" \
+  "$train" "${ARGS[@]}" --epochs 50 --timeout 5 >"$work/killed1.out" 2>&1 &
+victim=$!; pids+=($victim); disown $victim  # its death by kill -9 is expected: no job notice
+( for _ in $(seq 1 300); do grep -q '^epoch 1:' "$work/killed.out" 2>/dev/null && break; sleep 0.1; done
+  kill -9 $victim ) 2>/dev/null &
+run_rank killed 0 2 "$port" timeout 120 "$train" "${ARGS[@]}" --epochs 50 --timeout 5
+wait 2>/dev/null
+expect killed 40 'with rank 1 failed: .*(closed|gone)' "$work/killed.err"
+
+[ $failed -eq 0 ] && echo "lesson 07: all extra tests passed"
+exit $failed
