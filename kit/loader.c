@@ -3,6 +3,8 @@
 // Two buffers: the caller reads one (the batch loader_next returned) while the worker fills the other.
 // The protocol is one job at a time: loader_next waits for the job in flight (that is the "wait" time),
 // hands its buffer to the caller, and immediately submits the next batch into the other buffer.
+// On CUDA, once a consumer asked (batch_on_device), each host buffer also has a device buffer: the worker
+// queues the copy of what it filled on a copy stream, and events order it with the compute (data.h).
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
