@@ -196,8 +196,8 @@ for s in "${steps[@]}"; do
     bench)
       run bench-gpu 1 420 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make bench-gpu && cp bench/results-gpu.md "$0/results-gpu.md"' "$logdir"
       # The overlap in a lesson's own loop: compare the two `final:` lines (images_per_s) and `time:` lines.
-      run lesson03-overlap 1 90 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2
-      run lesson03-no-overlap 1 90 env KIT_OVERLAP=0 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2 ;;
+      run overlap-l03 1 90 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2
+      run no-overlap-l03 1 90 env KIT_OVERLAP=0 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2 ;;
   esac
 done
 
