@@ -1,13 +1,19 @@
 // bench/bench_gpu.c: the kit's speed on one GPU, for bench/torch_gpu.py to set beside PyTorch's.
 //
-//   bench_gpu [--model resnet9] [--batch 512] [--steps 20]
+//   bench_gpu [--model resnet9] [--batch 512] [--steps 20] [--pipeline-models resnet9,fmnist] [--sgemm-n 8192]
 //
 // Measures, on GPU 0:
 //   1. training throughput (images/s) of the model: forward, loss, backward, SGD step, on a batch that
 //      already lives on the GPU (the data pipeline is not measured), in float32 and with TF32 GEMMs;
 //   2. each conv layer's forward and backward as the kit runs them (im2col + cuBLAS SGEMM + layout
 //      kernels), in achieved TFLOP/s (2 * MACs per pass; backward counts dx and dw: 2 passes);
-//   3. the ceiling: cuBLAS SGEMM on 8192^3, in float32 and in TF32.
+//   3. the ceiling: cuBLAS SGEMM on 8192^3, in float32 and in TF32;
+//   4. the data pipeline, for each of --pipeline-models at the same batch: training from the kit's loader
+//      (a synthetic CIFAR-shaped set, crop + flip, pinned host slots) through train_forward_backward, as
+//      lessons 03 on train, with the copy of batch k+1 overlapping the compute of batch k (kit/loader.c)
+//      and without it (the same path as KIT_OVERLAP=0: a synchronous copy in the step): images/s, and per
+//      step the wait for the loader thread, the host-to-device copy of one batch measured alone (events
+//      on a pinned cudaMemcpy), and the rest (compute).
 // Prints one JSON object on stdout (the Python script parses it); progress goes to stderr.
 // Without a usable GPU it prints {"skipped": "<why>"} and exits 0.
 #include <stdio.h>
@@ -15,12 +21,14 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/data.h"
 #include "kit/device.h"
 #include "kit/log.h"
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
 #include "kit/rng.h"
+#include "kit/train.h"
 #ifdef KIT_CUDA
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
@@ -138,18 +146,118 @@ static double sgemm_tflops(int n, bool tf32) {
     cuda_set_tf32(false);
     return 2.0 * n * (double)n * n / t / 1e12;
 }
+
+// ---------------------------------------------------------------- 4. the data pipeline
+
+typedef struct {
+    double images_per_s;
+    double step_ms, wait_ms;  // per step: all of it, and the part spent waiting for the loader thread
+} PipeRun;
+
+// `steps` timed training steps (after 3 warm-up steps) from loader L, overlap on or off. Epochs restart
+// as needed; the loader's epoch 0 is the warm-up's.
+static PipeRun pipeline_run(Model *m, Loader *L, int steps, bool overlap) {
+    const SgdConfig opt = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    loader_set_overlap(L, overlap);
+    int done = 0, epoch = 0;
+    double t0 = 0.0, wait_total = 0.0;
+    while (done < steps + 3) {
+        loader_start_epoch(L, epoch++, 0);
+        const Batch *b;
+        double wait;
+        while (done < steps + 3 && (b = loader_next(L, &wait)) != NULL) {
+            if (done == 3) {
+                device_synchronize(DEVICE_CUDA);
+                t0 = time_now();
+            }
+            if (done >= 3) wait_total += wait;
+            train_forward_backward(m, b, 0.0f, 1.0f / (float)b->n);
+            optim_step(m, &opt);
+            done++;
+        }
+    }
+    device_synchronize(DEVICE_CUDA);
+    double t = time_now() - t0;
+    PipeRun r = {.images_per_s = (double)steps * m->max_batch / t, .step_ms = t / steps * 1e3,
+                 .wait_ms = wait_total / steps * 1e3};
+    return r;
+}
+
+// Milliseconds of one synchronous host-to-device copy of `bytes` from pinned memory (median-free: the
+// mean of 20 after one warm-up, timed with events so that only the copy counts).
+static double copy_ms(size_t bytes) {
+    void *h = host_alloc_pinned(bytes);
+    void *d = device_alloc(DEVICE_CUDA, bytes);
+    memset(h, 0, bytes);
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    device_copy_to(DEVICE_CUDA, d, h, bytes);
+    CUDA_CHECK(cudaEventRecord(a, 0));
+    for (int i = 0; i < 20; i++) CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, 0));
+    CUDA_CHECK(cudaEventRecord(b, 0));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    device_free(DEVICE_CUDA, d);
+    host_free_pinned(h);
+    return ms / 20;
+}
+
+// Section 4 for one model: JSON object on `out` (first: no leading comma).
+static void pipeline_model(const char *model, int batch, int steps, bool first, FILE *out) {
+    ModelConfig cfg;
+    if (!model_config(&cfg, model, 0, 3, 32, 32, 10)) die("unknown model '%s' (known: %s)", model, model_names());
+    Model *m = model_create(&cfg, DEVICE_CUDA, batch, 1);
+    // Enough images that the timed steps never wrap within an epoch's first batch (an epoch restart
+    // refills both slots: it would show as a wait that training does not have).
+    Dataset ds;
+    dataset_synthetic(&ds, batch * (steps + 4), 10, 3, 32, 32, DATASET_SYNTHETIC_SEED, SPLIT_TRAIN);
+    Sampler s;
+    sampler_init(&s, ds.n, 0, 1, 1, SAMPLER_TRAIN_DROP);
+    Loader *L = loader_create(&ds, &s, batch, true, &dataset_info("cifar10")->train_augment, 1);
+    PipeRun off = pipeline_run(m, L, steps, false), on = pipeline_run(m, L, steps, true);
+    double cms = copy_ms((size_t)batch * 3 * 32 * 32 * sizeof(float));
+    fprintf(stderr, "pipeline %s: copy %.3f ms/batch; no overlap %.0f images/s (%.2f ms/step, wait %.2f); "
+                    "overlap %.0f images/s (%.2f ms/step, wait %.2f)\n",
+            model, cms, off.images_per_s, off.step_ms, off.wait_ms, on.images_per_s, on.step_ms, on.wait_ms);
+    fprintf(out, "%s\n    {\"model\": \"%s\", \"batch\": %d, \"steps\": %d, \"copy_ms\": %.4f, "
+                 "\"no_overlap\": {\"images_per_s\": %.1f, \"step_ms\": %.4f, \"wait_ms\": %.4f}, "
+                 "\"overlap\": {\"images_per_s\": %.1f, \"step_ms\": %.4f, \"wait_ms\": %.4f}}",
+            first ? "" : ",", model, batch, steps, cms, off.images_per_s, off.step_ms, off.wait_ms,
+            on.images_per_s, on.step_ms, on.wait_ms);
+    loader_free(L);
+    dataset_free(&ds);
+    model_free(m);
+}
+
+static void pipeline_models(const char *list, int batch, int steps, FILE *out) {
+    fprintf(out, "  \"pipeline\": [");
+    char names[256];
+    snprintf(names, sizeof names, "%s", list);
+    bool first = true;
+    for (char *save = NULL, *name = strtok_r(names, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        pipeline_model(name, batch, steps, first, out);
+        first = false;
+    }
+    fprintf(out, "\n  ],\n");
+}
 #endif
 
 int main(int argc, char **argv) {
-    const char *model = "resnet9";
-    int batch = 512, steps = 20;
+    const char *model = "resnet9", *pipeline = "resnet9,fmnist";
+    int batch = 512, steps = 20, sgemm_n = 8192;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
-        else die("usage: %s [--model NAME] [--batch N] [--steps N]", argv[0]);
+        else if (strcmp(argv[i], "--pipeline-models") == 0 && i + 1 < argc) pipeline = argv[++i];
+        else if (strcmp(argv[i], "--sgemm-n") == 0 && i + 1 < argc) sgemm_n = atoi(argv[++i]);
+        else die("usage: %s [--model NAME] [--batch N] [--steps N] [--pipeline-models A,B] [--sgemm-n N]", argv[0]);
     }
-    if (batch < 1 || steps < 1) die("--batch and --steps must be positive");
+    if (batch < 1 || steps < 1 || sgemm_n < 1) die("--batch, --steps and --sgemm-n must be positive");
     const char *why = NULL;
     if (!device_cuda_usable(&why)) {
         printf("{\"skipped\": \"no usable GPU: %s\"}\n", why);
@@ -185,12 +293,14 @@ int main(int argc, char **argv) {
     printf("  \"train_flop_per_image\": %.6g,\n", 6 * fwd_macs);  // forward 2*MACs, backward about 2x that
     printf("  \"train_images_per_s_fp32\": %.1f,\n  \"train_images_per_s_tf32\": %.1f,\n", ips32, ips_tf32);
     conv_layers(m, batch, stdout);
-    double c32 = sgemm_tflops(8192, false), ctf = sgemm_tflops(8192, true);
-    fprintf(stderr, "cuBLAS SGEMM 8192^3: fp32 %.1f TFLOP/s, tf32 %.1f TFLOP/s\n", c32, ctf);
-    printf("  \"sgemm_tflops_fp32\": %.3f,\n  \"sgemm_tflops_tf32\": %.3f\n}\n", c32, ctf);
     model_free(m);
+    pipeline_models(pipeline, batch, steps, stdout);
+    double c32 = sgemm_tflops(sgemm_n, false), ctf = sgemm_tflops(sgemm_n, true);
+    fprintf(stderr, "cuBLAS SGEMM %d^3: fp32 %.1f TFLOP/s, tf32 %.1f TFLOP/s\n", sgemm_n, c32, ctf);
+    printf("  \"sgemm_n\": %d,\n  \"sgemm_tflops_fp32\": %.3f,\n  \"sgemm_tflops_tf32\": %.3f\n}\n", sgemm_n, c32,
+           ctf);
 #else
-    (void)model;
+    (void)model, (void)pipeline, (void)sgemm_n;
 #endif
     return 0;
 }

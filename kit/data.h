@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kit/device.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -120,14 +122,15 @@ int sampler_len(const Sampler *s);
 int sampler_indices(const Sampler *s, int *out);
 
 // ---------------------------------------------------------------- loader
+typedef struct Loader Loader;
+
 typedef struct {
     int n;              // samples in this batch (the last one of an epoch may be short)
     float *x;           // (n, C, H, W) host memory (pinned when CUDA is usable)
     int *y;             // (n)
     int index;          // batch number within the epoch
+    Loader *loader;     // the loader that owns it (NULL for a Batch made by hand): see batch_on_device
 } Batch;
-
-typedef struct Loader Loader;
 
 // Batches of batch_size from the sampler's indices; drop_last drops a short final batch.
 // A background thread fills the next batch while the caller computes on the current one.
@@ -145,6 +148,38 @@ void loader_start_epoch(Loader *L, int epoch, int start_batch);
 const Batch *loader_next(Loader *L, double *wait_seconds);
 int loader_batches_per_epoch(const Loader *L);
 void loader_free(Loader *L);
+
+// ---------------------------------------------------------------- the copy to the device, overlapped (CUDA)
+// On CUDA the loader can also copy each batch to the GPU ahead of time, so that the copy of batch k+1 runs
+// on the copy engine while the GPU computes batch k. It starts on demand: the first time a consumer asks
+// batch_on_device for a batch of this loader on CUDA, the loader allocates two device buffers (one per host
+// slot), a non-blocking copy stream and two pairs of events, and from then on the background thread, right
+// after filling a slot, queues its copy (cudaMemcpyAsync from the pinned slot) and records copied[slot]:
+//
+//   worker (batch k+1):  wait copied[s] (the last copy out of host slot s is done), fill host slot s,
+//                        copy stream: wait consumed[s], copy s -> device slot s, record copied[s]
+//   loader_next (k+1):   record consumed[slot of batch k-1] on the legacy stream (after all the compute
+//                        queued on it), hand over batch k+1
+//   consumer (step k+1): compute stream waits copied[s] (its own copy only), reads device slot s
+//
+// Why events and not a synchronize: the host never blocks on the copy, and the compute stream waits only
+// for the copy of its own batch, not for the one of the next batch queued behind it.
+// Why a NON-BLOCKING stream: a stream created with default flags is ordered with the legacy default stream
+// that device_copy_from and device_memset_zero use, so every synchronous call would wait for the copy.
+
+// Where a consumer on device d finds b's images (n, C, H, W) and labels (n) on the device. When the loader
+// staged b on the calling thread's GPU: sets *x and *y to its device copies, makes this thread's compute
+// stream (cuda_stream()) wait for their copy, and returns true; they stay valid until the next loader_next.
+// Otherwise returns false (CPU, a Batch not handed out by a loader, such as lesson 02's chunks, another
+// GPU, or a loader that was not staging yet) and the caller copies b->x and b->y itself; when b came from
+// a loader and d is CUDA, the loader starts staging the batches that follow.
+// Used by train_forward_backward and train_evaluate (kit/train.c): every lesson from 03 on gets the overlap
+// there. Lesson 01's train_step copies the batch itself (the exercise), and lesson 02 scatters it.
+bool batch_on_device(const Batch *b, Device d, const float **x, const int **y);
+// Allows (default) or forbids staging. KIT_OVERLAP=0 in the environment forbids it for every loader, to
+// compare a run with and without the overlap. Forbidding it after it started stops it for the batches
+// filled from then on.
+void loader_set_overlap(Loader *L, bool allowed);
 
 #ifdef __cplusplus
 }

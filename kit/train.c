@@ -8,11 +8,16 @@
 #include "kit/check.h"
 #include "kit/ops.h"
 
-// Copies the batch into the model's device buffers.
-static void batch_to_device(Model *m, const Batch *b) {
+// The batch on the model's device: the loader's own copy when it staged one (on CUDA, copied while the
+// previous step computed: data.h, batch_on_device), else a synchronous copy into the model's buffers.
+// *x: (b->n, C, H, W), *y: (b->n).
+static void batch_to_device(Model *m, const Batch *b, const float **x, const int **y) {
+    if (batch_on_device(b, m->device, x, y)) return;
     size_t image_floats = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
     device_copy_to(m->device, m->input, b->x, (size_t)b->n * image_floats * sizeof(float));
     device_copy_to(m->device, m->labels, b->y, (size_t)b->n * sizeof(int));
+    *x = m->input;
+    *y = m->labels;
 }
 
 // Adds the per-sample losses and correct predictions of the last forward to *acc.
@@ -31,14 +36,16 @@ static void metrics_add(Model *m, const Batch *b, Metrics *acc) {
 Metrics train_forward_backward(Model *m, const Batch *b, float label_smoothing, float grad_scale) {
     Device d = m->device;
     int n = b->n, k = m->cfg.classes;
-    batch_to_device(m, b);
-    const float *logits = model_forward(m, m->input, n, true);
-    cross_entropy_forward(d, n, k, logits, m->labels, label_smoothing, m->loss);
+    const float *x;
+    const int *y;
+    batch_to_device(m, b, &x, &y);
+    const float *logits = model_forward(m, x, n, true);
+    cross_entropy_forward(d, n, k, logits, y, label_smoothing, m->loss);
     argmax_rows(d, n, k, logits, m->pred);
     device_memset_zero(d, m->dlogits, (size_t)n * k * sizeof(float));  // backward ops accumulate
-    cross_entropy_backward(d, n, k, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
+    cross_entropy_backward(d, n, k, logits, y, label_smoothing, grad_scale, m->dlogits);
     model_zero_grad(m);
-    model_backward(m, m->input, m->dlogits, n);
+    model_backward(m, x, m->dlogits, n);
     Metrics r = {0, 0, 0};
     metrics_add(m, b, &r);
     return r;
@@ -49,9 +56,11 @@ Metrics train_evaluate(Model *m, Loader *L) {
     loader_start_epoch(L, 0, 0);
     const Batch *b;
     while ((b = loader_next(L, NULL)) != NULL) {
-        batch_to_device(m, b);
-        const float *logits = model_forward(m, m->input, b->n, false);
-        cross_entropy_forward(m->device, b->n, m->cfg.classes, logits, m->labels, 0.0f, m->loss);
+        const float *x;
+        const int *y;
+        batch_to_device(m, b, &x, &y);
+        const float *logits = model_forward(m, x, b->n, false);
+        cross_entropy_forward(m->device, b->n, m->cfg.classes, logits, y, 0.0f, m->loss);
         argmax_rows(m->device, b->n, m->cfg.classes, logits, m->pred);
         metrics_add(m, b, &r);
     }

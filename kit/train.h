@@ -33,7 +33,8 @@ typedef struct {
     long count;       // samples
 } Metrics;
 
-// Copies the batch to the device, runs forward in training mode, computes per-sample losses and
+// Puts the batch on the device (on CUDA, a batch of a loader is already there from the second one on: the
+// loader copied it while the previous step computed, data.h batch_on_device), runs forward in training mode, computes per-sample losses and
 // predictions, sets dloss/dlogits = grad_scale * (softmax - target), zeroes m->grads and runs backward.
 // grad_scale is 1/n for the mean over this batch; a data-parallel program passes 1/(global batch).
 // Returns the batch's loss sum, correct and count (measured before any update).

@@ -5,7 +5,7 @@
 #                 or \input{file.tex} of a file in slides/); instructor notes (*.notes.md) are not decks
 #   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
 #   make bench-cpu        kit vs PyTorch on the CPU, resnet9 + fmnist at batch 128 -> bench/results-cpu.md
-#   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch -> bench/results-gpu.md
+#   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch, + the overlapped copy -> bench/results-gpu.md
 #   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs) -> bench/results-allreduce.md
 
 RUN_LESSON := 01-single-gpu

@@ -11,7 +11,9 @@
 #              2 MPI ranks sharing the GPU; make bench-allreduce (MPI + NCCL)
 #   lessons    make grade SOLUTIONS=1; lesson 01 (fmnist-sized net and resnet9), lesson 02 with 2 replicas
 #   fashion    lesson 01's reference schedule on Fashion-MNIST on the GPU: accuracy and seconds
-#   bench      make bench-gpu: ResNet-9 training images/s beside PyTorch
+#   bench      make bench-gpu: ResNet-9 training images/s beside PyTorch, and the copy to the device
+#              overlapped with compute (kit/loader.c) or not, beside PyTorch copying or prefetching;
+#              lesson 03 (1 rank) with the overlap and with KIT_OVERLAP=0: the time split and images/s
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -148,7 +150,7 @@ run() {
     esac
   fi
   printf '%-16s %-24s %4d s   %s\n' "$name" "$verdict" $((SECONDS - t0)) "$*" | tee -a "$summary"
-  grep -h '^final:' "$logdir/$name.log" 2>/dev/null | sed 's/^/                 /' | tee -a "$summary"
+  grep -hE '^(time|final):' "$logdir/$name.log" 2>/dev/null | sed 's/^/                 /' | tee -a "$summary"
   ship
 }
 
@@ -192,7 +194,10 @@ for s in "${steps[@]}"; do
       run fashion01 1 420 "$train01" --device cuda --dataset fashion-mnist \
         --data-dir "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}" --metrics "$logdir/fashion01.csv" ;;
     bench)
-      run bench-gpu 1 420 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make bench-gpu && cp bench/results-gpu.md "$0/results-gpu.md"' "$logdir" ;;
+      run bench-gpu 1 420 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make bench-gpu && cp bench/results-gpu.md "$0/results-gpu.md"' "$logdir"
+      # The overlap in a lesson's own loop: compare the two `final:` lines (images_per_s) and `time:` lines.
+      run overlap-l03 1 90 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2
+      run no-overlap-l03 1 90 env KIT_OVERLAP=0 scripts/launch.sh 1 "$train03" --device cuda --backend mpi --epochs 2 ;;
   esac
 done
 

@@ -20,6 +20,7 @@
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
+#include "kit/train.h"
 #ifdef KIT_CUDA
 #include "kit/cuda/cuda_context.h"
 #endif
@@ -605,6 +606,114 @@ static void test_model_ten_steps(void **state) {
     pair_free(&p);
 }
 
+// ---------------------------------------------------------------- the overlapped copy (kit/loader.c)
+// On CUDA a loader copies batch k+1 to the device while batch k computes (data.h, batch_on_device). In the
+// emulator, copies on the loader's non-blocking stream run only when something waits for their event
+// (kit/cuda/README.md): a consumer that skipped the wait would read the previous batch, or NaN.
+
+static void overlap_data(Dataset *ds) { dataset_synthetic(ds, 52, 10, 3, 32, 32, 77, SPLIT_TRAIN); }
+
+// Every batch after the first one of a staging loader is on the device, equal to the host batch, over two
+// epochs (52 images in batches of 16: 16, 16, 16 and a short 4, so both slots and a short copy are used).
+static void test_loader_stages_batches(void **state) {
+    (void)state;
+    skip_without_gpu();
+    Dataset ds;
+    overlap_data(&ds);
+    Sampler s;
+    sampler_init(&s, ds.n, 0, 1, 5, SAMPLER_TRAIN_PAD);
+    Loader *L = loader_create(&ds, &s, 16, false, NULL, 5);
+    size_t img = 3 * 32 * 32;
+    float *hx = xmalloc(16 * img * sizeof(float));
+    int *hy = xmalloc(16 * sizeof(int));
+    int staged = 0, batches = 0;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        loader_start_epoch(L, epoch, 0);
+        const Batch *b;
+        while ((b = loader_next(L, NULL)) != NULL) {
+            const float *dx = NULL;
+            const int *dy = NULL;
+            bool on = batch_on_device(b, GPU, &dx, &dy);
+            // The first batch starts the staging (the caller copies it); every later one is staged.
+            assert_int_equal(on, batches > 0);
+            batches++;
+            if (!on) continue;
+            staged++;
+            // A synchronous copy on the legacy stream runs after the compute stream's wait for the event.
+            device_copy_from(GPU, hx, dx, (size_t)b->n * img * sizeof(float));
+            device_copy_from(GPU, hy, dy, (size_t)b->n * sizeof(int));
+            assert_memory_equal(hx, b->x, (size_t)b->n * img * sizeof(float));
+            assert_memory_equal(hy, b->y, (size_t)b->n * sizeof(int));
+            // Not the loader's own Batch (a copy, as lesson 02's chunks): never staged.
+            Batch copy = *b;
+            assert_false(batch_on_device(&copy, GPU, &dx, &dy));
+        }
+    }
+    assert_int_equal(staged, 7);
+    free(hx);
+    free(hy);
+    loader_free(L);
+    dataset_free(&ds);
+}
+
+// Two epochs of training plus an evaluation, through train_forward_backward and train_evaluate (the path
+// of lessons 03 on): with the overlap and without it, the same batches meet the same kernels in the same
+// order, so the parameters and the metrics must be equal bit for bit.
+static void overlap_train(bool overlap, float *params_out, Metrics *train, Metrics *test) {
+    Dataset ds;
+    overlap_data(&ds);
+    Sampler s;
+    sampler_init(&s, ds.n, 0, 1, 9, SAMPLER_TRAIN_PAD);
+    Loader *L = loader_create(&ds, &s, 16, false, NULL, 9);
+    loader_set_overlap(L, overlap);
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
+    Model *m = model_create(&cfg, GPU, 16, 9);
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = false};
+    *train = (Metrics){0, 0, 0};
+    for (int epoch = 0; epoch < 2; epoch++) {
+        loader_start_epoch(L, epoch, 0);
+        const Batch *b;
+        while ((b = loader_next(L, NULL)) != NULL) {
+            Metrics r = train_forward_backward(m, b, 0.1f, 1.0f / (float)b->n);
+            optim_step(m, &opt);
+            train->loss_sum += r.loss_sum;
+            train->correct += r.correct;
+            train->count += r.count;
+        }
+    }
+    *test = train_evaluate(m, L);
+    device_copy_from(GPU, params_out, m->params, m->n_params * sizeof(float));
+    model_free(m);
+    loader_free(L);
+    dataset_free(&ds);
+}
+
+static void test_overlap_same_results(void **state) {
+    (void)state;
+    skip_without_gpu();
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
+    Model *probe = model_create(&cfg, CPU, 1, 9);
+    size_t n = probe->n_params;
+    model_free(probe);
+    float *with = xmalloc(n * sizeof(float)), *without = xmalloc(n * sizeof(float));
+    Metrics tr[2], te[2];
+    overlap_train(true, with, &tr[0], &te[0]);
+    overlap_train(false, without, &tr[1], &te[1]);
+    assert_memory_equal(with, without, n * sizeof(float));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tr[i].count, 2 * 52);
+        assert_int_equal(te[i].count, 52);
+    }
+    // Exact: the same operations in the same order (see above).
+    assert_true(tr[0].loss_sum == tr[1].loss_sum && te[0].loss_sum == te[1].loss_sum);
+    assert_int_equal(tr[0].correct, tr[1].correct);
+    assert_int_equal(te[0].correct, te[1].correct);
+    free(with);
+    free(without);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_3x3_pad1),
@@ -623,6 +732,8 @@ int main(void) {
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
+        cmocka_unit_test(test_loader_stages_batches),
+        cmocka_unit_test(test_overlap_same_results),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 // tests/test_emu.cu: the CUDA emulator's own promises (kit/cuda/README.md), built only in the EMU=1 build:
 // every block and thread runs once, __syncthreads() is a real barrier, the thread order between barriers is
-// random (so a missing barrier shows), launch limits and cuBLAS's column-major semantics and checks.
+// random (so a missing barrier shows), launch limits and cuBLAS's column-major semantics and checks, and
+// non-blocking streams that run their copies only when waited for (so a missing event wait shows).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -180,6 +181,126 @@ static void test_divergent_barrier_stops(void **state) {
     cudaFree(out);
 }
 
+// ---------------------------------------------------------------- lazy (non-blocking) streams
+// These hold only in the emulator: on a GPU the copies would race with the reads instead of losing every time.
+
+static void fill(float *x, int n, float v) {
+    for (int i = 0; i < n; i++) x[i] = v;
+}
+
+static bool all_equal(const float *d, int n, float v) {
+    float h[64];
+    CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));  // legacy stream: waits for none
+    for (int i = 0; i < n; i++)
+        if (h[i] != v) return false;
+    return true;
+}
+
+// A copy queued on a non-blocking stream has not run until something waits for it: the legacy default
+// stream does not. A pinned source is read when the copy runs; a pageable one when it is queued.
+static void test_lazy_copy_runs_when_waited(void **state) {
+    (void)state;
+    const int n = 64;
+    float *pinned, *pageable = (float *)malloc(n * sizeof(float)), *d1, *d2;
+    CUDA_CHECK(cudaMallocHost((void **)&pinned, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d1, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d2, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d1, 0, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d2, 0, n * sizeof(float)));
+    cudaStream_t s;
+    cudaEvent_t e;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    fill(pinned, n, 1.0f);
+    fill(pageable, n, 2.0f);
+    CUDA_CHECK(cudaMemcpyAsync(d1, pinned, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(d2, pageable, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaEventRecord(e, s));
+    fill(pinned, n, 3.0f);  // the host reuses its buffers without waiting for the copies
+    fill(pageable, n, 4.0f);
+    assert_true(all_equal(d1, n, 0.0f));  // nobody waited: the copies have not run
+    assert_true(all_equal(d2, n, 0.0f));
+    CUDA_CHECK(cudaStreamWaitEvent(0, e, 0));  // the null stream waits: the copies run now
+    assert_true(all_equal(d1, n, 3.0f));       // pinned: read when the copy ran (the reuse shows)
+    assert_true(all_equal(d2, n, 2.0f));       // pageable: staged when the call was made
+    assert_int_equal(cudaEventQuery(e), cudaSuccess);
+    CUDA_CHECK(cudaEventDestroy(e));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(d1));
+    CUDA_CHECK(cudaFree(d2));
+    CUDA_CHECK(cudaFreeHost(pinned));
+    free(pageable);
+}
+
+// cudaStreamWaitEvent waits for the event's record as it stood at the call: recording the event again
+// later does not move the wait. A stream runs its queue in order, and only up to what is waited for.
+static void test_wait_takes_the_record_at_the_call(void **state) {
+    (void)state;
+    const int n = 64;
+    float *a, *b, *d, *d2;
+    CUDA_CHECK(cudaMallocHost((void **)&a, n * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void **)&b, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d2, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d, 0, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d2, 0, n * sizeof(float)));
+    fill(a, n, 1.0f);
+    fill(b, n, 2.0f);
+    cudaStream_t s1, s2;
+    cudaEvent_t e;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaMemcpyAsync(d, a, n * sizeof(float), cudaMemcpyHostToDevice, s1));
+    CUDA_CHECK(cudaEventRecord(e, s1));
+    CUDA_CHECK(cudaStreamWaitEvent(s2, e, 0));
+    CUDA_CHECK(cudaMemcpyAsync(d, b, n * sizeof(float), cudaMemcpyHostToDevice, s1));
+    CUDA_CHECK(cudaEventRecord(e, s1));  // re-recorded: s2 still waits for the first record only
+    CUDA_CHECK(cudaMemcpyAsync(d2, d, n * sizeof(float), cudaMemcpyDeviceToDevice, s2));
+    CUDA_CHECK(cudaStreamSynchronize(s2));
+    assert_true(all_equal(d2, n, 1.0f));  // s2 copied after the first copy...
+    assert_true(all_equal(d, n, 1.0f));   // ...and the second one is still queued
+    CUDA_CHECK(cudaEventSynchronize(e));
+    assert_true(all_equal(d, n, 2.0f));
+    // cudaDeviceSynchronize runs every queue.
+    CUDA_CHECK(cudaMemsetAsync(d, 0, n * sizeof(float), s1));
+    assert_true(all_equal(d, n, 2.0f));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    assert_true(all_equal(d, n, 0.0f));
+    CUDA_CHECK(cudaEventDestroy(e));
+    CUDA_CHECK(cudaStreamDestroy(s1));
+    CUDA_CHECK(cudaStreamDestroy(s2));
+    CUDA_CHECK(cudaFree(d));
+    CUDA_CHECK(cudaFree(d2));
+    CUDA_CHECK(cudaFreeHost(a));
+    CUDA_CHECK(cudaFreeHost(b));
+}
+
+// A kernel queued on a non-blocking stream runs after the copies queued before it on that stream.
+__global__ void double_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 2.0f;
+}
+
+static void test_kernel_after_its_stream_queue(void **state) {
+    (void)state;
+    const int n = 64;
+    float *h, *d;
+    CUDA_CHECK(cudaMallocHost((void **)&h, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d, 0, n * sizeof(float)));
+    fill(h, n, 5.0f);
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA_LAUNCH(double_kernel, dim3(1), dim3(n), 0, s)(d, n);
+    CUDA_CHECK_LAUNCH();
+    assert_true(all_equal(d, n, 10.0f));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(d));
+    CUDA_CHECK(cudaFreeHost(h));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_thread_once),
@@ -188,6 +309,9 @@ int main(void) {
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
         cmocka_unit_test(test_divergent_barrier_stops),
+        cmocka_unit_test(test_lazy_copy_runs_when_waited),
+        cmocka_unit_test(test_wait_takes_the_record_at_the_call),
+        cmocka_unit_test(test_kernel_after_its_stream_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

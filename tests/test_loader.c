@@ -1,5 +1,6 @@
 // tests/test_loader.c: the background loader gives exactly the batches a direct dataset_fill_batch
-// gives, resumes mid-epoch, shuts down cleanly mid-epoch, and handles the short last batch.
+// gives, resumes mid-epoch, shuts down cleanly mid-epoch, and handles the short last batch; on the CPU,
+// batch_on_device leaves the copy to the caller (the CUDA side: tests/test_cuda.c).
 #include "tests/testutil.h"
 
 #include <time.h>
@@ -176,6 +177,27 @@ static void test_free_mid_epoch(void **state) {
     loader_free(NULL);
 }
 
+// On the CPU the batch is where the model reads it already: batch_on_device says no (the caller's copy
+// is a memcpy) and never starts the CUDA staging. The batch knows its loader; a copy of it is not staged.
+static void test_batch_on_device_cpu(void **state) {
+    Fixture *f = *state;
+    Loader *L = loader_create(&f->ds, &f->s, 16, false, NULL, 1);
+    loader_start_epoch(L, 0, 0);
+    const float *x = NULL;
+    const int *y = NULL;
+    for (int k = 0; k < 3; k++) {
+        const Batch *b = loader_next(L, NULL);
+        assert_non_null(b);
+        assert_ptr_equal(b->loader, L);
+        assert_false(batch_on_device(b, DEVICE_CPU, &x, &y));
+        Batch copy = *b;
+        assert_false(batch_on_device(&copy, DEVICE_CUDA, &x, &y));
+    }
+    assert_null(x);
+    assert_null(y);
+    loader_free(L);
+}
+
 static void test_short_last_batch(void **state) {
     Fixture *f = *state;
     static Expected e[8];
@@ -219,6 +241,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_resume_gives_the_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_mid_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_last_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_on_device_cpu, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

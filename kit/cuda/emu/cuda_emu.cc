@@ -374,16 +374,107 @@ const uint3 &blockIdx = g_block_idx;
 const dim3 &blockDim = g_block_dim;
 const dim3 &gridDim = g_grid_dim;
 
+// ---------------------------------------------------------------- lazy streams
+// A stream created with cudaStreamNonBlocking is LAZY: copies, memsets and event records queued on it run as
+// late as CUDA allows, i.e. only when something must see them (cudaStreamSynchronize, cudaEventSynchronize or
+// cudaEventQuery on an event behind them, cudaStreamWaitEvent, cudaDeviceSynchronize, a kernel or SGEMM
+// queued behind them on the same stream). A program that reads a buffer before waiting for the event of the
+// copy into it then reads the old contents, every time, instead of working by luck as it does on a GPU
+// when the copy happens to be quick. Nothing else waits for a lazy stream: the legacy default stream (the
+// synchronous cudaMemcpy and cudaMemset) does not, exactly as CUDA says of non-blocking streams.
+// Everything else (the null stream, streams with default flags, every kernel) runs when it is called.
+// One lock for the queues: the kit's loader queues copies from its own thread.
+struct EmuOp {
+    enum Kind { COPY, SET, RECORD, WAIT } kind;
+    unsigned long seq;       // position in its stream
+    void *dst;
+    const void *src;         // COPY: the source; for a pageable source, `staged` holds its bytes
+    std::vector<unsigned char> staged;
+    size_t bytes;
+    int value;               // SET
+    cudaEvent_t event;       // RECORD (nullptr once the event is destroyed)
+    unsigned long wait_stream, wait_seq;  // WAIT: run that stream up to that op first
+};
+
 struct KitEmuStream {
     unsigned flags;
+    unsigned long id;        // never reused, unlike the address, so a WAIT can outlive the stream it names
+    unsigned long next_seq;
+    std::vector<EmuOp> queue;  // in order, not yet run
 };
 struct KitEmuEvent {
-    double ms;  // host time when last recorded, for cudaEventElapsedTime
+    double ms;               // host time when last completed, for cudaEventElapsedTime
+    unsigned long stream, seq;  // the pending record (stream id, op), stream 0 when complete
 };
 struct KitEmuBlas {
     cudaStream_t stream;
 };
 
+namespace {
+
+std::recursive_mutex g_stream_lock;
+std::vector<KitEmuStream *> g_lazy_streams;  // every live lazy stream
+unsigned long g_next_stream_id = 1;
+std::vector<std::pair<const char *, size_t>> g_pinned;  // cudaMallocHost ranges
+
+bool is_lazy(cudaStream_t s) { return s && (s->flags & cudaStreamNonBlocking); }
+
+KitEmuStream *lazy_stream_by_id(unsigned long id) {
+    for (KitEmuStream *s : g_lazy_streams)
+        if (s->id == id) return s;
+    return nullptr;  // destroyed: it ran everything it had first
+}
+
+bool is_pinned(const void *p) {
+    const char *c = (const char *)p;
+    for (auto &r : g_pinned)
+        if (c >= r.first && c < r.first + r.second) return true;
+    return false;
+}
+
+void run_stream_until(KitEmuStream *s, unsigned long seq);
+
+void run_op(EmuOp &op) {
+    switch (op.kind) {
+    case EmuOp::COPY: memcpy(op.dst, op.staged.empty() ? op.src : op.staged.data(), op.bytes); break;
+    case EmuOp::SET: memset(op.dst, op.value, op.bytes); break;
+    case EmuOp::RECORD:
+        if (op.event && op.event->seq == op.seq) {  // not re-recorded since: this record completes it
+            op.event->ms = now_ms();
+            op.event->stream = 0;
+        }
+        break;
+    case EmuOp::WAIT:
+        if (KitEmuStream *other = lazy_stream_by_id(op.wait_stream)) run_stream_until(other, op.wait_seq);
+        break;
+    }
+}
+
+// Runs s's queued ops with seq <= `seq`, in order (all of them for ~0ul).
+void run_stream_until(KitEmuStream *s, unsigned long seq) {
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    while (!s->queue.empty() && s->queue.front().seq <= seq) {
+        EmuOp op = std::move(s->queue.front());
+        s->queue.erase(s->queue.begin());
+        run_op(op);
+    }
+}
+
+// The work an event's pending record stands for has to be done now: run its stream up to the record.
+void complete_event(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    if (e->stream == 0) return;
+    if (KitEmuStream *s = lazy_stream_by_id(e->stream)) run_stream_until(s, e->seq);
+    e->stream = 0;
+}
+
+void enqueue(cudaStream_t s, EmuOp op) {
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    op.seq = s->next_seq++;
+    s->queue.push_back(std::move(op));
+}
+
+}  // namespace
 void __syncthreads(void) {
     Fiber *self = g_running;
     if (!self) emu_die("__syncthreads() called outside a kernel");
@@ -397,7 +488,8 @@ extern "C" {
 
 void kit_emu_run(const char *kernel, KitEmuDim grid, KitEmuDim block, size_t shmem, cudaStream_t stream,
                  void (*body)(void *), void *ctx) {
-    (void)stream;
+    // Kernels run now, so whatever is queued before this one on a lazy stream must run first.
+    if (is_lazy(stream)) run_stream_until(stream, ~0ul);
     // The limits of every GPU since Volta: a launch outside them fails at once, as on a GPU.
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0 ||
@@ -505,7 +597,11 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    for (size_t i = 0; i < g_lazy_streams.size(); i++) run_stream_until(g_lazy_streams[i], ~0ul);
+    return cudaSuccess;
+}
 
 // ---------------------------------------------------------------- memory
 
@@ -523,12 +619,25 @@ cudaError_t cudaFree(void *ptr) {
     return cudaSuccess;
 }
 
+// Pinned memory is remembered: an asynchronous copy reads a pinned source when it runs, a pageable one
+// when it is queued (CUDA stages pageable memory through a driver buffer before the call returns).
 cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
     *ptr = malloc(bytes ? bytes : 1);
-    return *ptr ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+    if (!*ptr) return set_error(cudaErrorMemoryAllocation);
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    g_pinned.push_back({(const char *)*ptr, bytes ? bytes : 1});
+    return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *ptr) {
+    {
+        std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+        for (size_t i = 0; i < g_pinned.size(); i++)
+            if (g_pinned[i].first == ptr) {
+                g_pinned.erase(g_pinned.begin() + (long)i);
+                break;
+            }
+    }
     free(ptr);
     return cudaSuccess;
 }
@@ -542,8 +651,22 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-    (void)s;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (!is_lazy(s) || bytes == 0) return cudaMemcpy(dst, src, bytes, kind);
+    if (!dst || !src || kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return set_error(cudaErrorInvalidValue);
+    if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)) {
+        // Into pageable memory CUDA returns only when the copy is done.
+        run_stream_until(s, ~0ul);
+        return cudaMemcpy(dst, src, bytes, kind);
+    }
+    EmuOp op{};
+    op.kind = EmuOp::COPY;
+    op.dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    if (kind == cudaMemcpyHostToDevice && !is_pinned(src))
+        op.staged.assign((const unsigned char *)src, (const unsigned char *)src + bytes);
+    enqueue(s, std::move(op));
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
@@ -554,49 +677,102 @@ cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
 }
 
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t s) {
-    (void)s;
-    return cudaMemset(ptr, value, bytes);
+    if (!is_lazy(s) || bytes == 0) return cudaMemset(ptr, value, bytes);
+    if (!ptr) return set_error(cudaErrorInvalidValue);
+    EmuOp op{};
+    op.kind = EmuOp::SET;
+    op.dst = ptr;
+    op.value = value;
+    op.bytes = bytes;
+    enqueue(s, std::move(op));
+    return cudaSuccess;
 }
 
-// ---------------------------------------------------------------- streams and events (all synchronous)
+// ---------------------------------------------------------------- streams and events (lazy streams: see above)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    *s = new KitEmuStream{flags};
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    *s = new KitEmuStream{flags, g_next_stream_id++, 1, {}};
+    if (is_lazy(*s)) g_lazy_streams.push_back(*s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+// CUDA lets the queued work finish after the stream is destroyed; here it runs first.
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    if (is_lazy(s)) {
+        run_stream_until(s, ~0ul);
+        for (size_t i = 0; i < g_lazy_streams.size(); i++)
+            if (g_lazy_streams[i] == s) g_lazy_streams.erase(g_lazy_streams.begin() + (long)i);
+    }
     delete s;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+    if (is_lazy(s)) run_stream_until(s, ~0ul);
     return cudaSuccess;
 }
+// s waits for the event's record as it stands NOW (a later cudaEventRecord does not move the wait).
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)flags;
-    return e ? cudaSuccess : set_error(cudaErrorInvalidValue);
+    (void)flags;
+    if (!e) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    if (e->stream == 0) return cudaSuccess;  // nothing pending: no wait
+    if (!is_lazy(s)) {
+        complete_event(e);  // s runs its next op now, so the awaited work runs now
+        return cudaSuccess;
+    }
+    EmuOp op{};
+    op.kind = EmuOp::WAIT;
+    op.wait_stream = e->stream;
+    op.wait_seq = e->seq;
+    enqueue(s, std::move(op));
+    return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    *e = new KitEmuEvent{now_ms()};
+    *e = new KitEmuEvent{now_ms(), 0, 0};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    for (KitEmuStream *s : g_lazy_streams)  // a pending record completes nothing once the event is gone
+        for (EmuOp &op : s->queue)
+            if (op.kind == EmuOp::RECORD && op.event == e) op.event = nullptr;
     delete e;
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
     if (!e) return set_error(cudaErrorInvalidValue);
-    e->ms = now_ms();
+    std::lock_guard<std::recursive_mutex> lock(g_stream_lock);
+    if (!is_lazy(s)) {
+        e->ms = now_ms();
+        e->stream = 0;
+        return cudaSuccess;
+    }
+    EmuOp op{};
+    op.kind = EmuOp::RECORD;
+    op.event = e;
+    enqueue(s, std::move(op));
+    e->stream = s->id;
+    e->seq = s->queue.back().seq;
     return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidValue); }
+// A GPU finishes queued work on its own; the emulator does it when asked, so a query completes the event
+// (a polling loop ends, as it would on a GPU).
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!e) return set_error(cudaErrorInvalidValue);
+    complete_event(e);
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start || !end) return set_error(cudaErrorInvalidValue);
+    complete_event(start);
+    complete_event(end);
     *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
 }
@@ -625,6 +801,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (is_lazy(handle->stream)) run_stream_until(handle->stream, ~0ul);  // it runs now, after its queue
     // cuBLAS's own checks: op(A) is m x k, op(B) is k x n, C is m x n, all column-major, so a leading
     // dimension is at least the number of ROWS of the matrix as stored.
     int rows_a = transa == CUBLAS_OP_N ? m : k, rows_b = transb == CUBLAS_OP_N ? k : n;

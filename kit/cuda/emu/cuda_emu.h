@@ -9,8 +9,9 @@
 //     missing __syncthreads() or a shared-memory race gives a wrong result in some runs;
 //   - device memory is host heap memory (the build uses AddressSanitizer, so an out-of-bounds access of a
 //     device buffer or of a __shared__ array stops with a report naming the line);
-//   - every call is synchronous: streams and events only keep their API, copies and kernels are done when
-//     the call returns;
+//   - kernels, cuBLAS and everything on the null stream or a default-flags stream are done when the call
+//     returns; copies, memsets and event records on a cudaStreamNonBlocking stream are queued and run as
+//     LATE as CUDA allows (when waited for), so a missing event wait reads stale data every time;
 //   - cublasSgemm is OpenBLAS's cblas_sgemm in column-major order, with cuBLAS's argument checks.
 //
 // The C part (types and runtime calls) is also read by the kit's C files (device.c, dist.c, the tests); the
@@ -49,7 +50,7 @@ typedef enum cudaMemcpyKind {
     cudaMemcpyDefault = 4,
 } cudaMemcpyKind;
 
-typedef struct KitEmuStream *cudaStream_t;  // a stream only keeps its API: every call is synchronous
+typedef struct KitEmuStream *cudaStream_t;  // non-blocking streams are lazy (cuda_emu.cc)
 typedef struct KitEmuEvent *cudaEvent_t;
 
 #define cudaStreamDefault 0x0
