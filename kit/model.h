@@ -47,6 +47,12 @@ typedef struct {
     size_t param_offset, param_count;  // this layer's parameters (weight then bias) in the flat buffers
     int running;            // BN: index into Model.buffer_views of running_mean (running_var is +1)
     size_t saved_offset;    // BN: mean and invstd (2 * c floats) in the saved-statistics area
+    // Memory plan (kit/model.c, plan_memory): where the gradient of this layer's output lives in `dacts`,
+    // the backward step that first writes it (it is zeroed just before), and whether this BN layer runs
+    // fused with the ReLU that follows it (CPU: one pass instead of two, the BN output never stored).
+    size_t grad_offset;
+    int grad_first_write;   // -1: nobody writes it (the logits, or a fused BN's output)
+    bool fused_relu;
 } Layer;
 
 // A named slice of a flat buffer, in PyTorch's state_dict spirit: "3.conv.weight" is (K, C, R, R).
@@ -89,8 +95,9 @@ typedef struct {
 
     // The arena, on the device, sized for max_batch samples.
     float *acts;      // every layer's output, at Layer.act_offset * batch
-    float *dacts;     // their gradients, same layout
+    float *dacts;     // their gradients, at Layer.grad_offset * batch (slots reused once dead: plan_memory)
     size_t act_floats_per_sample;
+    size_t grad_floats_per_sample;
     float *saved;     // BN batch statistics kept for backward (mean, invstd per channel)
     size_t saved_floats;
     float *work;      // scratch for conv / BN
