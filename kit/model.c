@@ -259,6 +259,9 @@ static void plan_layers(Model *m) {
 //     writes into it (its last consumer) down to the step that reads it (layer i itself). Slots whose
 //     lifetimes do not overlap share memory (first fit), and each is zeroed when it comes alive rather
 //     than all at the start.
+//  4. A fused BN whose input (a conv's output) has no other consumer writes that input's gradient over
+//     its ReLU's output gradient, in the same slot: the op reads all of dy (its channel sums) before it
+//     writes dx element by element, and overwriting gives what accumulating into zeros would.
 //
 // None of this changes a number: every op computes the same values in the same order as before.
 
@@ -323,12 +326,18 @@ static void plan_memory(Model *m) {
     m->act_floats_per_sample = act;
     // 3: gradients, placed in the order backward brings them to life (latest first write first).
     bool placed[MODEL_MAX_LAYERS] = {false};
+    int relu_of[MODEL_MAX_LAYERS];  // fused BN -> its ReLU
     for (int i = 0; i < L; i++) {
         Layer *l = &m->layers[i];
         int uses, last;
         layer_consumers(m, i, &uses, &last);
         // A layer nobody consumes (but the logits) still runs its backward on a zero gradient.
         l->grad_first_write = (i == L - 1 || l->fused_relu) ? -1 : (uses ? last : i);
+        relu_of[i] = last;
+        if (l->fused_relu && l->in >= 0) {  // 4
+            layer_consumers(m, l->in, &uses, &last);
+            l->grad_in_place = uses == 1;
+        }
     }
     m->grad_floats_per_sample = 0;
     for (int step = L - 1; step >= 0; step--) {
@@ -336,7 +345,9 @@ static void plan_memory(Model *m) {
             Layer *l = &m->layers[i];
             if (l->grad_first_write != step) continue;
             const size_t size = (size_t)l->c * l->h * l->w;
-            l->grad_offset = grad_slot(m, placed, i, size);
+            const Layer *writer = &m->layers[step];
+            if (writer->grad_in_place && writer->in == i) l->grad_offset = m->layers[relu_of[step]].grad_offset;
+            else l->grad_offset = grad_slot(m, placed, i, size);
             placed[i] = true;
             if (l->grad_offset + size > m->grad_floats_per_sample) m->grad_floats_per_sample = l->grad_offset + size;
         }
@@ -523,7 +534,7 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         // each starts from zero, set when its slot comes alive (plan_memory). dlogits is the last layer's.
         for (int j = 0; j < i + 1; j++) {
             const Layer *lj = &m->layers[j];
-            if (lj->grad_first_write == i)
+            if (lj->grad_first_write == i && !(l->grad_in_place && j == l->in))  // 4: overwritten, not added to
                 device_memset_zero(d, dact_ptr(m, j), (size_t)n * lj->c * lj->h * lj->w * sizeof(float));
         }
         const float *in = act_ptr(m, l->in, x);

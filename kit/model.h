@@ -53,6 +53,7 @@ typedef struct {
     size_t grad_offset;
     int grad_first_write;   // -1: nobody writes it (the logits, or a fused BN's output)
     bool fused_relu;
+    bool grad_in_place;     // fused BN: its input gradient overwrites its ReLU's output gradient (same slot)
 } Layer;
 
 // A named slice of a flat buffer, in PyTorch's state_dict spirit: "3.conv.weight" is (K, C, R, R).

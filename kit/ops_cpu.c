@@ -511,7 +511,11 @@ static void bn_backward(const BatchNormDims *s, const float *x, const float *gam
         const float a = (float)A, b = (float)B, d = (float)D;
         const float *g = dy + pl * hw, *xp = x + pl * hw;
         float *out = dx + pl * hw;
-        if (relu_y) {
+        if (relu_y && dx == dy) {  // in place (fused only): 0.0f + ... is what += into a zeroed dx gives
+            const float *py = relu_y + pl * hw;
+#pragma omp simd
+            for (size_t i = 0; i < hw; i++) out[i] = 0.0f + (a * bn_relu_grad(py[i], g[i]) + b * xp[i] + d);
+        } else if (relu_y) {
             const float *py = relu_y + pl * hw;
 #pragma omp simd
             for (size_t i = 0; i < hw; i++) out[i] += a * bn_relu_grad(py[i], g[i]) + b * xp[i] + d;

@@ -303,9 +303,10 @@ static void check_plan_matches_plain(const char *name, int width, int hw, bool e
     // The plan really saves memory: some ReLU shares its input's slot, gradient slots are reused.
     assert_true(m->act_floats_per_sample < every);
     assert_true(m->grad_floats_per_sample < every);
-    bool fused = false;
-    for (int i = 0; i < m->n_layers; i++) fused |= m->layers[i].fused_relu;
+    bool fused = false, in_place = false;
+    for (int i = 0; i < m->n_layers; i++) fused |= m->layers[i].fused_relu, in_place |= m->layers[i].grad_in_place;
     assert_true(fused == expect_fusion);
+    assert_true(in_place == expect_fusion);  // a conv -> BN -> ReLU chain: BN's dx overwrites the ReLU's dy
 
     const size_t nx = N * 3 * (size_t)hw * hw;
     float *x = xmalloc(nx * sizeof(float)), *dlogits = xmalloc(N * 10 * sizeof(float));

@@ -558,6 +558,14 @@ static void bn_relu_case(BatchNormDims s, bool with_sync, uint64_t seed) {
         assert_int_equal(ff.counts[k], fp.counts[k]);
         assert_memory_equal(ff.seen[k], fp.seen[k], (size_t)fp.counts[k] * sizeof(double));
     }
+    // In place (dx == dy, as the model runs it): overwrites with what the plain path adds into zeros.
+    float *dx0 = fzeros(plain.nx), *io = fzeros(plain.nx), dg[16] = {0}, db[16] = {0};
+    memcpy(io, fused.dy, plain.nx * sizeof(float));
+    batchnorm_backward(CPU, &s, plain.x, plain.gamma, plain.mean, plain.invstd, dbn, dx0, dg, db, NULL, plain.work);
+    batchnorm_relu_backward(CPU, &s, fused.x, fused.gamma, fused.mean, fused.invstd, fused.y, io, io, dg, db, NULL,
+                            fused.work);
+    assert_memory_equal(io, dx0, plain.nx * sizeof(float));
+    free(dx0), free(io);
     free(dbn);
     bn_bufs_free(&plain);
     bn_bufs_free(&fused);
