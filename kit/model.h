@@ -7,7 +7,9 @@
 //   grads     same layout as params.
 //   velocity  same layout: SGD momentum.
 //   buffers   BN running means/variances (not trained, but saved, broadcast and used in eval).
-//   arena     every activation and activation gradient for `max_batch` samples, allocated once.
+//   arena     every activation and activation gradient for `max_batch` samples, allocated once. Slots are
+//             shared where lifetimes allow (in-place ReLU, activation-gradient slots reused in backward):
+//             kit/model.c, plan_memory, says how; the numbers are the same as with a slot per tensor.
 //
 // All-reduce, broadcast and checkpointing are therefore one call over one buffer.
 #ifndef KIT_MODEL_H
