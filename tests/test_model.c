@@ -333,6 +333,7 @@ static void check_plan_matches_plain(const char *name, int width, int hw, bool e
 
 static void test_memory_plan_matches_plain(void **state) {
     check_plan_matches_plain("tiny", 8, 16, false);  // conv -> ReLU in place, no BN to fuse
+    check_plan_matches_plain("tiny-bn", 8, 16, true);
     check_plan_matches_plain("fmnist", 4, 16, true);
     check_plan_matches_plain("resnet9", 4, 32, true);  // residual adds: a gradient with two writers
 }
