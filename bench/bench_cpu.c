@@ -14,7 +14,6 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,20 +120,33 @@ static void serve(const char *name, const Options *o) {
     model_free(m);
 }
 
+// This process's peak resident memory: VmHWM, the high-water mark of its address space. Not getrusage's
+// ru_maxrss, which Linux carries over from the parent across fork + exec (a child of a 1.4 GB Python
+// process would report 1.4 GB).
+static double peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK(f, "/proc/self/status is missing: peak memory is measured on Linux only");
+    char line[256];
+    double kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+    fclose(f);
+    CHECK(kb > 0, "no VmHWM line in /proc/self/status");
+    return kb * 1024.0;
+}
+
 // Peak resident memory of training, and what the model allocated for it by class (bytes). What the
 // classes do not explain is the program itself: code, OpenBLAS's and OpenMP's buffers and stacks, libc.
 static void bench_memory(const char *name, const Options *o) {
     Model *m = train_setup(name, o, &BENCH_SGD);
     for (int i = 0; i < 2; i++) train_step(m, m->input, o->batch, &BENCH_SGD);
-    struct rusage ru;
-    CHECK_SYS(getrusage(RUSAGE_SELF, &ru), "getrusage(RUSAGE_SELF) cannot fail on Linux");
     const double F = sizeof(float), B = o->batch, MB = 1.0 / (1 << 20);
     const double params = m->n_params * F, grads = m->n_params * F, momentum = m->n_params * F;
     const double acts = B * m->act_floats_per_sample * F + (m->n_buffers + m->saved_floats) * F;
     const double act_grads = B * m->grad_floats_per_sample * F + B * m->cfg.classes * F;  // + dlogits
     const double work = m->work_floats * F;
     const double batch = B * (m->cfg.in_c * m->cfg.in_h * m->cfg.in_w * F + 2 * sizeof(int) + F);
-    const double peak = ru.ru_maxrss * 1024.0;
+    const double peak = peak_rss_bytes();
     fprintf(stderr, "kit   %-8s batch %d: peak RSS %.0f MB = params %.1f + grads %.1f + momentum %.1f + "
             "activations saved for backward %.1f + their gradients %.1f + workspace %.1f + batch %.1f + "
             "the rest (code, libraries, thread stacks) %.1f MB\n", name, o->batch, peak * MB, params * MB,

@@ -14,12 +14,11 @@ in ONE run, alternating single steps (kit, PyTorch, kit, ...), so a burst of oth
 lands on both sides; the ratio reported is the median of the per-pair ratios. Then it adds the kit's
 conv-layer GFLOP/s against OpenBLAS's sgemm ceiling and writes the table with the machine's description.
 
-Memory: peak resident memory (ru_maxrss) of a training run, each side in a fresh process of its own per
+Memory: peak resident memory (VmHWM) of a training run, each side in a fresh process of its own per
 model (`bench_cpu --what memory`, and this script with --rss MODEL), after 1 warm-up and 2 training steps.
 PyTorch's figure includes the interpreter and `import torch` (reported apart); the kit's the libraries it
 links (OpenBLAS, and cuBLAS when built with CUDA), with its own buffers broken down by class.
 """
-import resource
 import argparse
 import datetime
 import json
@@ -111,13 +110,23 @@ def bench_train(name, batch, steps, warmup):
             "images_per_s": batch / dt, "ms_per_step": dt * 1e3}
 
 
+def peak_rss():
+    """This process's peak resident memory in bytes: VmHWM, the high-water mark of its address space (not
+    ru_maxrss, which Linux carries over from the parent across fork + exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def rss_child(name, batch):
     """--rss MODEL: this process's peak RSS (bytes) after `import torch` and after training, as one JSON line."""
-    import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    import_rss = peak_rss()
     step = torch_step_fn(name, batch)
     for _ in range(3):  # the warm-up step and 2 more, as bench_cpu --what memory
         step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     print(json.dumps({"kind": "memory", "impl": "torch", "model": name, "batch": batch, "peak_rss": peak,
                       "import_rss": import_rss}))
 
@@ -191,7 +200,7 @@ def run_kit(binary, args):
 def memory_lines(mems):
     MB = 1.0 / (1 << 20)
     L = ["", "## Peak memory of training", "",
-         "Peak resident memory (`ru_maxrss`) after a warm-up and 2 training steps, each side in a fresh process. "
+         "Peak resident memory (`VmHWM` in /proc/self/status) after a warm-up and 2 training steps, each side in a fresh process. "
          "PyTorch's includes the interpreter and `import torch` (the part before the model is built, in brackets); "
          "the kit's includes the libraries it links (OpenBLAS; cuBLAS too in a CUDA build, loaded even for a CPU run).",
          "",

@@ -311,10 +311,9 @@ static void plan_memory(Model *m) {
     size_t act = 0;
     for (int i = 0; i < L; i++) {
         Layer *l = &m->layers[i];
-        int uses, last;
-        layer_consumers(m, l->in < 0 ? i : l->in, &uses, &last);
-        const bool in_place = l->kind == LAYER_RELU && l->in >= 0 && uses == 1 &&
-                              output_unread_by_own_backward(m->layers[l->in].kind);
+        int uses = 0, last;
+        if (l->kind == LAYER_RELU && l->in >= 0) layer_consumers(m, l->in, &uses, &last);
+        const bool in_place = uses == 1 && output_unread_by_own_backward(m->layers[l->in].kind);
         if (in_place) {
             l->act_offset = m->layers[l->in].act_offset;
             m->layers[l->in].fused_relu = m->device == DEVICE_CPU && m->layers[l->in].kind == LAYER_BN;
