@@ -147,9 +147,9 @@ static void bench_memory(const char *name, const Options *o) {
     const double work = m->work_floats * F;
     const double batch = B * (m->cfg.in_c * m->cfg.in_h * m->cfg.in_w * F + 2 * sizeof(int) + F);
     const double peak = peak_rss_bytes();
-    fprintf(stderr, "kit   %-8s batch %d: peak RSS %.0f MB = params %.1f + grads %.1f + momentum %.1f + "
+    fprintf(stderr, "kit   %-8s batch %d: peak RSS %.0f MiB = params %.1f + grads %.1f + momentum %.1f + "
             "activations saved for backward %.1f + their gradients %.1f + workspace %.1f + batch %.1f + "
-            "the rest (code, libraries, thread stacks) %.1f MB\n", name, o->batch, peak * MB, params * MB,
+            "the rest (code, libraries, thread stacks) %.1f MiB\n", name, o->batch, peak * MB, params * MB,
             grads * MB, momentum * MB, acts * MB, act_grads * MB, work * MB, batch * MB,
             (peak - params - grads - momentum - acts - act_grads - work - batch) * MB);
     printf("{\"kind\": \"memory\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"peak_rss\": %.0f, "

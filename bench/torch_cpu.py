@@ -207,8 +207,8 @@ def memory_lines(mems):
          "| model | kit peak RSS | PyTorch peak RSS (of which import) | kit / PyTorch |",
          "|-------|-------------:|-----------------------------------:|--------------:|"]
     for m in mems:
-        L.append(f"| {m['model']} | {m['kit']['peak_rss'] * MB:.0f} MB | {m['torch']['peak_rss'] * MB:.0f} MB "
-                 f"({m['torch']['import_rss'] * MB:.0f} MB) | **{m['ratio']:.2f}x** |")
+        L.append(f"| {m['model']} | {m['kit']['peak_rss'] * MB:.0f} MiB | {m['torch']['peak_rss'] * MB:.0f} MiB "
+                 f"({m['torch']['import_rss'] * MB:.0f} MiB) | **{m['ratio']:.2f}x** |")
     L += ["", "The kit's peak by buffer class (kit/model.c allocates them once; `the rest` is code, libraries, "
           "OpenBLAS and OpenMP buffers and thread stacks, found by difference):", "",
           "| model | params | grads | momentum | activations saved for backward | their gradients | workspace | batch | the rest |",
@@ -217,7 +217,7 @@ def memory_lines(mems):
     for m in mems:
         k = m["kit"]
         rest = k["peak_rss"] - sum(k[x] for x in keys)
-        L.append(f"| {m['model']} | " + " | ".join(f"{k[x] * MB:.1f} MB" for x in keys) + f" | {rest * MB:.1f} MB |")
+        L.append(f"| {m['model']} | " + " | ".join(f"{k[x] * MB:.1f} MiB" for x in keys) + f" | {rest * MB:.1f} MiB |")
     return L
 
 
@@ -301,8 +301,8 @@ def main():
     for model in a.models.split(","):
         m = bench_memory(a.kit_bin, model, a.batch, a.threads)
         MB = 1.0 / (1 << 20)
-        print(f"{model:8s} batch {a.batch}: peak RSS kit {m['kit']['peak_rss'] * MB:.0f} MB, PyTorch "
-              f"{m['torch']['peak_rss'] * MB:.0f} MB; kit / PyTorch = {m['ratio']:.2f}x", file=sys.stderr)
+        print(f"{model:8s} batch {a.batch}: peak RSS kit {m['kit']['peak_rss'] * MB:.0f} MiB, PyTorch "
+              f"{m['torch']['peak_rss'] * MB:.0f} MiB; kit / PyTorch = {m['ratio']:.2f}x", file=sys.stderr)
         mems.append(m)
     loads.append(os.getloadavg()[0])
     write_report(a.out, rows, convs, ceiling, a.threads, loads, mems)
