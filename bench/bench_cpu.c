@@ -9,6 +9,8 @@
 //   train      images/s of one full training step (forward, loss, backward, SGD update) per model
 //   conv       the model's conv layers alone (forward + backward) with their GEMM FLOP/s
 //   ceiling    OpenBLAS sgemm on a large square matrix, all cores: what the conv GEMMs could reach
+//   memory     peak resident memory of a training run (2 steps after the warm-up) and the model's buffers
+//              by class; run it in a process of its own (peak RSS is per process: --what memory alone)
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -25,7 +27,7 @@
 typedef struct {
     int steps, warmup, batch;
     char models[128];
-    char what[64];  // which measurements: any of ceiling,train,conv
+    char what[64];  // which measurements: any of ceiling,train,conv,memory
     bool serve;     // --serve MODEL: steps on request (see serve())
 } Options;
 
@@ -118,6 +120,46 @@ static void serve(const char *name, const Options *o) {
     model_free(m);
 }
 
+// This process's peak resident memory: VmHWM, the high-water mark of its address space. Not getrusage's
+// ru_maxrss, which Linux carries over from the parent across fork + exec (a child of a 1.4 GB Python
+// process would report 1.4 GB).
+static double peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK(f, "/proc/self/status is missing: peak memory is measured on Linux only");
+    char line[256];
+    double kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+    fclose(f);
+    CHECK(kb > 0, "no VmHWM line in /proc/self/status");
+    return kb * 1024.0;
+}
+
+// Peak resident memory of training, and what the model allocated for it by class (bytes). What the
+// classes do not explain is the program itself: code, OpenBLAS's and OpenMP's buffers and stacks, libc.
+static void bench_memory(const char *name, const Options *o) {
+    Model *m = train_setup(name, o, &BENCH_SGD);
+    for (int i = 0; i < 2; i++) train_step(m, m->input, o->batch, &BENCH_SGD);
+    const double F = sizeof(float), B = o->batch, MB = 1.0 / (1 << 20);
+    const double params = m->n_params * F, grads = m->n_params * F, momentum = m->n_params * F;
+    const double acts = B * m->act_floats_per_sample * F + (m->n_buffers + m->saved_floats) * F;
+    const double act_grads = B * m->grad_floats_per_sample * F + B * m->cfg.classes * F;  // + dlogits
+    const double work = m->work_floats * F;
+    const double batch = B * (m->cfg.in_c * m->cfg.in_h * m->cfg.in_w * F + 2 * sizeof(int) + F);
+    const double peak = peak_rss_bytes();
+    fprintf(stderr, "kit   %-8s batch %d: peak RSS %.0f MiB = params %.1f + grads %.1f + momentum %.1f + "
+            "activations saved for backward %.1f + their gradients %.1f + workspace %.1f + batch %.1f + "
+            "the rest (code, libraries, thread stacks) %.1f MiB\n", name, o->batch, peak * MB, params * MB,
+            grads * MB, momentum * MB, acts * MB, act_grads * MB, work * MB, batch * MB,
+            (peak - params - grads - momentum - acts - act_grads - work - batch) * MB);
+    printf("{\"kind\": \"memory\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"peak_rss\": %.0f, "
+           "\"params\": %.0f, \"grads\": %.0f, \"momentum\": %.0f, \"activations\": %.0f, \"act_grads\": %.0f, "
+           "\"workspace\": %.0f, \"batch_bytes\": %.0f}\n",
+           name, o->batch, peak, params, grads, momentum, acts, act_grads, work, batch);
+    fflush(stdout);
+    model_free(m);
+}
+
 // The model's conv layers alone, forward + backward at batch B, each timed over `steps` rounds.
 static void bench_convs(const char *name, const Options *o) {
     int c, h, w;
@@ -202,6 +244,7 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
         if (strstr(o.what, "train")) bench_train(name, &o);
         if (strstr(o.what, "conv")) bench_convs(name, &o);
+        if (strstr(o.what, "memory")) bench_memory(name, &o);
     }
     return 0;
 }

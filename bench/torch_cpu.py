@@ -13,6 +13,11 @@ It runs the kit's benchmark binary (bench_cpu --serve MODEL, one training step p
 in ONE run, alternating single steps (kit, PyTorch, kit, ...), so a burst of other work on the machine
 lands on both sides; the ratio reported is the median of the per-pair ratios. Then it adds the kit's
 conv-layer GFLOP/s against OpenBLAS's sgemm ceiling and writes the table with the machine's description.
+
+Memory: peak resident memory (VmHWM) of a training run, each side in a fresh process of its own per
+model (`bench_cpu --what memory`, and this script with --rss MODEL), after 1 warm-up and 2 training steps.
+PyTorch's figure includes the interpreter and `import torch` (reported apart); the kit's the libraries it
+links (OpenBLAS, and cuBLAS when built with CUDA), with its own buffers broken down by class.
 """
 import argparse
 import datetime
@@ -105,6 +110,37 @@ def bench_train(name, batch, steps, warmup):
             "images_per_s": batch / dt, "ms_per_step": dt * 1e3}
 
 
+def peak_rss():
+    """This process's peak resident memory in bytes: VmHWM, the high-water mark of its address space (not
+    ru_maxrss, which Linux carries over from the parent across fork + exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def rss_child(name, batch):
+    """--rss MODEL: this process's peak RSS (bytes) after `import torch` and after training, as one JSON line."""
+    import_rss = peak_rss()
+    step = torch_step_fn(name, batch)
+    for _ in range(3):  # the warm-up step and 2 more, as bench_cpu --what memory
+        step()
+    peak = peak_rss()
+    print(json.dumps({"kind": "memory", "impl": "torch", "model": name, "batch": batch, "peak_rss": peak,
+                      "import_rss": import_rss}))
+
+
+def bench_memory(kit_bin, name, batch, threads):
+    """Peak RSS of training, the kit and PyTorch each in a fresh process (peak RSS is per process)."""
+    kit = next(r for r in run_kit(kit_bin, ["--batch", str(batch), "--models", name, "--what", "memory"])
+               if r["kind"] == "memory")
+    out = subprocess.run([sys.executable, __file__, "--rss", name, "--batch", str(batch), "--threads", str(threads),
+                          "--kit-bin", kit_bin, "--out", os.devnull], stdout=subprocess.PIPE, check=True, text=True)
+    torch_row = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"model": name, "kit": kit, "torch": torch_row, "ratio": kit["peak_rss"] / torch_row["peak_rss"]}
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)
@@ -161,11 +197,43 @@ def run_kit(binary, args):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def write_report(path, rows, convs, ceiling, threads, loads):
+def memory_lines(mems):
+    MB = 1.0 / (1 << 20)
+    L = ["", "## Peak memory of training", "",
+         "Peak resident memory (`VmHWM` in /proc/self/status) after a warm-up and 2 training steps, each side in a fresh process. "
+         "PyTorch's includes the interpreter and `import torch` (the part before the model is built, in brackets); "
+         "the kit's includes the libraries it links (OpenBLAS; cuBLAS too in a CUDA build, loaded even for a CPU run).",
+         "",
+         "| model | kit peak RSS | PyTorch peak RSS (of which import) | kit / PyTorch |",
+         "|-------|-------------:|-----------------------------------:|--------------:|"]
+    for m in mems:
+        L.append(f"| {m['model']} | {m['kit']['peak_rss'] * MB:.0f} MiB | {m['torch']['peak_rss'] * MB:.0f} MiB "
+                 f"({m['torch']['import_rss'] * MB:.0f} MiB) | **{m['ratio']:.2f}x** |")
+    L += ["", "The kit's peak by buffer class (kit/model.c allocates them once; `the rest` is code, libraries, "
+          "OpenBLAS and OpenMP buffers and thread stacks, found by difference):", "",
+          "| model | params | grads | momentum | activations saved for backward | their gradients | workspace | batch | the rest |",
+          "|-------|-------:|------:|---------:|-------------------------------:|----------------:|----------:|------:|---------:|"]
+    keys = ["params", "grads", "momentum", "activations", "act_grads", "workspace", "batch_bytes"]
+    for m in mems:
+        k = m["kit"]
+        rest = k["peak_rss"] - sum(k[x] for x in keys)
+        L.append(f"| {m['model']} | " + " | ".join(f"{k[x] * MB:.1f} MiB" for x in keys) + f" | {rest * MB:.1f} MiB |")
+    return L
+
+
+# Above this load average (1-minute) the report is marked as taken on a loaded machine.
+QUIET_LOAD = 1.5
+
+
+def write_report(path, rows, convs, ceiling, threads, loads, mems):
     cpu, cores = machine()
-    L = [
-        "# CPU training throughput: the kit against PyTorch",
-        "",
+    L = ["# CPU training throughput: the kit against PyTorch", ""]
+    if max(loads) > QUIET_LOAD:
+        L += [f"> **LOADED MACHINE: load average {loads[0]:.1f} / {loads[1]:.1f} (before / after) on {os.cpu_count()} "
+              f"cores, above {QUIET_LOAD}. The speed figures below are NOT to be trusted** (the per-pair ratio is the "
+              "least affected); re-measure on a quiet machine with `make bench-cpu`. The peak-memory figures do "
+              "not depend on the load.", ""]
+    L += [
         f"Written by `make bench-cpu` ({datetime.date.today().isoformat()}). Machine: **{cpu}**, {cores} cores "
         f"(`lscpu`); {threads} threads on both sides (the kit: OpenMP, OpenBLAS single-threaded inside; "
         f"PyTorch {torch.__version__}: `torch.set_num_threads({threads})`, oneDNN convolutions).",
@@ -197,6 +265,7 @@ def write_report(path, rows, convs, ceiling, threads, loads):
               "|-------|---------------------------------:|--------------:|---------------:|"]
         for c in convs:
             L.append(f"| {c['model']} | {c['ms']:.0f} | {c['gflops']:.1f} | {100 * c['gflops'] / top:.0f}% |")
+    L += memory_lines(mems)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -209,8 +278,12 @@ def main():
     ap.add_argument("--pairs", default="resnet9=6,fmnist=20", help="step pairs per model")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rss", metavar="MODEL", help="(internal) print the peak RSS of training MODEL and exit")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.rss:
+        rss_child(a.rss, a.batch)
+        return
     os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the kit's thread count, the same as PyTorch's
     pairs = dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in a.pairs.split(","))
     loads = [os.getloadavg()[0]]
@@ -224,8 +297,15 @@ def main():
     out = run_kit(a.kit_bin, ["--batch", str(a.batch), "--steps", "1", "--models", a.models, "--what", "ceiling,conv"])
     ceiling = next((r for r in out if r["kind"] == "ceiling"), None)
     convs = [r for r in out if r["kind"] == "conv"]
+    mems = []
+    for model in a.models.split(","):
+        m = bench_memory(a.kit_bin, model, a.batch, a.threads)
+        MB = 1.0 / (1 << 20)
+        print(f"{model:8s} batch {a.batch}: peak RSS kit {m['kit']['peak_rss'] * MB:.0f} MiB, PyTorch "
+              f"{m['torch']['peak_rss'] * MB:.0f} MiB; kit / PyTorch = {m['ratio']:.2f}x", file=sys.stderr)
+        mems.append(m)
     loads.append(os.getloadavg()[0])
-    write_report(a.out, rows, convs, ceiling, a.threads, loads)
+    write_report(a.out, rows, convs, ceiling, a.threads, loads, mems)
     print(f"wrote {a.out}", file=sys.stderr)
 
 

@@ -245,6 +245,116 @@ static void plan_layers(Model *m) {
     m->saved_floats = saved;
 }
 
+// ---------------------------------------------------------------- memory plan
+//
+// plan_layers gives every activation its own slot. Training needs far less, and activations are most of
+// a training run's memory (ResNet-9 at batch 128: about 1.2 GB of the 1.5 GB before this plan), so:
+//
+//  1. In-place ReLU: a ReLU whose input is read by nobody else, and whose input layer's backward does not
+//     read its own output (BN, conv, add and linear read their INPUT), overwrites that input. ReLU's
+//     backward needs only its own output, so nothing needed later is lost.
+//  2. Fused BN + ReLU (CPU): such a BN and its ReLU run as one op (batchnorm_relu_*), one pass over the
+//     activations each way; the BN output's gradient is never materialised.
+//  3. Gradient slots reused: the gradient of activation i is alive in backward from the first step that
+//     writes into it (its last consumer) down to the step that reads it (layer i itself). Slots whose
+//     lifetimes do not overlap share memory (first fit), and each is zeroed when it comes alive rather
+//     than all at the start.
+//  4. A fused BN whose input (a conv's output) has no other consumer writes that input's gradient over
+//     its ReLU's output gradient, in the same slot: the op reads all of dy (its channel sums) before it
+//     writes dx element by element, and overwriting gives what accumulating into zeros would.
+//
+// None of this changes a number: every op computes the same values in the same order as before.
+
+// Which layers read activation i in forward: its consumers, counted, and the last one.
+static void layer_consumers(const Model *m, int i, int *count, int *last) {
+    *count = 0, *last = -1;
+    for (int j = i + 1; j < m->n_layers; j++) {
+        const Layer *l = &m->layers[j];
+        if (l->in == i || l->in2 == i) (*count)++, *last = j;
+    }
+}
+
+// True when layer p's backward does not read p's own output, so a sole consumer may overwrite it.
+static bool output_unread_by_own_backward(LayerKind k) {
+    return k == LAYER_BN || k == LAYER_CONV || k == LAYER_ADD || k == LAYER_LINEAR;
+}
+
+// The step of backward that reads the gradient of activation i: its own, or the fused BN's before it.
+static int grad_reader(const Model *m, int i) {
+    const Layer *l = &m->layers[i];
+    return (l->kind == LAYER_RELU && l->in >= 0 && m->layers[l->in].fused_relu) ? l->in : i;
+}
+
+// First fit: the lowest offset whose range [off, off + size) meets no placed slot alive at the same time.
+static size_t grad_slot(const Model *m, const bool *placed, int i, size_t size) {
+    const int hi = m->layers[i].grad_first_write, lo = grad_reader(m, i);
+    size_t off = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int j = 0; j < m->n_layers; j++) {
+            if (!placed[j]) continue;
+            const Layer *o = &m->layers[j];
+            const size_t osize = (size_t)o->c * o->h * o->w;
+            const bool alive_together = lo <= o->grad_first_write && grad_reader(m, j) <= hi;
+            if (alive_together && off < o->grad_offset + osize && o->grad_offset < off + size) {
+                off = o->grad_offset + osize;
+                moved = true;
+            }
+        }
+    }
+    return off;
+}
+
+static void plan_memory(Model *m) {
+    const int L = m->n_layers;
+    for (int i = 0; i < L; i++) m->layers[i].fused_relu = m->layers[i].grad_in_place = false;  // a re-plan
+    // 1 and 2: activations.
+    size_t act = 0;
+    for (int i = 0; i < L; i++) {
+        Layer *l = &m->layers[i];
+        int uses = 0, last;
+        if (l->kind == LAYER_RELU && l->in >= 0) layer_consumers(m, l->in, &uses, &last);
+        const bool in_place = uses == 1 && output_unread_by_own_backward(m->layers[l->in].kind);
+        if (in_place) {
+            l->act_offset = m->layers[l->in].act_offset;
+            // Fused BN + ReLU is the kit's own CPU batch norm: not with replacement BN ops (model_set_bn_ops).
+            m->layers[l->in].fused_relu = m->device == DEVICE_CPU && m->layers[l->in].kind == LAYER_BN && !m->bn_ops;
+            continue;
+        }
+        l->act_offset = act;
+        act += (size_t)l->c * l->h * l->w;
+    }
+    m->act_floats_per_sample = act;
+    // 3: gradients, placed in the order backward brings them to life (latest first write first).
+    bool placed[MODEL_MAX_LAYERS] = {false};
+    int relu_of[MODEL_MAX_LAYERS];  // fused BN -> its ReLU
+    for (int i = 0; i < L; i++) {
+        Layer *l = &m->layers[i];
+        int uses, last;
+        layer_consumers(m, i, &uses, &last);
+        // A layer nobody consumes (but the logits) still runs its backward on a zero gradient.
+        l->grad_first_write = (i == L - 1 || l->fused_relu) ? -1 : (uses ? last : i);
+        relu_of[i] = last;
+        if (l->fused_relu && l->in >= 0) {  // 4
+            layer_consumers(m, l->in, &uses, &last);
+            l->grad_in_place = uses == 1;
+        }
+    }
+    m->grad_floats_per_sample = 0;
+    for (int step = L - 1; step >= 0; step--) {
+        for (int i = 0; i < L; i++) {
+            Layer *l = &m->layers[i];
+            if (l->grad_first_write != step) continue;
+            const size_t size = (size_t)l->c * l->h * l->w;
+            const Layer *writer = &m->layers[step];
+            if (writer->grad_in_place && writer->in == i) l->grad_offset = m->layers[relu_of[step]].grad_offset;
+            else l->grad_offset = grad_slot(m, placed, i, size);
+            placed[i] = true;
+            if (l->grad_offset + size > m->grad_floats_per_sample) m->grad_floats_per_sample = l->grad_offset + size;
+        }
+    }
+}
+
 // ---------------------------------------------------------------- memory and initialisation
 
 Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
@@ -257,6 +367,7 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
     m->max_batch = max_batch;
     build_table(m);
     plan_layers(m);
+    plan_memory(m);
 
     size_t B = (size_t)max_batch, F = sizeof(float);
     m->params = device_alloc(d, m->n_params * F);
@@ -264,7 +375,7 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
     m->velocity = device_alloc(d, m->n_params * F);
     m->buffers = device_alloc(d, m->n_buffers * F);
     m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
-    m->dacts = device_alloc(d, B * m->act_floats_per_sample * F);
+    m->dacts = device_alloc(d, B * m->grad_floats_per_sample * F);
     m->saved = device_alloc(d, m->saved_floats * F);
     m->work = device_alloc(d, m->work_floats * F);
     m->input = device_alloc(d, B * cfg->in_c * cfg->in_h * cfg->in_w * F);
@@ -276,6 +387,18 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
     m->host_pred = xmalloc(B * sizeof(int));
     model_init(m, seed);
     return m;
+}
+
+void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
+    m->bn_ops = ops;
+    // The fused CPU BN + ReLU would bypass `ops`, and its memory plan gives a fused BN's output gradient no slot
+    // of its own: plan again (with or without fusion) and re-allocate the arena, which holds nothing between steps.
+    plan_memory(m);
+    size_t B = (size_t)m->max_batch, F = sizeof(float);
+    device_free(m->device, m->acts);
+    device_free(m->device, m->dacts);
+    m->acts = device_alloc(m->device, B * m->act_floats_per_sample * F);
+    m->dacts = device_alloc(m->device, B * m->grad_floats_per_sample * F);
 }
 
 void model_free(Model *m) {
@@ -341,7 +464,7 @@ static float *act_ptr(const Model *m, int idx, const float *x) {
 }
 static float *dact_ptr(const Model *m, int idx) {
     if (idx < 0) return NULL;  // nobody needs the gradient of the input image
-    return m->dacts + m->layers[idx].act_offset * (size_t)m->max_batch;
+    return m->dacts + m->layers[idx].grad_offset * (size_t)m->max_batch;
 }
 static const float *view_ptr(const float *base, const Model *m, int view) {
     return view < 0 ? NULL : base + m->views[view].offset;
@@ -349,6 +472,9 @@ static const float *view_ptr(const float *base, const Model *m, int view) {
 static float *view_mut(float *base, const Model *m, int view) {
     return view < 0 ? NULL : base + m->views[view].offset;
 }
+
+// A ReLU whose work its BN does (fused BN + ReLU, training only: plan_memory).
+static bool relu_fused(const Model *m, const Layer *l) { return l->in >= 0 && m->layers[l->in].fused_relu; }
 
 static Conv2dDims conv_dims(const Model *m, const Layer *l, int n) {
     int c, h, w;
@@ -384,7 +510,11 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
             const float *gamma = view_ptr(m->params, m, l->weight), *beta = view_ptr(m->params, m, l->bias_view);
             float *run_mean = m->buffers + m->buffer_views[l->running].offset;
             float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
-            if (train) {
+            if (train && l->fused_relu) {  // the ReLU after it is done here (plan_memory)
+                float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
+                batchnorm_relu_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
+                                             m->bn_sync, m->work);
+            } else if (train) {
                 float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
                 if (m->bn_ops)  // lesson 05: the learner's SyncBN (Model.bn_ops)
                     m->bn_ops->forward_train(m->bn_ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean,
@@ -397,7 +527,9 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
             }
             break;
         }
-        case LAYER_RELU: relu_forward(d, count, in, out); break;
+        case LAYER_RELU:
+            if (!(train && relu_fused(m, l))) relu_forward(d, count, in, out);  // in may be out: in place
+            break;
         case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
         case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
         case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
@@ -413,14 +545,15 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     Device d = m->device;
-    // Backward ops accumulate into activation gradients (a residual input receives two shares),
-    // so they start from zero. The last layer's gradient is dlogits itself.
-    for (int i = 0; i < m->n_layers - 1; i++) {
-        const Layer *l = &m->layers[i];
-        device_memset_zero(d, dact_ptr(m, i), (size_t)n * l->c * l->h * l->w * sizeof(float));
-    }
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const Layer *l = &m->layers[i];
+        // Backward ops accumulate into activation gradients (a residual input receives two shares), so
+        // each starts from zero, set when its slot comes alive (plan_memory). dlogits is the last layer's.
+        for (int j = 0; j < i + 1; j++) {
+            const Layer *lj = &m->layers[j];
+            if (lj->grad_first_write == i && !(l->grad_in_place && j == l->in))  // 4: overwritten, not added to
+                device_memset_zero(d, dact_ptr(m, j), (size_t)n * lj->c * lj->h * lj->w * sizeof(float));
+        }
         const float *in = act_ptr(m, l->in, x);
         const float *out = act_ptr(m, i, x);
         const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
@@ -438,16 +571,25 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         case LAYER_BN: {
             BatchNormDims bd = bn_dims(l, n);
             const float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-            if (m->bn_ops)  // lesson 05: the learner's SyncBN (Model.bn_ops)
+            if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
+                int uses, relu;
+                layer_consumers(m, i, &uses, &relu);
+                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out,
+                                        dact_ptr(m, relu), dx, view_mut(m->grads, m, l->weight),
+                                        view_mut(m->grads, m, l->bias_view), m->bn_sync, m->work);
+            } else if (m->bn_ops) {  // lesson 05: the learner's SyncBN (Model.bn_ops; never fused)
                 m->bn_ops->backward(m->bn_ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy,
                                     dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
-            else
+            } else {
                 batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
                                    view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
                                    m->bn_sync, m->work);
+            }
             break;
         }
-        case LAYER_RELU: relu_backward(d, count, out, dy, dx); break;
+        case LAYER_RELU:
+            if (!relu_fused(m, l)) relu_backward(d, count, out, dy, dx);
+            break;
         case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, out, dy, dx); break;
         case LAYER_ADD:
             if (dx) add_inplace(d, count, dx, dy);

@@ -7,7 +7,9 @@
 //   grads     same layout as params.
 //   velocity  same layout: SGD momentum.
 //   buffers   BN running means/variances (not trained, but saved, broadcast and used in eval).
-//   arena     every activation and activation gradient for `max_batch` samples, allocated once.
+//   arena     every activation and activation gradient for `max_batch` samples, allocated once. Slots are
+//             shared where lifetimes allow (in-place ReLU, activation-gradient slots reused in backward):
+//             kit/model.c, plan_memory, says how; the numbers are the same as with a slot per tensor.
 //
 // All-reduce, broadcast and checkpointing are therefore one call over one buffer.
 #ifndef KIT_MODEL_H
@@ -47,6 +49,13 @@ typedef struct {
     size_t param_offset, param_count;  // this layer's parameters (weight then bias) in the flat buffers
     int running;            // BN: index into Model.buffer_views of running_mean (running_var is +1)
     size_t saved_offset;    // BN: mean and invstd (2 * c floats) in the saved-statistics area
+    // Memory plan (kit/model.c, plan_memory): where the gradient of this layer's output lives in `dacts`,
+    // the backward step that first writes it (it is zeroed just before), and whether this BN layer runs
+    // fused with the ReLU that follows it (CPU: one pass instead of two, the BN output never stored).
+    size_t grad_offset;
+    int grad_first_write;   // -1: nobody writes it (the logits, or a fused BN's output)
+    bool fused_relu;
+    bool grad_in_place;     // fused BN: its input gradient overwrites its ReLU's output gradient (same slot)
 } Layer;
 
 // A named slice of a flat buffer, in PyTorch's state_dict spirit: "3.conv.weight" is (K, C, R, R).
@@ -100,8 +109,9 @@ typedef struct {
 
     // The arena, on the device, sized for max_batch samples.
     float *acts;      // every layer's output, at Layer.act_offset * batch
-    float *dacts;     // their gradients, same layout
+    float *dacts;     // their gradients, at Layer.grad_offset * batch (slots reused once dead: plan_memory)
     size_t act_floats_per_sample;
+    size_t grad_floats_per_sample;
     float *saved;     // BN batch statistics kept for backward (mean, invstd per channel)
     size_t saved_floats;
     float *work;      // scratch for conv / BN
@@ -118,6 +128,7 @@ typedef struct {
     const BatchNormSync *bn_sync;
     // Lesson 05's dispatch point: when set, BN layers in training mode call these instead of the kit's ops
     // (lesson 05's syncbn_convert installs the learner's SyncBN here on the CPU). NULL: the kit's ops.
+    // Set it with model_set_bn_ops, never directly: the memory plan depends on it.
     const BatchNormLayerOps *bn_ops;
 
     // Called by model_backward each time a layer's parameter gradients are final, with their range
@@ -151,6 +162,11 @@ const float *model_forward(Model *m, const float *x, int n, bool train);
 void model_backward(Model *m, const float *x, const float *dlogits, int n);
 
 void model_zero_grad(Model *m);
+
+// Installs replacement training-mode BN ops (Model.bn_ops; NULL: the kit's own again). The activation arena is
+// re-planned and re-allocated (the CPU's fused BN + ReLU is the kit's BN, so it is off while `ops` are in):
+// call it between steps, never during one.
+void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops);
 
 // The view with this name, or NULL.
 const TensorView *model_find_view(const Model *m, const char *name);

@@ -61,6 +61,17 @@ void batchnorm_backward(Device d, const BatchNormDims *s, const float *x, const 
     batchnorm_backward_cpu(s, x, gamma, mean, invstd, dy, dx, dgamma, dbeta, sync, work);
 }
 
+// Fused BN + ReLU: the CPU only (the model does not fuse on CUDA, where BN and ReLU stay two kernels).
+void batchnorm_relu_forward_train(Device d, const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work) {
+    CHECK(d == DEVICE_CPU, "batchnorm_relu_forward_train is CPU-only: use batchnorm_forward_train + relu_forward");
+    batchnorm_relu_forward_train_cpu(s, x, gamma, beta, y, mean, invstd, running_mean, running_var, sync, work);
+}
+
+void batchnorm_relu_backward(Device d, const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd, const float *y, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work) {
+    CHECK(d == DEVICE_CPU, "batchnorm_relu_backward is CPU-only: use relu_backward + batchnorm_backward");
+    batchnorm_relu_backward_cpu(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work);
+}
+
 void relu_forward(Device d, size_t n, const float *x, float *y) {
 #ifdef KIT_CUDA
     if (d == DEVICE_CUDA) { relu_forward_cuda(n, x, y); return; }

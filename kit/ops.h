@@ -77,6 +77,21 @@ void batchnorm_backward(Device d, const BatchNormDims *s, const float *x, const 
                         const float *mean, const float *invstd, const float *dy, float *dx,
                         float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
 
+// Batch norm followed by ReLU, as one op (CPU only; kit/model.c fuses a BN whose sole consumer is a ReLU).
+// Forward: y = max(batchnorm(x), 0), the BN output never stored; the same sync hook calls as batchnorm_*.
+// Backward: dy is the gradient of the ReLU's OUTPUT y (the forward's y), masked by y > 0 on the fly.
+// dx may be dy itself: then dx is OVERWRITTEN with the input gradient (what adding into zeros gives), which
+// lets the model keep one buffer for both (dy is fully read for the channel sums before dx is written).
+// Both give bit for bit what batchnorm_forward_train + relu_forward and relu_backward (into a zeroed
+// buffer) + batchnorm_backward give: one pass over the activations each way instead of two.
+void batchnorm_relu_forward_train(Device d, const BatchNormDims *s, const float *x, const float *gamma,
+                                  const float *beta, float *y, float *mean, float *invstd,
+                                  float *running_mean, float *running_var, const BatchNormSync *sync,
+                                  float *work);
+void batchnorm_relu_backward(Device d, const BatchNormDims *s, const float *x, const float *gamma,
+                             const float *mean, const float *invstd, const float *y, const float *dy,
+                             float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
+
 // ---------------------------------------------------------------- elementwise
 // y = max(x, 0). Backward uses the output: dx += dy * (y > 0).
 void relu_forward(Device d, size_t n, const float *x, float *y);

@@ -336,12 +336,27 @@ static double *bn_sync_buffer(float *work) {
     return (double *)p;
 }
 
+// Fused BN + ReLU (batchnorm_relu_*): the gradient reaching BN's output through the ReLU, computed where
+// it is used instead of stored. The mask is applied to dy's bits (all ones or all zeros, +0.0f when
+// masked) because GCC will not vectorise a float select feeding a reduction ("control flow in loop").
+// `0.0f +` repeats the unfused path's arithmetic exactly (relu_backward adds into a zeroed buffer, which
+// turns a -0.0f into +0.0f), so fused and plain agree bit for bit.
+static inline float bn_relu_grad(float relu_y, float dy) {
+    uint32_t bits;
+    memcpy(&bits, &dy, sizeof bits);
+    bits &= -(uint32_t)(relu_y > 0.0f);
+    float g;
+    memcpy(&g, &bits, sizeof g);
+    return 0.0f + g;
+}
+
 // Per channel c, over (N, HW), in double (a float sum over 100k+ values loses digits, and the
 // variance E[x^2] - E[x]^2 would cancel the rest):
 //   dy == NULL: sums[c] = sum x,  sums[C + c] = sum x^2
 //   dy != NULL: sums[c] = sum dy, sums[C + c] = sum dy * (x - mean[c])   (times invstd later)
-static void bn_channel_sums(const BatchNormDims *s, const float *x, const float *dy, const float *mean,
-                            double *sums) {
+//   relu_y != NULL (fused BN + ReLU): dy is the ReLU's output gradient, masked by relu_y > 0 on the fly.
+static void bn_channel_sums(const BatchNormDims *s, const float *x, const float *dy, const float *relu_y,
+                            const float *mean, double *sums) {
     const int C = s->c;
     const size_t hw = (size_t)s->hw;
 #pragma omp parallel for schedule(static) if ((size_t)s->n * C * hw >= PAR_MIN)
@@ -349,7 +364,16 @@ static void bn_channel_sums(const BatchNormDims *s, const float *x, const float 
         double s1 = 0.0, s2 = 0.0;
         for (int n = 0; n < s->n; n++) {
             const float *px = x + ((size_t)n * C + c) * hw;
-            if (dy) {
+            if (dy && relu_y) {
+                const float *pg = dy + ((size_t)n * C + c) * hw, *py = relu_y + ((size_t)n * C + c) * hw;
+                const double m = mean[c];
+#pragma omp simd reduction(+ : s1, s2)
+                for (size_t i = 0; i < hw; i++) {
+                    const float g = bn_relu_grad(py[i], pg[i]);
+                    s1 += g;
+                    s2 += (double)g * ((double)px[i] - m);
+                }
+            } else if (dy) {
                 const float *pg = dy + ((size_t)n * C + c) * hw;
                 const double m = mean[c];
 #pragma omp simd reduction(+ : s1, s2)
@@ -372,8 +396,9 @@ static void bn_channel_sums(const BatchNormDims *s, const float *x, const float 
 }
 
 // y = gamma * (x - mean) * invstd + beta, written as y = x * a + b per channel (one FMA per element).
+// relu: y = max(that, 0) in the same pass (fused BN + ReLU), the value relu_forward would compute.
 static void bn_apply(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
-                     const float *mean, const float *invstd, float *y) {
+                     const float *mean, const float *invstd, bool relu, float *y) {
     const int C = s->c;
     const size_t hw = (size_t)s->hw, planes = (size_t)s->n * C;
 #pragma omp parallel for schedule(static) if (planes * hw >= PAR_MIN)
@@ -382,18 +407,27 @@ static void bn_apply(const BatchNormDims *s, const float *x, const float *gamma,
         const float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
         const float *src = x + pl * hw;
         float *dst = y + pl * hw;
+        if (relu) {
 #pragma omp simd
-        for (size_t i = 0; i < hw; i++) dst[i] = src[i] * a + b;
+            for (size_t i = 0; i < hw; i++) {
+                const float v = src[i] * a + b;
+                dst[i] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (size_t i = 0; i < hw; i++) dst[i] = src[i] * a + b;
+        }
     }
 }
 
-void batchnorm_forward_train_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
-                                 float *y, float *mean, float *invstd, float *running_mean, float *running_var,
-                                 const BatchNormSync *sync, float *work) {
+// Batch statistics (through the sync hook when set), running statistics, then y; relu: fused ReLU.
+static void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                             bool relu, float *y, float *mean, float *invstd, float *running_mean,
+                             float *running_var, const BatchNormSync *sync, float *work) {
     bn_check_dims(s);
     const int C = s->c;
     double *buf = bn_sync_buffer(work);  // [sum x (C), sum x^2 (C), count (1)]
-    bn_channel_sums(s, x, NULL, NULL, buf);
+    bn_channel_sums(s, x, NULL, NULL, NULL, buf);
     buf[2 * C] = (double)s->n * (double)s->hw;
     if (sync && sync->allreduce_sum) sync->allreduce_sum(buf, 2 * C + 1, sync->ctx);
     const double count = buf[2 * C];
@@ -411,7 +445,20 @@ void batchnorm_forward_train_cpu(const BatchNormDims *s, const float *x, const f
             running_var[c] = (float)((1.0 - s->momentum) * running_var[c] + s->momentum * unbiased);
         }
     }
-    bn_apply(s, x, gamma, beta, mean, invstd, y);
+    bn_apply(s, x, gamma, beta, mean, invstd, relu, y);
+}
+
+void batchnorm_forward_train_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
+                                 float *y, float *mean, float *invstd, float *running_mean, float *running_var,
+                                 const BatchNormSync *sync, float *work) {
+    bn_forward_train(s, x, gamma, beta, false, y, mean, invstd, running_mean, running_var, sync, work);
+}
+
+void batchnorm_relu_forward_train_cpu(const BatchNormDims *s, const float *x, const float *gamma,
+                                      const float *beta, float *y, float *mean, float *invstd,
+                                      float *running_mean, float *running_var, const BatchNormSync *sync,
+                                      float *work) {
+    bn_forward_train(s, x, gamma, beta, true, y, mean, invstd, running_mean, running_var, sync, work);
 }
 
 void batchnorm_forward_eval_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
@@ -436,13 +483,14 @@ void batchnorm_forward_eval_cpu(const BatchNormDims *s, const float *x, const fl
 //   dx     += gamma * invstd * (dy - sum dy / M - xhat * sum(dy * xhat) / M)   (global sums)
 // The sync buffer is [sum dy (C), sum dy*xhat (C), count (1)]: the count rides along because backward
 // has no other way to learn the global M (mean and invstd do not carry it).
-void batchnorm_backward_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
-                            const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta,
-                            const BatchNormSync *sync, float *work) {
+// relu_y != NULL: fused BN + ReLU, dy is the gradient of the ReLU's output relu_y (see bn_relu_grad).
+static void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
+                        const float *invstd, const float *dy, const float *relu_y, float *dx, float *dgamma,
+                        float *dbeta, const BatchNormSync *sync, float *work) {
     bn_check_dims(s);
     const int C = s->c;
     double *buf = bn_sync_buffer(work);
-    bn_channel_sums(s, x, dy, mean, buf);
+    bn_channel_sums(s, x, dy, relu_y, mean, buf);
     for (int c = 0; c < C; c++) {
         buf[C + c] *= invstd[c];  // sum dy * (x - mean) -> sum dy * xhat
         if (dbeta) dbeta[c] += (float)buf[c];
@@ -463,9 +511,31 @@ void batchnorm_backward_cpu(const BatchNormDims *s, const float *x, const float 
         const float a = (float)A, b = (float)B, d = (float)D;
         const float *g = dy + pl * hw, *xp = x + pl * hw;
         float *out = dx + pl * hw;
+        if (relu_y && dx == dy) {  // in place (fused only): 0.0f + ... is what += into a zeroed dx gives
+            const float *py = relu_y + pl * hw;
 #pragma omp simd
-        for (size_t i = 0; i < hw; i++) out[i] += a * g[i] + b * xp[i] + d;
+            for (size_t i = 0; i < hw; i++) out[i] = 0.0f + (a * bn_relu_grad(py[i], g[i]) + b * xp[i] + d);
+        } else if (relu_y) {
+            const float *py = relu_y + pl * hw;
+#pragma omp simd
+            for (size_t i = 0; i < hw; i++) out[i] += a * bn_relu_grad(py[i], g[i]) + b * xp[i] + d;
+        } else {
+#pragma omp simd
+            for (size_t i = 0; i < hw; i++) out[i] += a * g[i] + b * xp[i] + d;
+        }
     }
+}
+
+void batchnorm_backward_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
+                            const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta,
+                            const BatchNormSync *sync, float *work) {
+    bn_backward(s, x, gamma, mean, invstd, dy, NULL, dx, dgamma, dbeta, sync, work);
+}
+
+void batchnorm_relu_backward_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
+                                 const float *invstd, const float *y, const float *dy, float *dx, float *dgamma,
+                                 float *dbeta, const BatchNormSync *sync, float *work) {
+    bn_backward(s, x, gamma, mean, invstd, dy, y, dx, dgamma, dbeta, sync, work);
 }
 
 // ================================================================ elementwise

@@ -212,6 +212,132 @@ static void test_schedule(void **state) {
     assert_float_equal(lr_at(&s, 12), 0.4f, 1e-7);
 }
 
+// The memory plan (kit/model.c, plan_memory: in-place ReLU, fused BN + ReLU, gradient slots reused and
+// zeroed when they come alive) must not change a single number. The reference below runs the same layer
+// table the plain way: every activation and every gradient in its own zeroed buffer, the unfused ops, in
+// the same order with the same arguments. Same float operations in the same order: the logits, parameter
+// gradients and running statistics must be equal BIT FOR BIT (no tolerance to derive). Two steps on
+// different batches catch a gradient slot that is not re-zeroed.
+typedef struct {
+    float **act, **grad;
+} PlainRun;
+
+static const float *plain_act(const PlainRun *p, int idx, const float *x) { return idx < 0 ? x : p->act[idx]; }
+
+// dlogits NULL: eval mode, forward only.
+static void plain_step(Model *m, PlainRun *p, const float *x, int n, const float *dlogits) {
+    const Device d = DEVICE_CPU;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        const float *in = plain_act(p, l->in, x);
+        int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
+        if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
+        const size_t count = (size_t)n * l->c * l->h * l->w;
+        const float *wt = l->weight >= 0 ? m->params + m->views[l->weight].offset : NULL;
+        const float *bias = l->bias_view >= 0 ? m->params + m->views[l->bias_view].offset : NULL;
+        Conv2dDims cd = {n, c, h, w, l->out_c, l->ksize, l->stride, l->pad};
+        BatchNormDims bd = {.n = n, .c = l->c, .hw = l->h * l->w, .eps = 1e-5f, .momentum = 0.1f};
+        float *saved = m->saved + l->saved_offset, *running = m->buffers;
+        switch (l->kind) {
+        case LAYER_CONV: conv2d_forward(d, &cd, in, wt, bias, p->act[i], m->work); break;
+        case LAYER_BN: {
+            float *rm = running + m->buffer_views[l->running].offset;
+            float *rv = running + m->buffer_views[l->running + 1].offset;
+            if (dlogits) batchnorm_forward_train(d, &bd, in, wt, bias, p->act[i], saved, saved + l->c, rm, rv, NULL, m->work);
+            else batchnorm_forward_eval(d, &bd, in, wt, bias, rm, rv, p->act[i]);
+            break;
+        }
+        case LAYER_RELU: relu_forward(d, count, in, p->act[i]); break;
+        case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, p->act[i]); break;
+        case LAYER_ADD: add_forward(d, count, in, plain_act(p, l->in2, x), p->act[i]); break;
+        case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, p->act[i]); break;
+        case LAYER_LINEAR: linear_forward(d, n, c * h * w, l->out_c, in, wt, bias, p->act[i]); break;
+        }
+    }
+    if (!dlogits) return;
+    for (int i = 0; i < m->n_layers; i++)
+        memset(p->grad[i], 0, (size_t)n * m->layers[i].c * m->layers[i].h * m->layers[i].w * sizeof(float));
+    memcpy(p->grad[m->n_layers - 1], dlogits, (size_t)n * m->cfg.classes * sizeof(float));
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const Layer *l = &m->layers[i];
+        const float *in = plain_act(p, l->in, x), *dy = p->grad[i];
+        float *dx = l->in >= 0 ? p->grad[l->in] : NULL;
+        int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
+        if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
+        const size_t count = (size_t)n * l->c * l->h * l->w;
+        const float *wt = l->weight >= 0 ? m->params + m->views[l->weight].offset : NULL;
+        float *gw = l->weight >= 0 ? m->grads + m->views[l->weight].offset : NULL;
+        float *gb = l->bias_view >= 0 ? m->grads + m->views[l->bias_view].offset : NULL;
+        Conv2dDims cd = {n, c, h, w, l->out_c, l->ksize, l->stride, l->pad};
+        BatchNormDims bd = {.n = n, .c = l->c, .hw = l->h * l->w, .eps = 1e-5f, .momentum = 0.1f};
+        const float *saved = m->saved + l->saved_offset;
+        switch (l->kind) {
+        case LAYER_CONV: conv2d_backward(d, &cd, in, wt, dy, dx, gw, gb, m->work); break;
+        case LAYER_BN:
+            batchnorm_backward(d, &bd, in, wt, saved, saved + l->c, dy, dx, gw, gb, NULL, m->work);
+            break;
+        case LAYER_RELU: relu_backward(d, count, p->act[i], dy, dx); break;
+        case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, p->act[i], dy, dx); break;
+        case LAYER_ADD:
+            if (dx) add_inplace(d, count, dx, dy);
+            if (l->in2 >= 0) add_inplace(d, count, p->grad[l->in2], dy);
+            break;
+        case LAYER_AVGPOOL:
+            if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
+            break;
+        case LAYER_LINEAR: linear_backward(d, n, c * h * w, l->out_c, in, wt, dy, dx, gw, gb); break;
+        }
+    }
+}
+
+static void check_plan_matches_plain(const char *name, int width, int hw, bool expect_fusion) {
+    enum { N = 4 };
+    Model *m = make(name, width, 3, hw, N, 5), *ref = make(name, width, 3, hw, N, 5);
+    PlainRun p = {xmalloc(m->n_layers * sizeof(float *)), xmalloc(m->n_layers * sizeof(float *))};
+    size_t every = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const size_t size = (size_t)m->layers[i].c * m->layers[i].h * m->layers[i].w;
+        p.act[i] = xmalloc(N * size * sizeof(float)), p.grad[i] = xmalloc(N * size * sizeof(float));
+        every += size;
+    }
+    // The plan really saves memory: some ReLU shares its input's slot, gradient slots are reused.
+    assert_true(m->act_floats_per_sample < every);
+    assert_true(m->grad_floats_per_sample < every);
+    bool fused = false, in_place = false;
+    for (int i = 0; i < m->n_layers; i++) fused |= m->layers[i].fused_relu, in_place |= m->layers[i].grad_in_place;
+    assert_true(fused == expect_fusion);
+    assert_true(in_place == expect_fusion);  // a conv -> BN -> ReLU chain: BN's dx overwrites the ReLU's dy
+
+    const size_t nx = N * 3 * (size_t)hw * hw;
+    float *x = xmalloc(nx * sizeof(float)), *dlogits = xmalloc(N * 10 * sizeof(float));
+    for (int step = 0; step < 2; step++) {
+        fill_uniform(x, nx, -2.0f, 2.0f, 20 + step);
+        fill_uniform(dlogits, N * 10, -1.0f, 1.0f, 30 + step);
+        const float *logits = model_forward(m, x, N, true);
+        model_zero_grad(m);
+        model_backward(m, x, dlogits, N);
+        model_zero_grad(ref);
+        plain_step(ref, &p, x, N, dlogits);
+        assert_memory_equal(logits, p.act[m->n_layers - 1], N * 10 * sizeof(float));
+        assert_memory_equal(m->grads, ref->grads, m->n_params * sizeof(float));
+        assert_memory_equal(m->buffers, ref->buffers, m->n_buffers * sizeof(float));
+    }
+    // Eval mode: the unfused BN (running statistics) and the in-place ReLU.
+    const float *logits = model_forward(m, x, N, false);
+    plain_step(ref, &p, x, N, NULL);
+    assert_memory_equal(logits, p.act[m->n_layers - 1], N * 10 * sizeof(float));
+    for (int i = 0; i < m->n_layers; i++) free(p.act[i]), free(p.grad[i]);
+    free(p.act), free(p.grad), free(x), free(dlogits);
+    model_free(m), model_free(ref);
+}
+
+static void test_memory_plan_matches_plain(void **state) {
+    check_plan_matches_plain("tiny", 8, 16, false);  // conv -> ReLU in place, no BN to fuse
+    check_plan_matches_plain("tiny-bn", 8, 16, true);
+    check_plan_matches_plain("fmnist", 4, 16, true);
+    check_plan_matches_plain("resnet9", 4, 32, true);  // residual adds: a gradient with two writers
+}
+
 static void test_unknown_model_name(void **state) {
     ModelConfig cfg;
     assert_false(model_config(&cfg, "resnet1000", 0, 3, 32, 32, 10));
@@ -225,7 +351,7 @@ int main(void) {
         cmocka_unit_test(test_gradient_tiny),           cmocka_unit_test(test_gradient_resnet9),
         cmocka_unit_test(test_eval_is_per_sample),      cmocka_unit_test(test_grads_ready_hook_order),
         cmocka_unit_test(test_weight_decay_only_on_weights), cmocka_unit_test(test_schedule),
-        cmocka_unit_test(test_unknown_model_name),
+        cmocka_unit_test(test_unknown_model_name),      cmocka_unit_test(test_memory_plan_matches_plain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

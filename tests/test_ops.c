@@ -514,6 +514,71 @@ static void test_bn_sync_hook(void **state) {
     bn_bufs_free(&two);
 }
 
+// Fused BN + ReLU (batchnorm_relu_*) against the plain path it replaces: batchnorm_forward_train then
+// relu_forward; relu_backward into a zeroed buffer then batchnorm_backward. Both paths perform the same
+// float operations in the same order (the fused op only skips storing the intermediate), so the results
+// must be equal BIT FOR BIT, whatever the BLAS kernel: no tolerance to derive. Inputs include exact zeros
+// of the ReLU (beta chosen so some outputs sit at 0) and -0.0f upstream gradients (the plain path turns
+// them into +0.0f). Two sizes: below and above PAR_MIN (the OpenMP threshold), and with the sync hook,
+// which the fused op must call exactly as the plain one does.
+static void bn_relu_case(BatchNormDims s, bool with_sync, uint64_t seed) {
+    BnBufs plain = bn_bufs(&s, seed), fused = bn_bufs(&s, seed);
+    for (size_t i = 0; i < plain.nx; i += 7) plain.dy[i] = fused.dy[i] = -0.0f;
+    for (size_t i = 3; i < plain.nx; i += 11) plain.x[i] = fused.x[i] = 0.5f;  // repeated values
+    FakeSync fp = {0}, ff = {0};
+    const BatchNormSync sp = {fake_allreduce, &fp}, sf = {fake_allreduce, &ff};
+    batchnorm_forward_train(CPU, &s, plain.x, plain.gamma, plain.beta, plain.y, plain.mean, plain.invstd,
+                            plain.rm, plain.rv, with_sync ? &sp : NULL, plain.work);
+    relu_forward(CPU, plain.nx, plain.y, plain.y);  // in place, as the model runs it
+    batchnorm_relu_forward_train(CPU, &s, fused.x, fused.gamma, fused.beta, fused.y, fused.mean, fused.invstd,
+                                 fused.rm, fused.rv, with_sync ? &sf : NULL, fused.work);
+    size_t zeros = 0;
+    for (size_t i = 0; i < plain.nx; i++) zeros += plain.y[i] == 0.0f;
+    assert_true(zeros > plain.nx / 10 && zeros < plain.nx * 9 / 10);  // the ReLU really cuts
+    assert_memory_equal(fused.y, plain.y, plain.nx * sizeof(float));
+    assert_memory_equal(fused.mean, plain.mean, s.c * sizeof(float));
+    assert_memory_equal(fused.invstd, plain.invstd, s.c * sizeof(float));
+    assert_memory_equal(fused.rm, plain.rm, s.c * sizeof(float));
+    assert_memory_equal(fused.rv, plain.rv, s.c * sizeof(float));
+
+    float *dbn = fzeros(plain.nx);  // the plain path's BN output gradient
+    relu_backward(CPU, plain.nx, plain.y, plain.dy, dbn);
+    fill_uniform(plain.dx, plain.nx, -1, 1, seed + 9);  // backward accumulates into dx: start from non-zero
+    memcpy(fused.dx, plain.dx, plain.nx * sizeof(float));
+    batchnorm_backward(CPU, &s, plain.x, plain.gamma, plain.mean, plain.invstd, dbn, plain.dx, plain.dgamma,
+                       plain.dbeta, with_sync ? &sp : NULL, plain.work);
+    batchnorm_relu_backward(CPU, &s, fused.x, fused.gamma, fused.mean, fused.invstd, fused.y, fused.dy, fused.dx,
+                            fused.dgamma, fused.dbeta, with_sync ? &sf : NULL, fused.work);
+    assert_memory_equal(fused.dx, plain.dx, plain.nx * sizeof(float));
+    assert_memory_equal(fused.dgamma, plain.dgamma, s.c * sizeof(float));
+    assert_memory_equal(fused.dbeta, plain.dbeta, s.c * sizeof(float));
+    assert_int_equal(ff.calls, fp.calls);
+    assert_int_equal(ff.calls, with_sync ? 2 : 0);
+    for (int k = 0; k < fp.calls; k++) {
+        assert_int_equal(ff.counts[k], fp.counts[k]);
+        assert_memory_equal(ff.seen[k], fp.seen[k], (size_t)fp.counts[k] * sizeof(double));
+    }
+    // In place (dx == dy, as the model runs it): overwrites with what the plain path adds into zeros.
+    float *dx0 = fzeros(plain.nx), *io = fzeros(plain.nx), dg[16] = {0}, db[16] = {0};
+    memcpy(io, fused.dy, plain.nx * sizeof(float));
+    batchnorm_backward(CPU, &s, plain.x, plain.gamma, plain.mean, plain.invstd, dbn, dx0, dg, db, NULL, plain.work);
+    batchnorm_relu_backward(CPU, &s, fused.x, fused.gamma, fused.mean, fused.invstd, fused.y, io, io, dg, db, NULL,
+                            fused.work);
+    assert_memory_equal(io, dx0, plain.nx * sizeof(float));
+    free(dx0), free(io);
+    free(dbn);
+    bn_bufs_free(&plain);
+    bn_bufs_free(&fused);
+}
+
+static void test_bn_relu_fused_matches_plain(void **state) {
+    (void)state;
+    bn_relu_case((BatchNormDims){.n = 3, .c = 4, .hw = 10, .eps = 1e-5f, .momentum = 0.1f}, false, 700);
+    bn_relu_case((BatchNormDims){.n = 3, .c = 4, .hw = 10, .eps = 1e-5f, .momentum = 0.1f}, true, 710);
+    bn_relu_case((BatchNormDims){.n = 8, .c = 16, .hw = 300, .eps = 1e-5f, .momentum = 0.1f}, false, 720);
+    bn_relu_case((BatchNormDims){.n = 8, .c = 16, .hw = 300, .eps = 1e-5f, .momentum = 0.1f}, true, 730);
+}
+
 // ---------------------------------------------------------------- relu, add, scale
 
 typedef struct {
@@ -851,6 +916,7 @@ int main(void) {
         cmocka_unit_test(test_bn_running_stats),
         cmocka_unit_test(test_bn_eval_uses_running_stats),
         cmocka_unit_test(test_bn_sync_hook),
+        cmocka_unit_test(test_bn_relu_fused_matches_plain),
         cmocka_unit_test(test_relu),
         cmocka_unit_test(test_add_and_scale),
         cmocka_unit_test(test_maxpool),

@@ -32,7 +32,7 @@ static void syncbn_hook(double *host_buf, int n, void *ctx) { syncbn_allreduce((
 
 void syncbn_free(SyncBn *sb, Model *m) {
     if (!sb) return;
-    if (m && m->bn_ops == &sb->ops) m->bn_ops = NULL;
+    if (m && m->bn_ops == &sb->ops) model_set_bn_ops(m, NULL);
     if (m && m->bn_sync == &sb->hook) m->bn_sync = NULL;
     free(sb->buf);
     free(sb);
@@ -182,7 +182,7 @@ void syncbn_backward(void *ctx, const BatchNormDims *s, const float *x, const fl
 //   - the all-reduce buffer, sized for the widest BN layer of the model (m->layers[i].kind == LAYER_BN,
 //     its channels in .c): 2C + 1 doubles;
 //   - on the CPU (m->device), the model's BN layers call sb->ops: your syncbn_forward_train and
-//     syncbn_backward, with sb as their ctx (Model.bn_ops);
+//     syncbn_backward, with sb as their ctx (Model.bn_ops, set through model_set_bn_ops);
 //   - on a GPU, the kit's CUDA batch norm with sb->hook as its all-reduce (Model.bn_sync): the hook calls
 //     syncbn_allreduce, so the communication is counted the same way.
 //   Call it on every rank, BEFORE the initial broadcast and before the gradient buckets (train.c): README
@@ -199,7 +199,7 @@ SyncBn *syncbn_convert(Model *m, ProcessGroup *pg) {
     sb->ops = (BatchNormLayerOps){syncbn_forward_train, syncbn_backward, sb};
     sb->hook = (BatchNormSync){syncbn_hook, sb};
     if (m->device == DEVICE_CUDA) m->bn_sync = &sb->hook;
-    else m->bn_ops = &sb->ops;
+    else model_set_bn_ops(m, &sb->ops);
     // STARTER: (void)syncbn_hook;
     // END SOLUTION
     return sb;
