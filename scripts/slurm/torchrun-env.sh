@@ -77,6 +77,11 @@ if [ -z "${MASTER_ADDR:-}" ]; then
 fi
 export MASTER_ADDR
 export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 10000))}
+# The kit's node map groups ranks by host name; Slurm's node name is the better key where several slurmd
+# "nodes" share one host (make slurm-up), and equal to it everywhere else. An explicit KIT_NODE_NAME wins.
+if [ -z "${KIT_NODE_NAME:-}" ] && [ -n "${SLURMD_NODENAME:-}" ]; then
+  export KIT_NODE_NAME=$SLURMD_NODENAME
+fi
 
 if [ "${1:-}" = --print ]; then
   echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE" \
