@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_INFER = 1 << 3 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -36,6 +36,10 @@ typedef struct {
     int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
     int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
+    // lesson 06 (inference) reads --checkpoint FILE too
+    const char *image;           // CLI_INFER: predict this image file (PNG, or raw C*H*W bytes)
+    const char *confusion;       // CLI_INFER: write the confusion matrix as CSV to this file (make plot draws it)
+    bool latency;                // CLI_INFER: measure latency (batch 1) and throughput (batch 256)
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups
