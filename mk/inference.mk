@@ -23,7 +23,7 @@ endif
 # ---- make lesson-06 without a checkpoint: lesson 04's solution trains one (2 epochs: the second evaluation is the
 # one the inference must reproduce). Made once; delete the file to train again.
 LESSON06_DEMO_CKPT := results/lesson06-demo.ckpt
-LESSON06_DEMO_TRAIN := --dataset synthetic --model tiny-bn --width 8 --epochs 2 --batch-size 64
+LESSON06_DEMO_TRAIN := --dataset synthetic --model tiny-bn --width 8 --epochs 2 --batch-size 64 --lr 0.02
 ifeq ($(findstring --checkpoint,$(ARGS)),)
 lesson-06: $(LESSON06_DEMO_CKPT)
 lesson-06: override ARGS += --checkpoint $(LESSON06_DEMO_CKPT) --model tiny-bn --width 8 \
