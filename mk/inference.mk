@@ -39,3 +39,9 @@ $(LESSON06_DEMO_CKPT): | $(BUILD)/solutions/04-checkpoint/train
 HELP_TARGETS += bench-inference
 bench-inference: $(BUILD)/solutions/06-inference/train | $(BUILD)/solutions/04-checkpoint/train
 	bench/inference.sh $(BUILD)/solutions/06-inference/train $(BUILD)/solutions/04-checkpoint/train
+
+# ---- make test-lesson06 (mk/lessons.mk runs tests/lesson06/run-tests.sh): lesson 04's program writes checkpoints
+# on 1 and 2 ranks for it, when Open MPI is found.
+ifneq ($(HAVE_MPI),)
+test-lesson06: $(BUILD)/solutions/04-checkpoint/train
+endif

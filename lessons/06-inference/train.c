@@ -78,10 +78,14 @@ static int predict_image(Model *m, const TrainOptions *o, const Dataset *ds) {
     Image img;
     const ModelConfig *cfg = &m->cfg;
     float *x = xmalloc((size_t)cfg->in_c * cfg->in_h * cfg->in_w * sizeof(float));  // (C, H, W)
-    if (image_read(o->image, cfg->in_c, cfg->in_h, cfg->in_w, &img, err, sizeof err) != 0 ||
-        image_to_input(&img, ds, cfg, x, err, sizeof err) != 0) {
+    if (image_read(o->image, cfg->in_c, cfg->in_h, cfg->in_w, &img, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);  // names the file
+        free(x);
+        return 1;
+    }
+    if (image_to_input(&img, ds, cfg, x, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s: %s\n", o->image, err);
-        if (img.pixels) image_free(&img);
+        image_free(&img);
         free(x);
         return 1;
     }
