@@ -88,7 +88,7 @@ static const CliOption OPTIONS[] = {
     {"confusion", "FILE", CLI_INFER, OPT_STRING, FIELD(confusion), NULL, 0, 0, NULL,
      "write the confusion matrix as CSV to FILE (make plot draws it)"},
     {"latency", NULL, CLI_INFER, OPT_FLAG, FIELD(latency), NULL, 0, 0, NULL,
-     "measure latency (batch 1: p50, p99) and throughput (batch 256)"},
+     "measure latency (batch 1: p50, p99) and throughput (batch 256)\ninstead of evaluating the test set"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };

@@ -4,6 +4,7 @@
 //   ./train --checkpoint run1/ckpt-00000234.ckpt                      the test set: accuracy, per class, confusion
 //   ./train --checkpoint last.ckpt --image cat.png                    one image file: the 5 most likely classes
 //   ./train --checkpoint last.ckpt --latency                          batch 1 latency (p50, p99), batch 256 throughput
+//                                                                     (instead of the evaluation)
 //
 // (`make lesson-06` trains a short lesson 04 run first when ARGS has no --checkpoint.) Options are the kit's
 // (kit/cli.c): --dataset, --model and --width must say what the checkpoint was trained with, as for a resume;
@@ -215,7 +216,7 @@ int run_inference(const TrainOptions *o) {
     printf("device: %s; inference model for batches of %d: %.2f MB (training would take %.2f MB: no gradients, "
            "momentum, activation gradients)\n", device_name(dev), max_batch, (double)model_device_bytes(m) / 1e6,
            (double)train_bytes / 1e6);
-    int status = o->image ? predict_image(m, o, &test) : evaluate_and_report(m, o, &test, &st);
+    int status = o->image ? predict_image(m, o, &test) : o->latency ? 0 : evaluate_and_report(m, o, &test, &st);
     if (status == 0 && o->latency) measure_latency(m, &test);
     fflush(stdout);
     model_free(m);
