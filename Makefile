@@ -15,6 +15,7 @@ SHELL := /bin/bash
 include mk/config.mk      # finds the compilers and libraries, prints what it found, sets the flags
 include mk/emu.mk         # EMU=1: the CUDA emulation build (must follow config.mk)
 include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit, CUDA, process group)
+include mk/inference.mk   # lesson 06: libpng, make lesson-06's checkpoint, bench-inference (before lessons.mk)
 include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
 include mk/extras.mk      # run, slides, plots, benchmarks
 include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool

@@ -634,7 +634,8 @@ void ckpt_apply(const Ckpt *ck, Model *m) {
     model_groups(m, g);
     float *dst[CKPT_GROUPS] = {m->params, m->velocity, m->buffers};
     for (int k = 0; k < CKPT_GROUPS; k++) {
-        if (!g[k].count) continue;
+        // An inference-only model (model_create_inference) has no velocity: the momentum is checked, not loaded.
+        if (!g[k].count || !dst[k]) continue;
         // A file whose tensors lie in the model's order, end to end (every file the kit writes), goes to the
         // device in one copy per flat buffer; any other order, tensor by tensor.
         const CkptTensor *first = ckpt_find(ck, (CkptGroup)k, g[k].views[0].name);

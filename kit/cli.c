@@ -71,8 +71,8 @@ static const CliOption OPTIONS[] = {
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
     {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,
      "seconds a collective may wait for a peer before the job stops"},
-    {"checkpoint", "FILE", CLI_CKPT, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
-     "save to FILE at the end of every epoch (and every --save-every steps)"},
+    {"checkpoint", "FILE", CLI_CKPT | CLI_INFER, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
+     "training: save to FILE at the end of every epoch (and every\n--save-every steps); inference: the checkpoint to load"},
     {"checkpoint-dir", "DIR", CLI_CKPT, OPT_STRING, FIELD(checkpoint_dir), NULL, 0, 0, NULL,
      "or save DIR/ckpt-STEP.ckpt files, keeping the newest --keep"},
     {"save-every", "N", CLI_CKPT, OPT_INT, FIELD(save_every), "0", 0, 1 << 30, NULL,
@@ -85,6 +85,13 @@ static const CliOption OPTIONS[] = {
     // lesson 07: how ranks started without mpirun find each other (torch.distributed's init_method)
     {"init-method", "URL", CLI_RDZV, OPT_STRING, FIELD(init_method), "env", 0, 0, NULL,
      "without mpirun: env (tcp://MASTER_ADDR:MASTER_PORT), tcp://HOST:PORT\nor file:///SHARED/PATH"},
+    // lesson 06 (inference)
+    {"image", "FILE", CLI_INFER, OPT_STRING, FIELD(image), NULL, 0, 0, NULL,
+     "predict one image: a PNG, or raw bytes (C, H, W) like a CIFAR record"},
+    {"confusion", "FILE", CLI_INFER, OPT_STRING, FIELD(confusion), NULL, 0, 0, NULL,
+     "write the confusion matrix as CSV to FILE (make plot draws it)"},
+    {"latency", NULL, CLI_INFER, OPT_FLAG, FIELD(latency), NULL, 0, 0, NULL,
+     "measure latency (batch 1: p50, p99) and throughput (batch 256)\ninstead of evaluating the test set"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };

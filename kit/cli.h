@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -37,6 +37,10 @@ typedef struct {
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
     int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
     const char *init_method;     // CLI_RDZV (lesson 07): env (MASTER_ADDR/MASTER_PORT), tcp://HOST:PORT or file:///PATH
+    // lesson 06 (inference) reads --checkpoint FILE too
+    const char *image;           // CLI_INFER: predict this image file (PNG, or raw C*H*W bytes)
+    const char *confusion;       // CLI_INFER: write the confusion matrix as CSV to this file (make plot draws it)
+    bool latency;                // CLI_INFER: measure latency (batch 1) and throughput (batch 256)
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups

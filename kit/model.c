@@ -357,7 +357,8 @@ static void plan_memory(Model *m) {
 
 // ---------------------------------------------------------------- memory and initialisation
 
-Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+// Builds the table and allocates the buffers; `training` adds what only training needs (see model.h).
+static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, bool training) {
     CHECK(max_batch > 0, "the batch size must be positive");
     CHECK(cfg->in_c > 0 && cfg->in_h > 0 && cfg->in_w > 0 && cfg->classes > 1,
           "the model config needs the input shape and at least 2 classes (see model_config)");
@@ -371,17 +372,19 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
 
     size_t B = (size_t)max_batch, F = sizeof(float);
     m->params = device_alloc(d, m->n_params * F);
-    m->grads = device_alloc(d, m->n_params * F);
-    m->velocity = device_alloc(d, m->n_params * F);
     m->buffers = device_alloc(d, m->n_buffers * F);
     m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
-    m->dacts = device_alloc(d, B * m->grad_floats_per_sample * F);
-    m->saved = device_alloc(d, m->saved_floats * F);
+    if (training) {  // gradients, momentum, activation gradients and BN's saved batch statistics
+        m->grads = device_alloc(d, m->n_params * F);
+        m->velocity = device_alloc(d, m->n_params * F);
+        m->dacts = device_alloc(d, B * m->grad_floats_per_sample * F);
+        m->saved = device_alloc(d, m->saved_floats * F);
+        m->dlogits = device_alloc(d, B * cfg->classes * F);
+    }
     m->work = device_alloc(d, m->work_floats * F);
     m->input = device_alloc(d, B * cfg->in_c * cfg->in_h * cfg->in_w * F);
     m->labels = device_alloc(d, B * sizeof(int));
     m->loss = device_alloc(d, B * F);
-    m->dlogits = device_alloc(d, B * cfg->classes * F);
     m->pred = device_alloc(d, B * sizeof(int));
     m->host_loss = xmalloc(B * F);
     m->host_pred = xmalloc(B * sizeof(int));
@@ -396,9 +399,30 @@ void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
     plan_memory(m);
     size_t B = (size_t)m->max_batch, F = sizeof(float);
     device_free(m->device, m->acts);
-    device_free(m->device, m->dacts);
     m->acts = device_alloc(m->device, B * m->act_floats_per_sample * F);
-    m->dacts = device_alloc(m->device, B * m->grad_floats_per_sample * F);
+    if (m->dacts) {  // an inference model (model_create_inference) has none
+        device_free(m->device, m->dacts);
+        m->dacts = device_alloc(m->device, B * m->grad_floats_per_sample * F);
+    }
+}
+
+Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+    return model_alloc(cfg, d, max_batch, seed, true);
+}
+
+// Inference only (lesson 06): no grads, velocity, dacts, saved statistics or dlogits (NULL). Forward in eval
+// mode is all such a model can do: model_forward(train = true) and model_backward refuse it. The parameters
+// get model_init's values (seed 0) until a checkpoint is applied (kit/ckpt.h: ckpt_apply skips momentum).
+Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch) {
+    return model_alloc(cfg, d, max_batch, 0, false);
+}
+
+// Device bytes of the buffers model_alloc made (params to pred; host_loss and host_pred are on the host).
+size_t model_device_bytes(const Model *m) {
+    size_t B = (size_t)m->max_batch, F = sizeof(float), floats = m->n_params + m->n_buffers;
+    floats += B * m->act_floats_per_sample + m->work_floats + B * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w + B;
+    if (m->grads) floats += 2 * m->n_params + B * m->grad_floats_per_sample + m->saved_floats + B * m->cfg.classes;
+    return floats * F + 2 * B * sizeof(int);  // + labels and pred
 }
 
 void model_free(Model *m) {
@@ -449,11 +473,16 @@ void model_init(Model *m, uint64_t seed) {
     }
     device_copy_to(m->device, m->buffers, host, m->n_buffers * sizeof(float));
     free(host);
-    device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
-    device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
+    if (m->grads) {  // NULL in an inference-only model (model_create_inference)
+        device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
+        device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
+    }
 }
 
-void model_zero_grad(Model *m) { device_memset_zero(m->device, m->grads, m->n_params * sizeof(float)); }
+void model_zero_grad(Model *m) {
+    CHECK(m->grads != NULL, "model_zero_grad on an inference-only model (model_create_inference has no gradients)");
+    device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
+}
 
 // ---------------------------------------------------------------- forward and backward
 
@@ -490,6 +519,8 @@ static BatchNormDims bn_dims(const Layer *l, int n) {
 
 const float *model_forward(Model *m, const float *x, int n, bool train) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
+    CHECK(!train || m->grads != NULL, "forward in training mode on an inference-only model (model_create_inference): "
+          "pass train = false (eval mode: BN uses its running statistics)");
     Device d = m->device;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
@@ -544,6 +575,7 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
 
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
+    CHECK(m->grads != NULL, "model_backward on an inference-only model (model_create_inference has no gradients)");
     Device d = m->device;
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const Layer *l = &m->layers[i];

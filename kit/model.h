@@ -147,6 +147,13 @@ const char *model_names(void);
 // initialises the parameters from `seed` (the same numbers on every device and every rank).
 Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed);
 void model_free(Model *m);
+// Inference only (lesson 06): the same layers, params, buffers and activations, but no grads, velocity,
+// activation gradients, BN saved statistics or dlogits (those pointers are NULL). Only model_forward with
+// train = false runs on it; load weights with ckpt_apply. ResNet-9 for batches of 128: 688 MB, against
+// 1370 MB for model_create (lesson 06's README).
+Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch);
+// Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated).
+size_t model_device_bytes(const Model *m);
 
 // Re-initialises params (PyTorch's defaults: conv/linear U(-1/sqrt(fan_in), +1/sqrt(fan_in)),
 // BN gamma 1 beta 0, running mean 0 var 1), zeroes grads and velocity.

@@ -5,6 +5,7 @@
 #
 # The first column is the x axis (epoch). Columns whose name contains "loss" go in the left panel,
 # those containing "acc" in the right one; other columns (throughput, lr) are not plotted.
+# A confusion matrix written by lesson 06 (--confusion FILE, header "true\predicted,...") becomes a heat map.
 set -euo pipefail
 
 usage="usage: $0 METRICS.csv [...]   (train with --metrics FILE to get one; make run writes results/run-*.csv)"
@@ -34,6 +35,24 @@ clauses() {  # header word
   echo "$out"
 }
 
+# plot_confusion CSV CLASSES: rows = true class, columns = predicted class, one cell per pair.
+plot_confusion() {
+  local csv=$1 k=$2 png="${1%.csv}.png"
+  {
+    echo "set terminal $terminal size 700,600"
+    echo "set output '$png'"
+    echo "set datafile separator ','"
+    echo "set title '$(basename "$csv"): rows true class, columns predicted'"
+    echo "set xlabel 'predicted class'; set ylabel 'true class'"
+    echo "set xrange [-0.5:$k-0.5]; set yrange [$k-0.5:-0.5]"
+    echo "set xtics 1; set ytics 1; set palette defined (0 'white', 1 '#1f4e99')"
+    echo "plot '$csv' matrix rowheaders columnheaders using 1:2:3 with image notitle, \\"
+    [ "$k" -le 20 ] && echo "     '' matrix rowheaders columnheaders using 1:2:(sprintf('%d', \$3)) with labels notitle" \
+                    || echo "     1/0 notitle"
+  } | gnuplot
+  echo "plot-metrics: wrote $png"
+}
+
 for csv in "$@"; do
   if [ ! -s "$csv" ]; then
     echo "plot-metrics: $csv is missing or empty" >&2
@@ -41,6 +60,11 @@ for csv in "$@"; do
   fi
   header=$(head -n 1 "$csv" | tr -d '\r')
   rows=$(($(wc -l < "$csv") - 1))
+  # Lesson 06's confusion matrix (--confusion FILE): header "true\predicted,0,1,...": a heat map, counts printed.
+  if [[ "$header" == 'true\predicted,'* ]]; then
+    plot_confusion "$csv" "$rows"
+    continue
+  fi
   if [ "$rows" -lt 1 ]; then
     echo "plot-metrics: $csv has a header but no rows yet" >&2
     exit 1

@@ -6,7 +6,8 @@
 # tests/test_cuda.c checks every op on the CUDA path against the CPU, one call at a time; this checks what
 # those tests cannot see: that each lesson's program drives the CUDA backend correctly over a whole epoch
 # (replicas on two emulated GPUs in lesson 02, the MPI backend staging device buffers in lesson 03; lesson 01's
-# program is the single-device part of both, and its kernel has a test of its own in test-emu).
+# program is the single-device part of both, and its kernel has a test of its own in test-emu; lesson 06's
+# inference from a checkpoint, at the end).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -54,5 +55,30 @@ if [ -x "$cpu/solutions/03-ddp/train" ] && [ -x "$emu/solutions/03-ddp/train" ];
   check "lesson 03 on 2 ranks, MPI backend, emulated GPUs" \
     scripts/launch.sh 2 "$cpu/solutions/03-ddp/train" --device cpu "${args[@]}" -- \
     scripts/launch.sh 2 "$emu/solutions/03-ddp/train" --device cuda-emu "${args[@]}"
+fi
+# Lesson 06 (inference): a checkpoint of lesson 04's CPU program, evaluated on the emulated GPU and on the CPU.
+# Eval-mode logits on the two paths differ by rounding (~1e-6 relative: one forward, no training steps to
+# amplify it), so a prediction can only change where an image's top two logits are that close: the correct
+# counts must agree within 2 images of 1000, and the CPU path must reproduce the training run exactly.
+if [ -x "$cpu/solutions/04-checkpoint/train" ] && [ -x "$cpu/solutions/06-inference/train" ] && \
+   [ -x "$emu/solutions/06-inference/train" ]; then
+  ck=$(mktemp -d)
+  inf=(--dataset synthetic --model tiny-bn --width 8 --checkpoint "$ck/l06.ckpt")
+  if "$cpu/solutions/04-checkpoint/train" "${inf[@]:0:6}" --epochs 1 --lr 0.03 --batch-size 64 --checkpoint "$ck/l06.ckpt" \
+       >/dev/null 2>&1; then
+    want=$("$cpu/solutions/06-inference/train" "${inf[@]}" --device cpu 2>&1 | grep '^final:')
+    start=$(date +%s)
+    got=$("$emu/solutions/06-inference/train" "${inf[@]}" --device cuda-emu 2>&1 | grep '^final:')
+    secs=$(( $(date +%s) - start ))
+    a=$(field correct "$want"); b=$(field correct "$got")
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$(field reproduced "$want")" = yes ] && [ $((a - b)) -le 2 ] && [ $((b - a)) -le 2 ]; then
+      echo "ok   lesson 06 inference on an emulated GPU (${secs} s): $b correct vs $a on the CPU (the training run: $(field reference "$want"))"
+    else
+      echo "FAIL lesson 06: the emulated GPU and the CPU disagree:"; echo "     cpu:      $want"; echo "     cuda-emu: $got"; status=1
+    fi
+  else
+    echo "FAIL lesson 06: lesson 04's program could not write the checkpoint"; status=1
+  fi
+  rm -rf "$ck"
 fi
 exit $status
