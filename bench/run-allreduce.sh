@@ -41,25 +41,28 @@ trap 'rm -f "$tmp"' EXIT
   launch "$np" "$bin" --backend mpi --device cpu --raw | grep -v '^process group'
 } >"$tmp"
 # libnbc's algorithm for the kit's MPI_Iallreduce: the ring (pg_init selects it on 2 ranks) vs the binomial tree that is
-# libnbc's default for in-place buffers (the environment variable wins over pg_init's choice).
-# ALGO_NPS="2 4": rank counts compared; the load average is taken before and after, and a run on a machine
+# libnbc's default for in-place buffers, Rabenseifner's reduce-scatter + all-gather and recursive doubling (the
+# environment variable wins over pg_init's choice). ALGO_NPS="2 4 8": rank counts compared; the load average is taken before and after, and a run on a machine
 # busier than 1.5 is marked, since two ranks on two cores then share them with something else.
 {
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   rows=""
-  for n in ${ALGO_NPS:-2 4}; do
-    for alg in 2:binomial 1:ring; do
+  for n in ${ALGO_NPS:-2 4 8}; do
+    for alg in 2:binomial 1:ring 3:rabenseifner 4:recursive_doubling; do
       rows+=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=${alg%%:*} launch "$n" "$bin" --backend mpi --device cpu \
-                --raw --min 1M --max 16M --seconds 0.3 |
-              awk -F'|' -v n="$n" -v a="${alg#*:}" '/^\| [0-9]+ MB/ && $2 ~ /^ (1|4|16) MB/ {
+                --raw --min 64K --max 16M --seconds 0.3 |
+              awk -F'|' -v n="$n" -v a="${alg#*:}" '$2 ~ /^ (64 KB|1 MB|4 MB|16 MB) $/ {
                 printf "| %d | %s | %s | %s | %s |\n", n, $2, a, $6, $7 }')$'\n'
     done
   done
   load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   echo
-  echo "## MPI backend: libnbc's ring vs binomial tree for the kit's non-blocking all-reduce"
+  echo "## MPI backend: libnbc's algorithms for the kit's non-blocking all-reduce"
   echo
-  echo "OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 (binomial) or 1 (ring), each run 1 MB..16 MB, busbw in GB/s."
+  echo "OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 (binomial tree), 1 (ring), 3 (Rabenseifner: reduce-scatter by"
+  echo "recursive halving + all-gather by recursive doubling) or 4 (recursive doubling), each run 64 KB..16 MB,"
+  echo "busbw in GB/s. Traffic per rank for n bytes on N ranks: ring and Rabenseifner 2n(N-1)/N, binomial tree and"
+  echo "recursive doubling n log2(N) (the whole buffer at every level)."
   echo "The kit uses the ring on 2 ranks only (pg_init in kit/dist.c: from 3 ranks on, the ring's order of additions"
   echo "depends on the buffer's length, so bucketed gradients would differ in their last bits from flat ones)."
   echo "More ranks than cores are oversubscribed: the rank counts above the core count show the curve's shape only."
