@@ -240,6 +240,7 @@ static void test_file_rendezvous(void **state) {
     snprintf(path, sizeof path, "%s/store", dir);
     struct stat st;
     bool removed = stat(path, &st) != 0;
+    MPI_Barrier(MPI_COMM_WORLD);  // every rank looked before rank 0 creates the file again just below
     // And a second job on a live file is refused.
     char err2[512] = "";
     bool refused = true;
