@@ -186,10 +186,46 @@ static void col2im_group(const Conv2dDims *s, const ConvPlan *pl, const float *c
     for (int n = 0; n < g; n++) col2im_image(s, pl, col, ld, n * pl->pq, dx + n * img);
 }
 
+// Fewer images than threads (batch-1 inference, lesson 06): splitting by image would leave threads idle, so the
+// threads share each image's GEMM by output columns instead: thread t computes y[:, c0:c1] = w @ col[:, c0:c1].
+// Every output element is still the same dot product over C*R*R in the same order, so the numbers are those of
+// the image split (tests/test_ops.c: test_conv_forward_column_split_same_bits).
+static void conv2d_forward_by_columns(const Conv2dDims *s, const ConvPlan *pl, int threads, const float *x,
+                                      const float *w, const float *b, float *y, float *col) {
+    const int K = s->k;
+    const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl->pq;
+    // Column blocks of whole 16-float vectors, so each thread's GEMM runs full-width kernels.
+    const size_t block = ((pl->pq + (size_t)threads - 1) / (size_t)threads + 15) / 16 * 16;
+    for (int n = 0; n < s->n; n++) {
+        const float *xn = x + n * x_img;
+        float *yn = y + n * y_img;
+        if (!pl->direct) im2col_group(s, pl, xn, 1, col);
+        const float *a = pl->direct ? xn : col;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int t = 0; t < threads; t++) {
+            const size_t c0 = (size_t)t * block, c1 = min_size(c0 + block, pl->pq);
+            if (c0 >= c1) continue;
+            float beta = 0.0f;
+            if (b) {
+                for (int k = 0; k < K; k++)
+                    for (size_t i = c0; i < c1; i++) yn[k * pl->pq + i] = b[k];
+                beta = 1.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, (int)(c1 - c0), (int)pl->crr, 1.0f, w,
+                        (int)pl->crr, a + c0, (int)pl->pq, beta, yn + c0, (int)pl->pq);
+        }
+    }
+}
+
 void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y,
                         float *work) {
     const ConvPlan pl = conv_plan(s);
     blas_single_thread();
+    const int call_threads = conv_call_threads();
+    if (pl.group == 1 && s->n < call_threads && pl.pq >= 2 * 16) {
+        conv2d_forward_by_columns(s, &pl, call_threads, x, w, b, y, work);
+        return;
+    }
     const int K = s->k;
     const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq;
 #pragma omp parallel num_threads(pl.threads)

@@ -23,6 +23,8 @@
 //   only slack; where the GEMM accumulates inside its sums (conv, linear with beta = 1), the two sides are
 //   different sums and test_conv_accumulate_and_null bounds them by gamma_k * sum|terms| (assert_within_rounding).
 //   Overwriting instead of accumulating is off by 50%.
+#include <omp.h>
+
 #include "tests/testutil.h"
 
 #include "kit/ops.h"
@@ -260,6 +262,33 @@ static void test_conv_overwrites_and_no_bias(void **state) {
     conv_ref_forward(&s, xd, wd, NULL, yr);
     check_fwd("conv2d y (no bias)", y, yr, ny);
     free(x), free(w), free(y), free(work), free(yr), free(xd), free(wd);
+}
+
+// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns. Right
+// against float64, and the same bits as one thread computing the whole image: every output element is the same
+// dot product over C*R*R, in the same order, whichever GEMM call (column block) it belongs to.
+static void test_conv_forward_column_split_same_bits(void **state) {
+    (void)state;
+    const Conv2dDims shapes[] = {
+        {.n = 1, .c = 3, .h = 9, .w = 11, .k = 5, .r = 3, .stride = 1, .pad = 1},  // 99 columns: uneven blocks
+        {.n = 1, .c = 6, .h = 8, .w = 8, .k = 4, .r = 1, .stride = 1, .pad = 0},   // 1x1: the image is its im2col
+        {.n = 1, .c = 2, .h = 16, .w = 15, .k = 3, .r = 3, .stride = 2, .pad = 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const Conv2dDims s = shapes[i];
+        conv_case(s, 70 + i);  // forward and backward against float64 and finite differences
+        const size_t nx = (size_t)s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r, ny = conv_y_size(&s);
+        float *x = fvec(nx, -1, 1, 80 + i), *w = fvec(nw, -1, 1, 90 + i), *b = fvec(s.k, -1, 1, 100 + i);
+        float *work = fzeros(conv2d_work_floats(CPU, &s)), *split = fzeros(ny), *whole = fzeros(ny);
+        conv2d_forward(CPU, &s, x, w, b, split, work);  // all threads: by columns when there are 2+
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        conv2d_forward(CPU, &s, x, w, b, whole, work);  // one thread: the whole image in one GEMM
+        omp_set_num_threads(threads);
+        if (memcmp(split, whole, ny * sizeof(float)) != 0)
+            fail_msg("conv2d forward of one image (shape %zu): the column split changed the bits", i);
+        free(x), free(w), free(b), free(work), free(split), free(whole);
+    }
 }
 
 // The model sizes `work` once for its largest batch; a smaller last batch must fit in it.
@@ -912,6 +941,7 @@ int main(void) {
         cmocka_unit_test(test_conv_accumulate_and_null),
         cmocka_unit_test(test_conv_overwrites_and_no_bias),
         cmocka_unit_test(test_conv_work_fits_smaller_batches),
+        cmocka_unit_test(test_conv_forward_column_split_same_bits),
         cmocka_unit_test(test_bn_train_gradients),
         cmocka_unit_test(test_bn_running_stats),
         cmocka_unit_test(test_bn_eval_uses_running_stats),
