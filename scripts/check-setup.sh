@@ -58,7 +58,7 @@ try_link() {
     "$cc" -x c - -o /dev/null "$@" >/dev/null 2>&1
 }
 
-echo "check-setup: what this machine has for the workshop (lessons 01-03 now; 04-07 are not in the kit yet)"
+echo "check-setup: what this machine has for the workshop (lessons 01-07)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -135,7 +135,7 @@ fi
 
 # ---------------------------------------------------------------- data
 if [ -s "$fashion_dir/train-images-idx3-ubyte.gz" ] && [ -s "$fashion_dir/t10k-labels-idx1-ubyte.gz" ]; then
-  report OK Fashion-MNIST "in $fashion_dir (the CPU runs of lessons 01-03)"
+  report OK Fashion-MNIST "in $fashion_dir (the CPU runs)"
 else
   report WARN Fashion-MNIST "not in $fashion_dir: the synthetic set still works (no download)" \
     "$(apt_fix dataset-fashion-mnist)"
@@ -186,6 +186,42 @@ else
     report WARN "Open MPI" "installed, but \`mpirun ${flags[*]:+${flags[*]} }-np 2 true\` failed (exit $rc): ${first:-no message}" \
       "LAUNCH_ARGS=\"--mca btl_vader_single_copy_mechanism none\" make lesson-03 NP=2   (containers; README: Troubleshooting)"
   fi
+fi
+
+# ---------------------------------------------------------------- libpng (lesson 06)
+echo "lesson 06 (inference):"
+png_flags=$(pkg-config --cflags --libs libpng 2>/dev/null || true)
+if try_link '#include <png.h>' 'png_image i; png_image_free(&i)' ${png_flags:--lpng}; then
+  report OK libpng "png.h and libpng link (lesson 06 reads PNG image files)"
+else
+  report MISSING libpng "no png.h or libpng: lesson 06 cannot be built" "$(apt_fix libpng-dev)"
+fi
+
+# ---------------------------------------------------------------- lesson 07's optional parts
+# Its exercise (the store, the socket ring) needs nothing more than lesson 03; the local Slurm and the two
+# namespace "hosts" need root and packages the default install leaves out. Nothing here is started.
+echo "lesson 07, optional parts (the local Slurm, two hosts in network namespaces):"
+slurm_missing=()   # (a WARN counts as usable in have[]: the summary below reads these lists instead)
+for c in slurmctld slurmd srun sbatch scontrol; do
+  command -v "$c" >/dev/null 2>&1 || slurm_missing+=("$c")
+done
+if [ ${#slurm_missing[@]} -eq 0 ]; then
+  report OK Slurm "slurmctld, slurmd and the client commands (make slurm-up)"
+else
+  report WARN Slurm "no ${slurm_missing[*]}: \`make slurm-up\` and the Slurm part of \`make test-scaleout\` cannot run" \
+    "scripts/install-deps.sh --slurm"
+fi
+ns_missing=()
+for c in ip unshare; do command -v "$c" >/dev/null 2>&1 || ns_missing+=("$c"); done
+is_root=$([ "$(id -u)" -eq 0 ] && echo 1 || echo 0)
+if [ "$is_root" = 0 ]; then
+  report WARN root "not root: the local Slurm (slurmd runs jobs as their user) and network namespaces need root" \
+    "run those two demos as root (sudo -i), or watch them on the projector"
+elif [ ${#ns_missing[@]} -gt 0 ]; then
+  report WARN root "root, but no ${ns_missing[*]}: scripts/netns-cluster.sh cannot make namespaces" \
+    "$(apt_fix iproute2 util-linux)"
+else
+  report OK root "root, with ip and unshare: make slurm-up and scripts/netns-cluster.sh can run (a container may still refuse namespaces)"
 fi
 
 # ---------------------------------------------------------------- GPU, driver, toolkit, NCCL
@@ -297,9 +333,9 @@ else
   report WARN slides "no pandoc or pdflatex: \`make slides\` cannot build the PDFs" "scripts/install-deps.sh --slides"
 fi
 if command -v gnuplot >/dev/null 2>&1; then
-  report OK gnuplot "make plot"
+  report OK gnuplot "make plot (lesson 01's curves, lesson 06's confusion matrix, lesson 07's scaling figures)"
 else
-  report WARN gnuplot "no gnuplot: \`make plot\` cannot draw the metrics" "$(apt_fix gnuplot-nox)"
+  report WARN gnuplot "no gnuplot: \`make plot\` and \`make bench-scaling\` cannot draw their figures" "$(apt_fix gnuplot-nox)"
 fi
 
 # ---------------------------------------------------------------- per lesson
@@ -313,14 +349,28 @@ echo "lessons:"
 if [ $base = 1 ]; then
   say ready "01 single device, 02 DataParallel: build, run $where, make grade"
   if [ "$mpi" = 1 ]; then
-    say ready "03 DDP: $where$([ "$gpu" = 1 ] && [ -z "${have[NCCL]:-}" ] && echo " (MPI backend: no NCCL)")"
+    say ready "03 DDP, 04 checkpoints, 05 SyncBN: $where$([ "$gpu" = 1 ] && [ -z "${have[NCCL]:-}" ] && echo " (MPI backend: no NCCL)")"
   else
-    say "NOT" "03 DDP: needs Open MPI (above)"
+    say "NOT" "03 DDP, 04 checkpoints, 05 SyncBN: need Open MPI (above)"
+  fi
+  if [ -n "${have[libpng]:-}" ]; then
+    # make lesson-06 without --checkpoint trains its demo checkpoint with lesson 04 on 2 ranks
+    say ready "06 inference: $where$([ "$mpi" = 1 ] || echo "; without Open MPI, pass a --checkpoint made elsewhere")"
+  else
+    say "NOT" "06 inference: needs libpng (above)"
+  fi
+  if [ "$mpi" = 1 ]; then
+    # the optional parts: Slurm needs its packages and root; the namespaces root, ip and unshare
+    absent=""
+    { [ ${#slurm_missing[@]} -eq 0 ] && [ "$is_root" = 1 ]; } || absent="the local Slurm"
+    { [ "$is_root" = 1 ] && [ ${#ns_missing[@]} -eq 0 ]; } || absent="${absent:+$absent and }network namespaces"
+    say ready "07 scale-out: the store, the ring, make grade${absent:+ (not here: $absent)}"
+  else
+    say "NOT" "07 scale-out: needs Open MPI (above)"
   fi
 else
   say "NOT" "01-07: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
-say planned "04 checkpoints, 05 SyncBN, 06 inference, 07 scale-out: not in the kit yet (04, 05 will need Open MPI)"
 
 if [ $n_missing -gt 0 ]; then
   echo "check-setup: $n_missing item(s) MISSING; scripts/install-deps.sh installs every apt package the kit needs"

@@ -2,9 +2,10 @@
 # tests/check-setup/run.sh (`make test-check-setup`, part of `make test`): scripts/check-setup.sh on
 # imitations of other machines, built from this one by taking things away:
 #
-#   - a PATH that is a copy of this one without some commands (mpirun, mpicc, nvidia-smi, nvcc);
-#   - a compiler wrapper that fails to link one library, as a compiler without libopenblas-dev does
-#     ("cannot find -lopenblas"), and passes everything else to the real compiler;
+#   - a PATH that is a copy of this one without some commands (mpirun, mpicc, nvidia-smi, nvcc, the Slurm
+#     daemons and clients, ip);
+#   - a compiler wrapper that fails to link one library, as a compiler without libopenblas-dev (or libpng-dev)
+#     does ("cannot find -lopenblas"), and passes everything else to the real compiler;
 #   - CHECK_SETUP_CUDA_HOME and CHECK_SETUP_PCI_DIR pointing at empty folders: no toolkit, no NVIDIA card;
 #   - a fake nvidia-smi that answers like a driver with one GPU.
 #
@@ -71,6 +72,11 @@ expect no-gpu '^  WARN +CUDA toolkit +no nvcc' "no toolkit without a GPU is a WA
 refute no-gpu '^  MISSING' "nothing is missing on a CPU machine with the packages installed"
 expect no-gpu '^  ready +01 ' "lesson 01 runs"
 expect no-gpu 'lesson 01 can run here' "the verdict"
+expect no-gpu '^  OK +libpng' "libpng is installed here (scripts/install-deps.sh)"
+expect no-gpu '^  ready +06 inference' "lesson 06 runs"
+expect no-gpu '^  ready +03 DDP, 04 checkpoints, 05 SyncBN' "lessons 03-05 run (Open MPI works here)"
+expect no-gpu '^  ready +07 scale-out' "lesson 07's exercise runs"
+refute no-gpu 'not in the kit yet|planned' "every lesson is in the kit"
 if [ "$(id -u)" -eq 0 ]; then
   expect no-gpu '`mpirun --allow-run-as-root .*-np 2` works' "as root, mpirun is launched (and works) with --allow-run-as-root"
 else
@@ -79,14 +85,19 @@ fi
 
 # ---- 2. packages missing: no Open MPI on PATH, and a compiler that cannot link OpenBLAS
 bin_without "$tmp/nompi" nvidia-smi nvcc mpirun mpicc mpiexec
-cat > "$tmp/cc-without-openblas" <<EOF
+# cc_without NAME LIB: $tmp/cc-without-NAME, a compiler that cannot link -lLIB (nor -lLIB16 etc.: pkg-config's
+# name for libpng is -lpng16)
+cc_without() {
+  cat > "$tmp/cc-without-$1" <<EOF
 #!/usr/bin/env bash
 for a in "\$@"; do
-  case "\$a" in -lopenblas) echo "/usr/bin/ld: cannot find -lopenblas: No such file or directory" >&2; exit 1 ;; esac
+  case "\$a" in -l$2|-l$2[0-9]*) echo "/usr/bin/ld: cannot find \$a: No such file or directory" >&2; exit 1 ;; esac
 done
 exec "$real_cc" "\$@"
 EOF
-chmod +x "$tmp/cc-without-openblas"
+  chmod +x "$tmp/cc-without-$1"
+}
+cc_without openblas openblas
 run no-openblas 1 PATH="$tmp/nompi" CC="$tmp/cc-without-openblas" "${no_gpu[@]}"
 expect no-openblas '^  MISSING +OpenBLAS' "OpenBLAS is reported missing"
 expect no-openblas "fix: ${sudo_prefix}apt-get install -y libopenblas-dev\$" "with the one command that installs it"
@@ -100,7 +111,31 @@ expect no-openblas 'lesson 01 cannot run here yet' "the verdict"
 run no-mpi 0 PATH="$tmp/nompi" CC="$real_cc" "${no_gpu[@]}"
 expect no-mpi '^  MISSING +Open MPI' "Open MPI is reported missing"
 expect no-mpi '^  ready +01 ' "lesson 01 runs"
-expect no-mpi '^  NOT +03 DDP: needs Open MPI' "lesson 03 does not"
+expect no-mpi '^  NOT +03 DDP, 04 checkpoints, 05 SyncBN: need Open MPI' "lessons 03-05 do not"
+expect no-mpi '^  NOT +07 scale-out: needs Open MPI' "nor lesson 07"
+expect no-mpi '^  ready +06 inference: .*pass a --checkpoint made elsewhere' "lesson 06 runs, on a checkpoint from elsewhere"
+
+# No libpng: lesson 06 only (exit 0: lesson 01 still runs)
+cc_without png png
+run no-png 0 PATH="$tmp/nogpu" CC="$tmp/cc-without-png" "${no_gpu[@]}"
+expect no-png '^  MISSING +libpng' "libpng is reported missing"
+expect no-png "fix: ${sudo_prefix}apt-get install -y libpng-dev\$" "with the command that installs it"
+expect no-png '^  NOT +06 inference: needs libpng' "lesson 06 cannot be built"
+expect no-png '^  ready +01 ' "lesson 01 runs"
+
+# Lesson 07's optional parts: no Slurm commands, no `ip` (a WARN each, never a failure)
+bin_without "$tmp/noslurm" nvidia-smi nvcc slurmctld slurmd srun sbatch scontrol ip
+run no-slurm 0 PATH="$tmp/noslurm" CC="$real_cc" "${no_gpu[@]}"
+expect no-slurm '^  WARN +Slurm +no slurmctld slurmd srun sbatch scontrol' "Slurm is reported absent"
+expect no-slurm 'fix: scripts/install-deps.sh --slurm$' "with the script that installs it"
+if [ "$(id -u)" -eq 0 ]; then
+  expect no-slurm '^  WARN +root +root, but no ip:' "root without ip cannot make namespaces"
+  expect no-slurm "fix: apt-get install -y iproute2 util-linux\$" "with the packages that give ip and unshare"
+else
+  expect no-slurm '^  WARN +root +not root' "namespaces and the local Slurm need root"
+fi
+expect no-slurm '^  ready +07 scale-out: .*\(not here: the local Slurm and network namespaces\)' "lesson 07 runs without them"
+refute no-slurm '^  MISSING' "optional parts are never MISSING"
 
 # ---- 3. a GPU the default build cannot run on (compute capability 7.5 vs CUDA_ARCH "80 90"), and a driver
 #         older than the toolkit (driver CUDA 12.2, toolkit 13.0)
@@ -147,4 +182,4 @@ if [ $fails -gt 0 ]; then
   echo "test-check-setup: $fails check(s) failed"
   exit 1
 fi
-echo "test-check-setup: all cases passed (no GPU, missing OpenBLAS + Open MPI, missing Open MPI, GPU outside CUDA_ARCH, old driver)"
+echo "test-check-setup: all cases passed (no GPU, missing OpenBLAS + Open MPI, missing Open MPI, missing libpng, no Slurm, GPU outside CUDA_ARCH, old driver)"
