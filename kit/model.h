@@ -149,8 +149,8 @@ Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t se
 void model_free(Model *m);
 // Inference only (lesson 06): the same layers, params, buffers and activations, but no grads, velocity,
 // activation gradients, BN saved statistics or dlogits (those pointers are NULL). Only model_forward with
-// train = false runs on it; load weights with ckpt_apply. ResNet-9 for batches of 128: 688 MB, against
-// 1370 MB for model_create (lesson 06's README).
+// train = false runs on it; load weights with ckpt_apply. ResNet-9 for batches of 128: 495 MB, against
+// 665 MB for model_create (lesson 06's README).
 Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch);
 // Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated).
 size_t model_device_bytes(const Model *m);

@@ -34,7 +34,7 @@ lesson-06: $(LESSON06_DEMO_CKPT)
 endif
 $(LESSON06_DEMO_CKPT): | $(BUILD)/solutions/04-checkpoint/train
 	@mkdir -p $(dir $@)
-	@echo "lesson-06: no --checkpoint in ARGS: training one with lesson 04's solution (2 ranks, ~1 min) -> $@"
+	@echo "lesson-06: no --checkpoint in ARGS: training one with lesson 04's solution (2 ranks, a few seconds) -> $@"
 	scripts/launch.sh 2 $(BUILD)/solutions/04-checkpoint/train $(LESSON06_DEMO_TRAIN) --checkpoint $@
 
 # ---- the bench against PyTorch (bench/inference.sh; PyTorch is needed only there, never by the kit)
