@@ -1,0 +1,266 @@
+// kit/winograd.c: Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1 convolutions of the CPU path.
+//
+// Why: im2col + GEMM spends 9 multiply-adds per input channel on each output pixel. Winograd's minimal
+// filtering algorithm (Lavin & Gray 2016) computes a 2x2 block of outputs from a 4x4 input tile with 16
+// multiplies per channel instead of 36: 2.25x fewer, and those 16 are batched into 16 GEMMs that
+// OpenBLAS runs at full speed. For a 2x2 output block Y of one channel pair, with input tile d (4x4) and
+// filter g (3x3):
+//     Y = A^T [ (G g G^T) .* (B^T d B) ] A
+//   B^T = [1  0 -1  0]    G = [ 1    0    0 ]    A^T = [1  1  1  0]
+//         [0  1  1  0]        [1/2  1/2  1/2]          [0  1 -1 -1]
+//         [0 -1  1  0]        [1/2 -1/2  1/2]
+//         [0  1  0 -1]        [ 0    0    1 ]
+// (a cross-correlation, as the kit's and PyTorch's conv). Summing over input channels happens between the
+// transforms: for each of the 16 positions e of the 4x4 transformed tile,
+//     M[e] (K, T) = U[e] (K, C) @ V[e] (C, T),   U = G g G^T per (k, c),  V = B^T d B per (c, tile)
+// one GEMM per e over every tile T of a group of images, then Y = A^T M A per (k, tile).
+//
+// The input gradient is the same computation: dx = a 3x3, pad 1 convolution of dy with the filter rotated
+// by 180 degrees and its K and C swapped (w'[c][k][i][j] = w[k][c][2-i][2-j]), so winograd_backward_data
+// runs the same routine with U built from w'. The weight gradient stays on im2col + GEMM.
+//
+// Accuracy (float32, u = 2^-24). Direct conv sums 9C products: |error| <= gamma_9C * sum|w||x|. Here each
+// output goes through at most 4 roundings in G g G^T (2 additions per row, twice; the 1/2 is exact),
+// 2 in B^T d B, 1 in the product, C - 1 in the GEMM's sum over channels, 4 in A^T M A and 1 for the bias
+// or the accumulation into dx: C + 11 in all, and the same argument as for a dot product (Higham 3.5) gives
+//     |error| <= gamma_(C+11) * S,  S = the same algorithm run on |A^T|, |G|, |B^T|, |w|, |x|.
+// S is where the coefficients amplify. With every |x| and |w| equal, S per channel pair is 64 of them
+// against the direct conv's 9 terms: 64/9 = 7.1x (the 1-D F(2,3) has 8 vs 3, and 2-D squares it). S also
+// holds products that cancel exactly and are absent from the direct sum (x[2] g[0] for y[0] in 1-D), so
+// element by element S / sum|w||x| reaches ~15 for random data (tests/test_ops.c prints it). Against
+// direct conv's gamma_9C the bound is then ~7-15x larger per term over C + 11 roundings instead of 9C:
+// 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. tests/test_ops.c checks the bound.
+//
+// Threading and determinism as in ops_cpu.c: OpenMP splits groups of images statically, OpenBLAS stays
+// single-threaded inside, each thread owns its slice of `work`; the same thread count gives the same bits.
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit/check.h"
+#include "kit/winograd.h"
+
+// Below this many channels on either side the GEMMs are too shallow to pay for the transforms
+// (the first layer of a net has 1 or 3 input channels).
+#define WINO_MIN_CHANNELS 16
+// Tiles per GEMM: enough columns for OpenBLAS's full speed (late layers have 4 tiles per image, so a
+// thread groups images until it has this many)...
+#define WINO_TARGET_TILES 256
+// ...but one thread's V and M together stay under this many floats (16 MiB).
+#define WINO_MAX_THREAD_FLOATS ((size_t)4 << 20)
+
+bool winograd_eligible(const Conv2dDims *s) {
+    return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
+}
+
+bool winograd_enabled(void) {
+    // getenv on every call (cheap next to a convolution) so a test or benchmark can switch it mid-run.
+    const char *v = getenv("KIT_WINOGRAD");
+    return !(v && strcmp(v, "0") == 0);
+}
+
+// One run: an n-image, cin -> cout, 3x3 pad 1 convolution of h x w images, and how it is cut up.
+typedef struct {
+    int n, cin, cout, h, w;
+    int th, tw;           // 2x2 output tiles per column, per row (odd sizes: the last tile overhangs)
+    size_t tiles;         // per image: th * tw
+    int group;            // images per GEMM
+    int chunks;           // ceil(n / group)
+    int threads;          // OpenMP threads = per-thread slices of work
+    size_t thread_floats; // per thread: V (16, cin, group*tiles) then M (16, cout, group*tiles)
+} WinoPlan;
+
+static WinoPlan wino_plan_for(int n, int cin, int cout, int h, int w, int threads) {
+    WinoPlan pl = {.n = n, .cin = cin, .cout = cout, .h = h, .w = w};
+    pl.th = (h + 1) / 2;
+    pl.tw = (w + 1) / 2;
+    pl.tiles = (size_t)pl.th * (size_t)pl.tw;
+    if (threads > n) threads = n;
+    if (threads < 1) threads = 1;
+    size_t g = (WINO_TARGET_TILES + pl.tiles - 1) / pl.tiles;
+    if (g > (size_t)((n + threads - 1) / threads)) g = (size_t)((n + threads - 1) / threads);
+    const size_t per_image = 16 * (size_t)(cin + cout) * pl.tiles;
+    while (g > 1 && g * per_image > WINO_MAX_THREAD_FLOATS) g--;
+    pl.group = (int)g;
+    pl.chunks = (n + pl.group - 1) / pl.group;
+    pl.threads = threads < pl.chunks ? threads : pl.chunks;
+    pl.thread_floats = g * per_image;
+    return pl;
+}
+
+static int wino_call_threads(void) {
+    int t = omp_get_max_threads(), procs = omp_get_num_procs();
+    return t < procs ? t : procs;
+}
+
+// Layout of work: U (16, cout, cin), shared, then one slice per thread. Forward and input gradient swap
+// cin and cout, which leaves every size the same; the maximum over thread budgets, as conv2d_work_floats_cpu.
+size_t winograd_work_floats(const Conv2dDims *s) {
+    size_t most = 0;
+    for (int t = 1; t <= omp_get_num_procs(); t++) {
+        WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, t);
+        size_t need = 16 * (size_t)s->k * s->c + (size_t)pl.threads * pl.thread_floats;
+        if (need > most) most = need;
+    }
+    return most;
+}
+
+// u (16 floats, stride `ld` apart) = G g G^T for one 3x3 filter g whose element (i, j) is g[i*si + j*sj]
+// (si, sj negative walk it backwards: the 180-degree rotation of the input gradient).
+static void wino_filter_tile(const float *g, ptrdiff_t si, ptrdiff_t sj, float *u, size_t ld) {
+    float t[4][3];  // G g: rows of G applied to each column of g
+    for (int j = 0; j < 3; j++) {
+        const float g0 = g[j * sj], g1 = g[si + j * sj], g2 = g[2 * si + j * sj];
+        t[0][j] = g0;
+        t[1][j] = 0.5f * (g0 + g1 + g2);
+        t[2][j] = 0.5f * (g0 - g1 + g2);
+        t[3][j] = g2;
+    }
+    for (int i = 0; i < 4; i++) {  // (G g) G^T: the same on each row
+        u[(size_t)(4 * i + 0) * ld] = t[i][0];
+        u[(size_t)(4 * i + 1) * ld] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+        u[(size_t)(4 * i + 2) * ld] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+        u[(size_t)(4 * i + 3) * ld] = t[i][2];
+    }
+}
+
+// U (16, cout, cin) from w (K, C, 3, 3): forward (cout = K, cin = C) or flipped (cout = C, cin = K).
+static void wino_filters(const WinoPlan *pl, const float *w, bool flipped, float *u) {
+    const size_t ld = (size_t)pl->cout * pl->cin;
+#pragma omp for schedule(static)
+    for (int o = 0; o < pl->cout; o++) {
+        for (int i = 0; i < pl->cin; i++) {
+            float *dst = u + (size_t)o * pl->cin + i;
+            if (!flipped) {
+                wino_filter_tile(w + ((size_t)o * pl->cin + i) * 9, 3, 1, dst, ld);
+            } else {  // w'[o = c][i = k] = w[k][c] rotated: start at its last element, walk backwards
+                wino_filter_tile(w + ((size_t)i * pl->cout + o) * 9 + 8, -3, -1, dst, ld);
+            }
+        }
+    }
+}
+
+// V (16, cin, cols) for images x (g, cin, h, w): tile t = (image, ti, tj) reads rows 2ti-1..2ti+2 and
+// columns 2tj-1..2tj+2 (0 outside the image: the padding) and stores B^T d B in column t.
+static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols) {
+    const int H = pl->h, W = pl->w;
+    const size_t ld = (size_t)pl->cin * cols;
+    for (int n = 0; n < g; n++) {
+        for (int c = 0; c < pl->cin; c++) {
+            const float *xc = x + ((size_t)n * pl->cin + c) * H * W;
+            float *vc = v + (size_t)c * cols + (size_t)n * pl->tiles;
+            for (int ti = 0; ti < pl->th; ti++) {
+                for (int tj = 0; tj < pl->tw; tj++) {
+                    float d[4][4];
+                    const int r0 = 2 * ti - 1, c0 = 2 * tj - 1;
+                    for (int i = 0; i < 4; i++) {
+                        const int r = r0 + i;
+                        for (int j = 0; j < 4; j++) {
+                            const int cc = c0 + j;
+                            d[i][j] = (r >= 0 && r < H && cc >= 0 && cc < W) ? xc[(size_t)r * W + cc] : 0.0f;
+                        }
+                    }
+                    float t[4][4];  // B^T d
+                    for (int j = 0; j < 4; j++) {
+                        t[0][j] = d[0][j] - d[2][j];
+                        t[1][j] = d[1][j] + d[2][j];
+                        t[2][j] = d[2][j] - d[1][j];
+                        t[3][j] = d[1][j] - d[3][j];
+                    }
+                    float *dst = vc + (size_t)ti * pl->tw + tj;
+                    for (int i = 0; i < 4; i++) {  // (B^T d) B
+                        dst[(size_t)(4 * i + 0) * ld] = t[i][0] - t[i][2];
+                        dst[(size_t)(4 * i + 1) * ld] = t[i][1] + t[i][2];
+                        dst[(size_t)(4 * i + 2) * ld] = t[i][2] - t[i][1];
+                        dst[(size_t)(4 * i + 3) * ld] = t[i][1] - t[i][3];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
+// onto y (accumulate). An overhanging tile's outputs outside the image are dropped.
+static void wino_outputs(const WinoPlan *pl, const float *m, int g, size_t cols, const float *b, bool accumulate,
+                         float *y) {
+    const int H = pl->h, W = pl->w;
+    const size_t ld = (size_t)pl->cout * cols;
+    for (int n = 0; n < g; n++) {
+        for (int k = 0; k < pl->cout; k++) {
+            float *yk = y + ((size_t)n * pl->cout + k) * H * W;
+            const float *mk = m + (size_t)k * cols + (size_t)n * pl->tiles;
+            const float bk = b ? b[k] : 0.0f;
+            for (int ti = 0; ti < pl->th; ti++) {
+                for (int tj = 0; tj < pl->tw; tj++) {
+                    const float *src = mk + (size_t)ti * pl->tw + tj;
+                    float t[2][4];  // A^T m
+                    for (int j = 0; j < 4; j++) {
+                        const float m0 = src[(size_t)j * ld], m1 = src[(size_t)(4 + j) * ld];
+                        const float m2 = src[(size_t)(8 + j) * ld], m3 = src[(size_t)(12 + j) * ld];
+                        t[0][j] = m0 + m1 + m2;
+                        t[1][j] = m1 - m2 - m3;
+                    }
+                    for (int i = 0; i < 2; i++) {  // (A^T m) A
+                        const int r = 2 * ti + i;
+                        if (r >= H) break;
+                        const float o[2] = {t[i][0] + t[i][1] + t[i][2], t[i][1] - t[i][2] - t[i][3]};
+                        for (int j = 0; j < 2; j++) {
+                            const int cc = 2 * tj + j;
+                            if (cc >= W) break;
+                            float *dst = yk + (size_t)r * W + cc;
+                            *dst = accumulate ? *dst + o[j] : o[j] + bk;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The convolution x (n, cin, h, w) -> y (n, cout, h, w) with filters w arranged as `flipped` says.
+static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool flipped, const float *b,
+                     bool accumulate, float *y, float *work) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see ops_cpu.c's threading policy
+    float *u = work;
+    const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
+#pragma omp parallel num_threads(pl->threads)
+    {
+        wino_filters(pl, w, flipped, u);  // ends with omp for's barrier: U complete before any GEMM
+        const int t = omp_get_thread_num();
+        float *v = u + 16 * (size_t)pl->cout * pl->cin + (size_t)t * pl->thread_floats;
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < pl->chunks; ch++) {
+            const int n0 = ch * pl->group;
+            const int g = pl->n - n0 < pl->group ? pl->n - n0 : pl->group;
+            const size_t cols = (size_t)g * pl->tiles;
+            float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
+            wino_inputs(pl, x + n0 * x_img, g, v, cols);
+            for (int e = 0; e < 16; e++) {
+                // M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels.
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
+                            u + (size_t)e * pl->cout * pl->cin, pl->cin, v + (size_t)e * pl->cin * cols, (int)cols,
+                            0.0f, m + (size_t)e * pl->cout * cols, (int)cols);
+            }
+            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img);
+        }
+    }
+}
+
+static void wino_check(const Conv2dDims *s) {
+    CHECK(s->n > 0 && s->h > 0 && s->w > 0 && s->r == 3 && s->stride == 1 && s->pad == 1 && s->c > 0 && s->k > 0,
+          "winograd: only 3x3, stride 1, pad 1 convolutions of non-empty tensors (winograd_eligible says which)");
+}
+
+void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
+    wino_run(&pl, x, w, false, b, false, y, work);
+}
+
+void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy, float *dx, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->k, s->c, s->h, s->w, wino_call_threads());
+    wino_run(&pl, dy, w, true, NULL, true, dx, work);
+}
