@@ -27,7 +27,7 @@
 // S is where the coefficients amplify. With every |x| and |w| equal, S per channel pair is 64 of them
 // against the direct conv's 9 terms: 64/9 = 7.1x (the 1-D F(2,3) has 8 vs 3, and 2-D squares it). S also
 // holds products that cancel exactly and are absent from the direct sum (x[2] g[0] for y[0] in 1-D), so
-// element by element S / sum|w||x| reaches ~15 for random data (tests/test_ops.c prints it). Against
+// element by element S / sum|w||x| reaches 10-20 for random data (tests/test_ops.c prints it). Against
 // direct conv's gamma_9C the bound is then ~7-15x larger per term over C + 11 roundings instead of 9C:
 // 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. tests/test_ops.c checks the bound.
 //
@@ -50,6 +50,9 @@
 // ...but one thread's V and M together stay under this many floats (16 MiB).
 #define WINO_MAX_THREAD_FLOATS ((size_t)4 << 20)
 
+// Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs) or 12 of tw (outputs).
+#define WINO_SCRATCH(tw) (16 * ((size_t)(tw) + 1))
+
 bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
 }
@@ -68,7 +71,7 @@ typedef struct {
     int group;            // images per GEMM
     int chunks;           // ceil(n / group)
     int threads;          // OpenMP threads = per-thread slices of work
-    size_t thread_floats; // per thread: V (16, cin, group*tiles) then M (16, cout, group*tiles)
+    size_t thread_floats; // per thread: V (16, cin, group*tiles), M (16, cout, group*tiles), row scratch
 } WinoPlan;
 
 static WinoPlan wino_plan_for(int n, int cin, int cout, int h, int w, int threads) {
@@ -85,7 +88,7 @@ static WinoPlan wino_plan_for(int n, int cin, int cout, int h, int w, int thread
     pl.group = (int)g;
     pl.chunks = (n + pl.group - 1) / pl.group;
     pl.threads = threads < pl.chunks ? threads : pl.chunks;
-    pl.thread_floats = g * per_image;
+    pl.thread_floats = g * per_image + WINO_SCRATCH(pl.tw);
     return pl;
 }
 
@@ -143,37 +146,43 @@ static void wino_filters(const WinoPlan *pl, const float *w, bool flipped, float
 
 // V (16, cin, cols) for images x (g, cin, h, w): tile t = (image, ti, tj) reads rows 2ti-1..2ti+2 and
 // columns 2tj-1..2tj+2 (0 outside the image: the padding) and stores B^T d B in column t.
-static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols) {
-    const int H = pl->h, W = pl->w;
+// A whole row of tiles at a time, so that every loop runs along a row (the compiler vectorises them):
+// the 4 input rows are copied with their padding, B^T is applied down the rows, then B along them.
+// `scratch` holds 8 rows of 2*tw + 2 floats (WINO_SCRATCH).
+static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;  // padded row: columns -1 .. 2*tw
     const size_t ld = (size_t)pl->cin * cols;
+    float *d[4], *r[4];
+    for (int i = 0; i < 4; i++) d[i] = scratch + (size_t)i * RW, r[i] = scratch + (size_t)(4 + i) * RW;
     for (int n = 0; n < g; n++) {
         for (int c = 0; c < pl->cin; c++) {
             const float *xc = x + ((size_t)n * pl->cin + c) * H * W;
             float *vc = v + (size_t)c * cols + (size_t)n * pl->tiles;
             for (int ti = 0; ti < pl->th; ti++) {
-                for (int tj = 0; tj < pl->tw; tj++) {
-                    float d[4][4];
-                    const int r0 = 2 * ti - 1, c0 = 2 * tj - 1;
-                    for (int i = 0; i < 4; i++) {
-                        const int r = r0 + i;
-                        for (int j = 0; j < 4; j++) {
-                            const int cc = c0 + j;
-                            d[i][j] = (r >= 0 && r < H && cc >= 0 && cc < W) ? xc[(size_t)r * W + cc] : 0.0f;
-                        }
-                    }
-                    float t[4][4];  // B^T d
-                    for (int j = 0; j < 4; j++) {
-                        t[0][j] = d[0][j] - d[2][j];
-                        t[1][j] = d[1][j] + d[2][j];
-                        t[2][j] = d[2][j] - d[1][j];
-                        t[3][j] = d[1][j] - d[3][j];
-                    }
-                    float *dst = vc + (size_t)ti * pl->tw + tj;
-                    for (int i = 0; i < 4; i++) {  // (B^T d) B
-                        dst[(size_t)(4 * i + 0) * ld] = t[i][0] - t[i][2];
-                        dst[(size_t)(4 * i + 1) * ld] = t[i][1] + t[i][2];
-                        dst[(size_t)(4 * i + 2) * ld] = t[i][2] - t[i][1];
-                        dst[(size_t)(4 * i + 3) * ld] = t[i][1] - t[i][3];
+                for (int i = 0; i < 4; i++) {  // input row 2ti - 1 + i, padded with zeros both sides
+                    const int row = 2 * ti - 1 + i;
+                    memset(d[i], 0, (size_t)RW * sizeof(float));
+                    if (row >= 0 && row < H) memcpy(d[i] + 1, xc + (size_t)row * W, (size_t)W * sizeof(float));
+                }
+#pragma omp simd
+                for (int j = 0; j < RW; j++) {  // B^T d, down each column
+                    r[0][j] = d[0][j] - d[2][j];
+                    r[1][j] = d[1][j] + d[2][j];
+                    r[2][j] = d[2][j] - d[1][j];
+                    r[3][j] = d[1][j] - d[3][j];
+                }
+                float *dst = vc + (size_t)ti * TW;
+                for (int i = 0; i < 4; i++) {  // (B^T d) B, along each row: tile tj starts at column 2tj
+                    const float *restrict ri = r[i];
+                    float *restrict v0 = dst + (size_t)(4 * i) * ld, *restrict v1 = v0 + ld;
+                    float *restrict v2 = v1 + ld, *restrict v3 = v2 + ld;
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1], a2 = ri[2 * tj + 2], a3 = ri[2 * tj + 3];
+                        v0[tj] = a0 - a2;
+                        v1[tj] = a1 + a2;
+                        v2[tj] = a2 - a1;
+                        v3[tj] = a1 - a3;
                     }
                 }
             }
@@ -182,36 +191,48 @@ static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, siz
 }
 
 // y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
-// onto y (accumulate). An overhanging tile's outputs outside the image are dropped.
+// onto y (accumulate). An overhanging tile's outputs outside the image are dropped. Again a row of tiles
+// at a time: A^T down the 4x4 tiles into 8 rows of tw (t), then A along them into 2 output rows (o).
 static void wino_outputs(const WinoPlan *pl, const float *m, int g, size_t cols, const float *b, bool accumulate,
-                         float *y) {
-    const int H = pl->h, W = pl->w;
+                         float *y, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw;
     const size_t ld = (size_t)pl->cout * cols;
+    float *t = scratch, *o[2] = {scratch + 8 * (size_t)TW, scratch + 10 * (size_t)TW};  // o: 2*tw wide
     for (int n = 0; n < g; n++) {
         for (int k = 0; k < pl->cout; k++) {
             float *yk = y + ((size_t)n * pl->cout + k) * H * W;
-            const float *mk = m + (size_t)k * cols + (size_t)n * pl->tiles;
             const float bk = b ? b[k] : 0.0f;
             for (int ti = 0; ti < pl->th; ti++) {
-                for (int tj = 0; tj < pl->tw; tj++) {
-                    const float *src = mk + (size_t)ti * pl->tw + tj;
-                    float t[2][4];  // A^T m
-                    for (int j = 0; j < 4; j++) {
-                        const float m0 = src[(size_t)j * ld], m1 = src[(size_t)(4 + j) * ld];
-                        const float m2 = src[(size_t)(8 + j) * ld], m3 = src[(size_t)(12 + j) * ld];
-                        t[0][j] = m0 + m1 + m2;
-                        t[1][j] = m1 - m2 - m3;
+                const float *src = m + (size_t)k * cols + (size_t)n * pl->tiles + (size_t)ti * TW;
+                for (int j = 0; j < 4; j++) {  // t row j: (A^T m)[0][j]; row 4 + j: (A^T m)[1][j]
+                    const float *restrict m0 = src + (size_t)j * ld, *restrict m1 = src + (size_t)(4 + j) * ld;
+                    const float *restrict m2 = src + (size_t)(8 + j) * ld, *restrict m3 = src + (size_t)(12 + j) * ld;
+                    float *restrict t0 = t + (size_t)j * TW, *restrict t1 = t + (size_t)(4 + j) * TW;
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        t0[tj] = m0[tj] + m1[tj] + m2[tj];
+                        t1[tj] = m1[tj] - m2[tj] - m3[tj];
                     }
-                    for (int i = 0; i < 2; i++) {  // (A^T m) A
-                        const int r = 2 * ti + i;
-                        if (r >= H) break;
-                        const float o[2] = {t[i][0] + t[i][1] + t[i][2], t[i][1] - t[i][2] - t[i][3]};
-                        for (int j = 0; j < 2; j++) {
-                            const int cc = 2 * tj + j;
-                            if (cc >= W) break;
-                            float *dst = yk + (size_t)r * W + cc;
-                            *dst = accumulate ? *dst + o[j] : o[j] + bk;
-                        }
+                }
+                for (int i = 0; i < 2; i++) {
+                    const float *restrict a0 = t + (size_t)(4 * i) * TW, *restrict a1 = a0 + TW;
+                    const float *restrict a2 = a1 + TW, *restrict a3 = a2 + TW;
+                    float *restrict oi = o[i];
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        oi[2 * tj] = a0[tj] + a1[tj] + a2[tj];
+                        oi[2 * tj + 1] = a1[tj] - a2[tj] - a3[tj];
+                    }
+                }
+                for (int i = 0; i < 2 && 2 * ti + i < H; i++) {
+                    float *restrict dst = yk + (size_t)(2 * ti + i) * W;
+                    const float *restrict oi = o[i];
+                    if (accumulate) {
+#pragma omp simd
+                        for (int j = 0; j < W; j++) dst[j] += oi[j];
+                    } else {
+#pragma omp simd
+                        for (int j = 0; j < W; j++) dst[j] = oi[j] + bk;
                     }
                 }
             }
@@ -236,14 +257,15 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool fl
             const int g = pl->n - n0 < pl->group ? pl->n - n0 : pl->group;
             const size_t cols = (size_t)g * pl->tiles;
             float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
-            wino_inputs(pl, x + n0 * x_img, g, v, cols);
+            float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
+            wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
             for (int e = 0; e < 16; e++) {
                 // M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels.
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
                             u + (size_t)e * pl->cout * pl->cin, pl->cin, v + (size_t)e * pl->cin * cols, (int)cols,
                             0.0f, m + (size_t)e * pl->cout * cols, (int)cols);
             }
-            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img);
+            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
         }
     }
 }
