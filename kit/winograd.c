@@ -47,8 +47,8 @@
 // Tiles per GEMM: enough columns for OpenBLAS's full speed (late layers have 4 tiles per image, so a
 // thread groups images until it has this many)...
 #define WINO_TARGET_TILES 256
-// ...but one thread's V and M together stay under this many floats (16 MiB).
-#define WINO_MAX_THREAD_FLOATS ((size_t)4 << 20)
+// ...but one thread's V and M together stay under this many floats (8 MiB).
+#define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
 
 // Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs) or 12 of tw (outputs).
 #define WINO_SCRATCH(tw) (16 * ((size_t)(tw) + 1))
