@@ -99,11 +99,13 @@ static int wino_call_threads(void) {
 
 // Layout of work: U (16, cout, cin), shared, then one slice per thread. Forward and input gradient swap
 // cin and cout, which leaves every size the same; the maximum over thread budgets, as conv2d_work_floats_cpu.
+// A budget of t threads uses at most t slices, and a smaller batch never a larger group: so t slices of
+// this batch's size fit every smaller batch too.
 size_t winograd_work_floats(const Conv2dDims *s) {
     size_t most = 0;
     for (int t = 1; t <= omp_get_num_procs(); t++) {
         WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, t);
-        size_t need = 16 * (size_t)s->k * s->c + (size_t)pl.threads * pl.thread_floats;
+        size_t need = 16 * (size_t)s->k * s->c + (size_t)t * pl.thread_floats;
         if (need > most) most = need;
     }
     return most;
