@@ -16,7 +16,7 @@
 //   thread puts a GROUP of images side by side: col (C*R*R, G*P*Q), and the GEMM writes (K, G*P*Q),
 //   which is then scattered back into NCHW. Threads take groups of images in parallel.
 //   3x3, stride 1, pad 1 layers with enough channels take Winograd F(2x2, 3x3) instead, for the output and
-//   the input gradient (kit/winograd.c: 2.25x fewer multiplies); KIT_WINOGRAD=0 keeps them on this path.
+//   both gradients (kit/winograd.c: 2.25x fewer multiplies); KIT_WINOGRAD=0 keeps them on this path.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -263,10 +263,11 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
 
 void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, float *work) {
-    if (dx && winograd_eligible(s) && winograd_enabled()) {
-        // Input gradient by Winograd (after the weight gradient: both use `work`); dW stays on im2col.
-        conv2d_backward_cpu_plain(s, x, w, dy, NULL, dw, db, work);
-        winograd_backward_data(s, w, dy, dx, work);
+    if (winograd_eligible(s) && winograd_enabled()) {
+        // One after the other: each uses all of `work`.
+        if (db) conv_bias_grad(s, (size_t)s->h * s->w, dy, db);
+        if (dw) winograd_backward_weights(s, x, dy, dw, work);
+        if (dx) winograd_backward_data(s, w, dy, dx, work);
         return;
     }
     conv2d_backward_cpu_plain(s, x, w, dy, dx, dw, db, work);

@@ -17,7 +17,8 @@
 //
 // The input gradient is the same computation: dx = a 3x3, pad 1 convolution of dy with the filter rotated
 // by 180 degrees and its K and C swapped (w'[c][k][i][j] = w[k][c][2-i][2-j]), so winograd_backward_data
-// runs the same routine with U built from w'. The weight gradient stays on im2col + GEMM.
+// runs the same routine with U built from w'. The weight gradient is the adjoint of the forward (at the end
+// of this file): dw = G^T [sum over tiles (A dY A^T) .* V] G, again 16 GEMMs, whose sums run over the tiles.
 //
 // Accuracy (float32, u = 2^-24). Direct conv sums 9C products: |error| <= gamma_9C * sum|w||x|. Here each
 // output goes through at most 4 roundings in G g G^T (2 additions per row, twice; the 1/2 is exact),
@@ -29,7 +30,9 @@
 // holds products that cancel exactly and are absent from the direct sum (x[2] g[0] for y[0] in 1-D), so
 // element by element S / sum|w||x| reaches 10-20 for random data (tests/test_ops.c prints it). Against
 // direct conv's gamma_9C the bound is then ~7-15x larger per term over C + 11 roundings instead of 9C:
-// 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. tests/test_ops.c checks the bound.
+// 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. The weight gradient's sum runs over
+// the N * tiles tiles instead of N*H*W positions (4x fewer roundings), with the same growth of S, through
+// n*tiles + 9 roundings (counted in tests/test_ops.c). tests/test_ops.c checks all three bounds.
 //
 // Threading and determinism as in ops_cpu.c: OpenMP splits groups of images statically, OpenBLAS stays
 // single-threaded inside, each thread owns its slice of `work`; the same thread count gives the same bits.
@@ -50,7 +53,7 @@
 // ...but one thread's V and M together stay under this many floats (8 MiB).
 #define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
 
-// Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs) or 12 of tw (outputs).
+// Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs), 12 of tw (outputs), 6 of 2*tw + 2 (dy).
 #define WINO_SCRATCH(tw) (16 * ((size_t)(tw) + 1))
 
 bool winograd_eligible(const Conv2dDims *s) {
@@ -287,4 +290,103 @@ void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy
     wino_check(s);
     const WinoPlan pl = wino_plan_for(s->n, s->k, s->c, s->h, s->w, wino_call_threads());
     wino_run(&pl, dy, w, true, NULL, true, dx, work);
+}
+
+// ---------------------------------------------------------------- the weight gradient
+// Forward, per tile: Y = A^T X A with X = U .* V. Its adjoint: dX = A dY A^T (dY: the tile's 2x2 output
+// gradient, 0 where the tile overhangs), dU[e] = sum over tiles of dX[e] V[e], one GEMM per e over the tiles
+// (K, T) @ (T, C), and dw += G^T dU G per (k, c). Here the 16 GEMMs, not the images, are split between the
+// threads (each thread owns whole dU[e] matrices, so no partial sums to add up); the images come in chunks
+// that use the same memory as the forward's per-thread slices. The transforms split by image.
+
+// Yhat (16, K, cols) for the output gradient of one image dy (K, h, w), written from column 0: A z A^T per
+// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. A row of tiles at a time: the 2 rows of dy (zero past the image),
+// A down them into 4 rows, then A^T along each. `scratch` holds 6 rows of 2*tw + 2 floats.
+static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;
+    const size_t ld = (size_t)pl->cout * cols;
+    float *restrict z0 = scratch, *restrict z1 = scratch + RW, *r[4];
+    for (int i = 0; i < 4; i++) r[i] = scratch + (size_t)(2 + i) * RW;
+    for (int k = 0; k < pl->cout; k++) {
+        const float *dk = dy + (size_t)k * H * W;
+        for (int ti = 0; ti < pl->th; ti++) {
+            memset(scratch, 0, 2 * (size_t)RW * sizeof(float));
+            memcpy(z0, dk + (size_t)(2 * ti) * W, (size_t)W * sizeof(float));
+            if (2 * ti + 1 < H) memcpy(z1, dk + (size_t)(2 * ti + 1) * W, (size_t)W * sizeof(float));
+            float *restrict r0 = r[0], *restrict r1 = r[1], *restrict r2 = r[2], *restrict r3 = r[3];
+#pragma omp simd
+            for (int j = 0; j < RW; j++) {  // A z, down each column
+                r0[j] = z0[j];
+                r1[j] = z0[j] + z1[j];
+                r2[j] = z0[j] - z1[j];
+                r3[j] = -z1[j];
+            }
+            float *dst = yhat + (size_t)k * cols + (size_t)ti * TW;
+            for (int i = 0; i < 4; i++) {  // (A z) A^T, along each row: tile tj covers columns 2tj, 2tj + 1
+                const float *restrict ri = r[i];
+                float *restrict o0 = dst + (size_t)(4 * i) * ld, *restrict o1 = o0 + ld;
+                float *restrict o2 = o1 + ld, *restrict o3 = o2 + ld;
+#pragma omp simd
+                for (int tj = 0; tj < TW; tj++) {
+                    const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1];
+                    o0[tj] = a0;
+                    o1[tj] = a0 + a1;
+                    o2[tj] = a0 - a1;
+                    o3[tj] = -a1;
+                }
+            }
+        }
+    }
+}
+
+// dw (K, C, 3, 3) += G^T d G for d = dU[.][k][c] (16 floats, `ld` apart).
+static void wino_filter_grad(const float *d, size_t ld, float *dw) {
+    float q[3][4];  // G^T d: rows of G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1] down each column
+    for (int j = 0; j < 4; j++) {
+        const float d0 = d[(size_t)j * ld], d1 = d[(size_t)(4 + j) * ld];
+        const float d2 = d[(size_t)(8 + j) * ld], d3 = d[(size_t)(12 + j) * ld];
+        q[0][j] = d0 + 0.5f * (d1 + d2);
+        q[1][j] = 0.5f * (d1 - d2);
+        q[2][j] = 0.5f * (d1 + d2) + d3;
+    }
+    for (int i = 0; i < 3; i++) {  // (G^T d) G, along each row
+        dw[3 * i + 0] += q[i][0] + 0.5f * (q[i][1] + q[i][2]);
+        dw[3 * i + 1] += 0.5f * (q[i][1] - q[i][2]);
+        dw[3 * i + 2] += 0.5f * (q[i][1] + q[i][2]) + q[i][3];
+    }
+}
+
+void winograd_backward_weights(const Conv2dDims *s, const float *x, const float *dy, float *dw, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    const int C = s->c, K = s->k;
+    const int chunk = pl.threads * pl.group;  // images per round: all threads' slices make one V and one Yhat
+    const size_t x_img = (size_t)C * s->h * s->w, y_img = (size_t)K * s->h * s->w;
+    float *du = work;                                   // dU (16, K, C)
+    float *v = work + 16 * (size_t)K * C;               // V (16, C, cols), then Yhat (16, K, cols)
+    float *scratch = v + (size_t)chunk * 16 * (size_t)(C + K) * pl.tiles;  // per thread, after both
+#pragma omp parallel num_threads(pl.threads)
+    {
+        float *mine = scratch + (size_t)omp_get_thread_num() * WINO_SCRATCH(pl.tw);
+        for (int n0 = 0; n0 < s->n; n0 += chunk) {
+            const int g = s->n - n0 < chunk ? s->n - n0 : chunk;
+            const size_t cols = (size_t)g * pl.tiles;
+            float *yhat = v + 16 * (size_t)C * cols;
+#pragma omp for schedule(static)
+            for (int n = 0; n < g; n++) {
+                wino_inputs(&pl, x + (n0 + n) * x_img, 1, v + n * pl.tiles, cols, mine);
+                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols, mine);
+            }
+#pragma omp for schedule(static)
+            for (int e = 0; e < 16; e++) {
+                // dU[e] (K, C) (+)= Yhat[e] (K, cols) @ V[e]^T (cols, C): the sum over tiles.
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, C, (int)cols, 1.0f,
+                            yhat + (size_t)e * K * cols, (int)cols, v + (size_t)e * C * cols, (int)cols,
+                            n0 == 0 ? 0.0f : 1.0f, du + (size_t)e * K * C, C);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int kc = 0; kc < K * C; kc++) wino_filter_grad(du + kc, (size_t)K * C, dw + (size_t)kc * 9);
+    }
 }

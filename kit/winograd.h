@@ -1,8 +1,8 @@
 // kit/winograd.h: Winograd F(2x2, 3x3) convolution on the CPU (internal to the kit; kit/winograd.c).
 //
-// The fast path for 3x3, stride 1, pad 1 convolutions: conv2d_forward_cpu and conv2d_backward_cpu
-// (kit/ops_cpu.c) call it for the layers winograd_eligible() accepts, unless KIT_WINOGRAD=0 is set in the
-// environment; every other layer, and every layer with KIT_WINOGRAD=0, takes the im2col + GEMM teaching path.
+// The fast path for 3x3, stride 1, pad 1 convolutions (forward, input and weight gradients): conv2d_forward_cpu
+// and conv2d_backward_cpu (kit/ops_cpu.c) call it for the layers winograd_eligible() accepts, unless
+// KIT_WINOGRAD=0 is set in the environment; every other layer, and every layer with KIT_WINOGRAD=0, takes the im2col + GEMM teaching path.
 #ifndef KIT_WINOGRAD_H
 #define KIT_WINOGRAD_H
 
@@ -25,6 +25,8 @@ size_t winograd_work_floats(const Conv2dDims *s);
 void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work);
 // dx (N, C, H, W) += the input gradient of that convolution for dy (N, K, H, W).
 void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy, float *dx, float *work);
+// dw (K, C, 3, 3) += the weight gradient of that convolution for x (N, C, H, W) and dy (N, K, H, W).
+void winograd_backward_weights(const Conv2dDims *s, const float *x, const float *dy, float *dw, float *work);
 
 #ifdef __cplusplus
 }

@@ -241,15 +241,74 @@ static void wino_abs_sum(const Conv2dDims *s, const float *x, const float *w, co
             }
 }
 
+// The same for the weight gradient: S = sum over images and tiles of |G^T| [(|A| |dy tile| |A^T|) .* (|B^T| |x tile|
+// |B|)] |G|, per (k, c) into sum (K, C, 3, 3), plus |dw| before the call (start).
+static void wino_abs_dw(const Conv2dDims *s, const float *x, const float *dy, const float *start, double *sum) {
+    const int H = s->h, W = s->w;
+    const double bt[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};  // |B^T|
+    const double a[4][2] = {{1, 0}, {1, 1}, {1, 1}, {0, 1}};                           // |A|
+    const double gt[3][4] = {{1, .5, .5, 0}, {0, .5, .5, 0}, {0, .5, .5, 1}};          // |G^T|
+    double *du = xcalloc((size_t)s->k * s->c * 16, sizeof(double));  // sum over tiles of |dX| .* |V|
+    double *v = xmalloc((size_t)s->c * 16 * sizeof(double));
+    for (int n = 0; n < s->n; n++)
+        for (int ti = 0; ti < (H + 1) / 2; ti++)
+            for (int tj = 0; tj < (W + 1) / 2; tj++) {
+                for (int c = 0; c < s->c; c++) {
+                    double d[4][4];
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4; j++) {
+                            const int r = 2 * ti - 1 + i, cc = 2 * tj - 1 + j;
+                            d[i][j] = r >= 0 && r < H && cc >= 0 && cc < W
+                                          ? fabs(x[((size_t)(n * s->c + c) * H + r) * W + cc]) : 0.0;
+                        }
+                    for (int p = 0; p < 4; p++)
+                        for (int e = 0; e < 4; e++) {
+                            double acc = 0.0;
+                            for (int i = 0; i < 4; i++)
+                                for (int j = 0; j < 4; j++) acc += bt[p][i] * d[i][j] * bt[e][j];
+                            v[c * 16 + p * 4 + e] = acc;
+                        }
+                }
+                for (int k = 0; k < s->k; k++) {
+                    double z[2][2];
+                    for (int i = 0; i < 2; i++)
+                        for (int j = 0; j < 2; j++) {
+                            const int r = 2 * ti + i, cc = 2 * tj + j;
+                            z[i][j] = r < H && cc < W ? fabs(dy[((size_t)(n * s->k + k) * H + r) * W + cc]) : 0.0;
+                        }
+                    double dx[16];
+                    for (int p = 0; p < 4; p++)
+                        for (int e = 0; e < 4; e++) {
+                            double acc = 0.0;
+                            for (int i = 0; i < 2; i++)
+                                for (int j = 0; j < 2; j++) acc += a[p][i] * z[i][j] * a[e][j];
+                            dx[p * 4 + e] = acc;
+                        }
+                    for (int c = 0; c < s->c; c++)
+                        for (int e = 0; e < 16; e++) du[((size_t)k * s->c + c) * 16 + e] += dx[e] * v[c * 16 + e];
+                }
+            }
+    for (size_t kc = 0; kc < (size_t)s->k * s->c; kc++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+                double acc = 0.0;
+                for (int p = 0; p < 4; p++)
+                    for (int e = 0; e < 4; e++) acc += gt[i][p] * du[kc * 16 + p * 4 + e] * gt[j][e];
+                sum[kc * 9 + i * 3 + j] = acc + fabs(start[kc * 9 + i * 3 + j]);
+            }
+    free(du);
+    free(v);
+}
+
 // |wino - plain| <= gamma_(cin+11) * S (Winograd's error) + gamma_(9 cin + 1) * S_direct (the plain path's:
 // 9 cin products and the bias), S_direct = the plain path run on |inputs|. Also reports how far below the
 // bound the measured difference sits, and how much larger S is than S_direct (the coefficients' growth).
 static void check_wino_bound(const char *what, const float *wino, const float *plain, const double *s_wino,
-                             const float *s_direct, size_t n, int cin) {
+                             const float *s_direct, size_t n, double k_wino, double k_direct) {
     double worst = 0.0, growth = 0.0;
     for (size_t i = 0; i < n; i++) {
         const double d = fabs((double)wino[i] - (double)plain[i]);
-        const double bound = gamma_k(cin + 11) * s_wino[i] + gamma_k(9.0 * cin + 1) * (double)s_direct[i];
+        const double bound = gamma_k(k_wino) * s_wino[i] + gamma_k(k_direct) * (double)s_direct[i];
         if (!(d <= bound)) {
             print_error("%s: |winograd - im2col| %.3g > bound %.3g at [%zu]: %.9g vs %.9g\n", what, d, bound, i,
                         (double)wino[i], (double)plain[i]);
@@ -285,7 +344,7 @@ static void wino_case(Conv2dDims s, uint64_t seed) {
     conv2d_forward(CPU, &s, ax, aw, ab, s_direct, work);
     unsetenv("KIT_WINOGRAD");
     wino_abs_sum(&s, x, w, b, s_wino);
-    check_wino_bound("winograd y", y_wino, y_plain, s_wino, s_direct, ny, s.c);
+    check_wino_bound("winograd y", y_wino, y_plain, s_wino, s_direct, ny, s.c + 11, 9.0 * s.c + 1);
 
     // Input gradient: dx += conv(dy, w') with w'[c][k] = w[k][c] rotated 180 degrees.
     float *dx_wino = fvec(nx, -1, 1, seed + 4), *dx_plain = xmalloc(nx * sizeof(float));
@@ -306,7 +365,27 @@ static void wino_case(Conv2dDims s, uint64_t seed) {
     t.c = s.k, t.k = s.c;
     wino_abs_sum(&t, ady, wt, NULL, s_wino);
     for (size_t i = 0; i < nx; i++) s_wino[i] += s_start[i];  // the dx it accumulates onto
-    check_wino_bound("winograd dx", dx_wino, dx_plain, s_wino, s_direct, nx, s.k);
+    check_wino_bound("winograd dx", dx_wino, dx_plain, s_wino, s_direct, nx, s.k + 11, 9.0 * s.k + 1);
+
+    // Weight gradient: dw += sum over images and positions of dy (x) x. Winograd's roundings: 2 in B^T d B,
+    // 2 in A z A^T, 1 in the product, n*tiles - 1 in the sum over tiles (the GEMMs and the chunks), 4 in
+    // G^T dU G (2 additions per row, twice; the 1/2 is exact), 1 into dw: n*tiles + 9 in all. The plain path
+    // sums n*H*W products and the dw it starts from (thread shares, then their partials): n*H*W + 1.
+    float *dw_wino = fvec(nw, -1, 1, seed + 5), *dw_plain = xmalloc(nw * sizeof(float));
+    float *s_dw_direct = xmalloc(nw * sizeof(float));
+    memcpy(dw_plain, dw_wino, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) s_dw_direct[i] = fabsf(dw_wino[i]);
+    double *s_dw = xmalloc(nw * sizeof(double));
+    wino_abs_dw(&s, x, dy, dw_wino, s_dw);
+    winograd_backward_weights(&s, x, dy, dw_wino, work);
+    setenv("KIT_WINOGRAD", "0", 1);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, dw_plain, NULL, work);
+    conv2d_backward(CPU, &s, ax, aw, ady, NULL, s_dw_direct, NULL, work);
+    unsetenv("KIT_WINOGRAD");
+    const double tiles = (double)((s.h + 1) / 2) * ((s.w + 1) / 2);
+    check_wino_bound("winograd dw", dw_wino, dw_plain, s_dw, s_dw_direct, nw, s.n * tiles + 9,
+                     (double)s.n * s.h * s.w + 1);
+    free(dw_wino), free(dw_plain), free(s_dw), free(s_dw_direct);
 
     // The switch: conv2d_forward takes Winograd for an eligible layer unless KIT_WINOGRAD=0.
     float *y_auto = fzeros(ny);
