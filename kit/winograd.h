@@ -17,6 +17,8 @@ extern "C" {
 
 // 3x3, stride 1, pad 1, and enough channels on both sides for the GEMMs to outweigh the transforms.
 bool winograd_eligible(const Conv2dDims *s);
+// The weight gradient too: only with more channels (see WINO_DW_MIN_CHANNELS in winograd.c).
+bool winograd_weights_eligible(const Conv2dDims *s);
 // False when the environment says KIT_WINOGRAD=0 (the plain path, to compare against); read on every call.
 bool winograd_enabled(void);
 // Floats of `work` the two calls below need (any thread budget, any batch <= s->n).

@@ -396,6 +396,18 @@ static void wino_case(Conv2dDims s, uint64_t seed) {
     } else {
         assert_memory_equal(y_auto, y_plain, ny * sizeof(float));
     }
+    // ...and conv2d_backward's weight gradient Winograd's only where winograd_weights_eligible says so.
+    float *dw_auto = fzeros(nw), *dw_direct = fzeros(nw);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, dw_auto, NULL, work);
+    if (winograd_weights_eligible(&s)) {
+        winograd_backward_weights(&s, x, dy, dw_direct, work);
+    } else {
+        setenv("KIT_WINOGRAD", "0", 1);
+        conv2d_backward(CPU, &s, x, w, dy, NULL, dw_direct, NULL, work);
+        unsetenv("KIT_WINOGRAD");
+    }
+    assert_memory_equal(dw_auto, dw_direct, nw * sizeof(float));
+    free(dw_auto), free(dw_direct);
 
     free(x), free(w), free(b), free(dy), free(ax), free(aw), free(ab), free(ady), free(work), free(y_wino);
     free(y_plain), free(s_direct), free(s_wino), free(dx_wino), free(dx_plain), free(s_start), free(wt), free(y_auto);
