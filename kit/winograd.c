@@ -110,7 +110,8 @@ static int wino_call_threads(void) {
 }
 
 // Layout of work: U (16, cout, cin), shared, then one slice per thread. Forward and input gradient swap
-// cin and cout, which leaves every size the same; the maximum over thread budgets, as conv2d_work_floats_cpu.
+// cin and cout, which leaves every size the same; the weight gradient puts dU where U is and one chunk's
+// V and dX (all threads' slices together) after it, then the threads' row scratch; the maximum over thread budgets, as conv2d_work_floats_cpu.
 // A budget of t threads uses at most t slices, and a smaller batch never a larger group: so t slices of
 // this batch's size fit every smaller batch too.
 size_t winograd_work_floats(const Conv2dDims *s) {
