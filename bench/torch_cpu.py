@@ -260,7 +260,9 @@ def write_report(path, rows, convs, ceiling, threads, loads, mems):
                  f"1 thread, {ceiling['gflops']:.1f} GFLOP/s on {ceiling['threads']} threads; the ceiling below is "
                  f"the better of the two, **{top:.1f} GFLOP/s**. The conv layers' FLOPs are their GEMMs' "
                  "(2 per multiply-add; forward, weight gradient, input gradient except for the first layer), "
-                 "measured by running each of the model's conv layers alone at the same batch.")
+                 "measured by running each of the model's conv layers alone at the same batch. The 3x3 layers "
+                 "that run Winograd F(2x2,3x3) (kit/winograd.c) do fewer multiplies than that count: for them "
+                 "it is an effective rate, which can exceed the ceiling (KIT_WINOGRAD=0 measures im2col alone).")
         L += ["", "| model | conv layers fwd+bwd (ms per step) | their GFLOP/s | of the ceiling |",
               "|-------|---------------------------------:|--------------:|---------------:|"]
         for c in convs:

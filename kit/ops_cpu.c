@@ -15,6 +15,8 @@
 //   Late layers have tiny images (4x4 = 16 columns), which makes that product skinny and slow, so a
 //   thread puts a GROUP of images side by side: col (C*R*R, G*P*Q), and the GEMM writes (K, G*P*Q),
 //   which is then scattered back into NCHW. Threads take groups of images in parallel.
+//   3x3, stride 1, pad 1 layers with enough channels take Winograd F(2x2, 3x3) instead, for the output and
+//   both gradients (kit/winograd.c: 2.25x fewer multiplies); KIT_WINOGRAD=0 keeps them on this path.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -23,6 +25,7 @@
 
 #include "kit/check.h"
 #include "kit/ops_impl.h"
+#include "kit/winograd.h"
 
 // Below this many elements a parallel region costs more (thread wake-up) than it saves.
 #define PAR_MIN 32768
@@ -109,6 +112,8 @@ size_t conv2d_work_floats_cpu(const Conv2dDims *s) {
         size_t need = conv_plan_work_floats(&pl, s);
         if (need > most) most = need;
     }
+    // Sized for Winograd too whether or not it is switched on now, so KIT_WINOGRAD may change mid-run.
+    if (winograd_eligible(s)) most = winograd_work_floats(s) > most ? winograd_work_floats(s) : most;
     return most;
 }
 
@@ -219,6 +224,10 @@ static void conv2d_forward_by_columns(const Conv2dDims *s, const ConvPlan *pl, i
 
 void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y,
                         float *work) {
+    if (winograd_eligible(s) && winograd_enabled()) {
+        winograd_forward(s, x, w, b, y, work);
+        return;
+    }
     const ConvPlan pl = conv_plan(s);
     blas_single_thread();
     const int call_threads = conv_call_threads();
@@ -285,8 +294,28 @@ static void conv_bias_grad(const Conv2dDims *s, size_t pq, const float *dy, floa
     }
 }
 
+static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const float *w, const float *dy,
+                                      float *dx, float *dw, float *db, float *work);
+
 void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, float *work) {
+    if (winograd_eligible(s) && winograd_enabled()) {
+        // One after the other: each uses all of `work`.
+        if (db) conv_bias_grad(s, (size_t)s->h * s->w, dy, db);
+        if (dw && winograd_weights_eligible(s)) {
+            winograd_backward_weights(s, x, dy, dw, work);
+        } else if (dw) {
+            conv2d_backward_cpu_plain(s, x, w, dy, NULL, dw, NULL, work);
+        }
+        if (dx) winograd_backward_data(s, w, dy, dx, work);
+        return;
+    }
+    conv2d_backward_cpu_plain(s, x, w, dy, dx, dw, db, work);
+}
+
+// The im2col + GEMM backward: dx through col2im, dW through the same im2col as the forward.
+static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const float *w, const float *dy,
+                                      float *dx, float *dw, float *db, float *work) {
     const ConvPlan pl = conv_plan(s);
     if (db) conv_bias_grad(s, pl.pq, dy, db);
     if (!dx && !dw) return;

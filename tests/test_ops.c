@@ -28,6 +28,7 @@
 #include "tests/testutil.h"
 
 #include "kit/ops.h"
+#include "kit/winograd.h"
 
 #define GRAD_TOL 1e-3
 #define FWD_TOL 1e-4
@@ -193,6 +194,245 @@ static void test_conv_grouped_images(void **state) {
 }
 
 // Backward twice doubles every gradient; a NULL gradient is skipped and leaves the others unchanged.
+// ---------------------------------------------------------------- Winograd F(2x2, 3x3) (kit/winograd.c)
+
+// S = the Winograd algorithm run in float64 on |A^T|, |G|, |B^T| and |x|, |w|, |b|: the sum of |terms| of
+// the expanded computation, which bounds its float32 error by gamma_(C+11) * S (kit/winograd.c's header
+// counts the C + 11 roundings). w is (cout, cin, 3, 3); s gives n, h, w and cin = s->c, cout = s->k.
+static void wino_abs_sum(const Conv2dDims *s, const float *x, const float *w, const float *b, double *sum) {
+    const int H = s->h, W = s->w;
+    const double bt[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};  // |B^T|
+    const double g[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, .5, .5}, {0, 0, 1}};         // |G|
+    const double at[2][4] = {{1, 1, 1, 0}, {0, 1, 1, 1}};                              // |A^T|
+    for (int n = 0; n < s->n; n++)
+        for (int ti = 0; ti < (H + 1) / 2; ti++)
+            for (int tj = 0; tj < (W + 1) / 2; tj++) {
+                double m[64][4][4];  // per output channel (s->k <= 64 here)
+                memset(m, 0, sizeof m);
+                for (int c = 0; c < s->c; c++) {
+                    double d[4][4], v[4][4] = {{0}};
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4; j++) {
+                            const int r = 2 * ti - 1 + i, cc = 2 * tj - 1 + j;
+                            d[i][j] = r >= 0 && r < H && cc >= 0 && cc < W
+                                          ? fabs(x[((size_t)(n * s->c + c) * H + r) * W + cc]) : 0.0;
+                        }
+                    for (int a = 0; a < 4; a++)
+                        for (int e = 0; e < 4; e++)
+                            for (int i = 0; i < 4; i++)
+                                for (int j = 0; j < 4; j++) v[a][e] += bt[a][i] * d[i][j] * bt[e][j];
+                    for (int k = 0; k < s->k; k++) {
+                        const float *wk = w + ((size_t)k * s->c + c) * 9;
+                        for (int a = 0; a < 4; a++)
+                            for (int e = 0; e < 4; e++) {
+                                double u = 0.0;
+                                for (int i = 0; i < 3; i++)
+                                    for (int j = 0; j < 3; j++) u += g[a][i] * fabs(wk[i * 3 + j]) * g[e][j];
+                                m[k][a][e] += u * v[a][e];
+                            }
+                    }
+                }
+                for (int k = 0; k < s->k; k++)
+                    for (int p = 0; p < 2 && 2 * ti + p < H; p++)
+                        for (int q = 0; q < 2 && 2 * tj + q < W; q++) {
+                            double y = b ? fabs(b[k]) : 0.0;
+                            for (int a = 0; a < 4; a++)
+                                for (int e = 0; e < 4; e++) y += at[p][a] * m[k][a][e] * at[q][e];
+                            sum[((size_t)(n * s->k + k) * H + 2 * ti + p) * W + 2 * tj + q] = y;
+                        }
+            }
+}
+
+// The same for the weight gradient: S = sum over images and tiles of |G^T| [(|A| |dy tile| |A^T|) .* (|B^T| |x tile|
+// |B|)] |G|, per (k, c) into sum (K, C, 3, 3), plus |dw| before the call (start).
+static void wino_abs_dw(const Conv2dDims *s, const float *x, const float *dy, const float *start, double *sum) {
+    const int H = s->h, W = s->w;
+    const double bt[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};  // |B^T|
+    const double a[4][2] = {{1, 0}, {1, 1}, {1, 1}, {0, 1}};                           // |A|
+    const double gt[3][4] = {{1, .5, .5, 0}, {0, .5, .5, 0}, {0, .5, .5, 1}};          // |G^T|
+    double *du = xcalloc((size_t)s->k * s->c * 16, sizeof(double));  // sum over tiles of |dX| .* |V|
+    double *v = xmalloc((size_t)s->c * 16 * sizeof(double));
+    for (int n = 0; n < s->n; n++)
+        for (int ti = 0; ti < (H + 1) / 2; ti++)
+            for (int tj = 0; tj < (W + 1) / 2; tj++) {
+                for (int c = 0; c < s->c; c++) {
+                    double d[4][4];
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4; j++) {
+                            const int r = 2 * ti - 1 + i, cc = 2 * tj - 1 + j;
+                            d[i][j] = r >= 0 && r < H && cc >= 0 && cc < W
+                                          ? fabs(x[((size_t)(n * s->c + c) * H + r) * W + cc]) : 0.0;
+                        }
+                    for (int p = 0; p < 4; p++)
+                        for (int e = 0; e < 4; e++) {
+                            double acc = 0.0;
+                            for (int i = 0; i < 4; i++)
+                                for (int j = 0; j < 4; j++) acc += bt[p][i] * d[i][j] * bt[e][j];
+                            v[c * 16 + p * 4 + e] = acc;
+                        }
+                }
+                for (int k = 0; k < s->k; k++) {
+                    double z[2][2];
+                    for (int i = 0; i < 2; i++)
+                        for (int j = 0; j < 2; j++) {
+                            const int r = 2 * ti + i, cc = 2 * tj + j;
+                            z[i][j] = r < H && cc < W ? fabs(dy[((size_t)(n * s->k + k) * H + r) * W + cc]) : 0.0;
+                        }
+                    double dx[16];
+                    for (int p = 0; p < 4; p++)
+                        for (int e = 0; e < 4; e++) {
+                            double acc = 0.0;
+                            for (int i = 0; i < 2; i++)
+                                for (int j = 0; j < 2; j++) acc += a[p][i] * z[i][j] * a[e][j];
+                            dx[p * 4 + e] = acc;
+                        }
+                    for (int c = 0; c < s->c; c++)
+                        for (int e = 0; e < 16; e++) du[((size_t)k * s->c + c) * 16 + e] += dx[e] * v[c * 16 + e];
+                }
+            }
+    for (size_t kc = 0; kc < (size_t)s->k * s->c; kc++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+                double acc = 0.0;
+                for (int p = 0; p < 4; p++)
+                    for (int e = 0; e < 4; e++) acc += gt[i][p] * du[kc * 16 + p * 4 + e] * gt[j][e];
+                sum[kc * 9 + i * 3 + j] = acc + fabs(start[kc * 9 + i * 3 + j]);
+            }
+    free(du);
+    free(v);
+}
+
+// |wino - plain| <= gamma_(cin+11) * S (Winograd's error) + gamma_(9 cin + 1) * S_direct (the plain path's:
+// 9 cin products and the bias), S_direct = the plain path run on |inputs|. Also reports how far below the
+// bound the measured difference sits, and how much larger S is than S_direct (the coefficients' growth).
+static void check_wino_bound(const char *what, const float *wino, const float *plain, const double *s_wino,
+                             const float *s_direct, size_t n, double k_wino, double k_direct) {
+    double worst = 0.0, growth = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)wino[i] - (double)plain[i]);
+        const double bound = gamma_k(k_wino) * s_wino[i] + gamma_k(k_direct) * (double)s_direct[i];
+        if (!(d <= bound)) {
+            print_error("%s: |winograd - im2col| %.3g > bound %.3g at [%zu]: %.9g vs %.9g\n", what, d, bound, i,
+                        (double)wino[i], (double)plain[i]);
+            fail();
+        }
+        worst = d / bound > worst ? d / bound : worst;
+        growth = s_wino[i] / s_direct[i] > growth ? s_wino[i] / s_direct[i] : growth;
+    }
+    print_message("  %s: worst |difference| / bound = %.3f, max S_winograd / S_direct = %.2f\n", what, worst,
+                  growth);
+}
+
+static void wino_case(Conv2dDims s, uint64_t seed) {
+    const size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * 9, ny = (size_t)s.n * s.k * s.h * s.w;
+    float *x = fvec(nx, -1, 1, seed), *w = fvec(nw, -0.5f, 0.5f, seed + 1), *b = fvec(s.k, -0.5f, 0.5f, seed + 2);
+    float *dy = fvec(ny, -1, 1, seed + 3);
+    float *ax = xmalloc(nx * sizeof(float)), *aw = xmalloc(nw * sizeof(float)), *ab = xmalloc(s.k * sizeof(float));
+    float *ady = xmalloc(ny * sizeof(float));
+    for (size_t i = 0; i < nx; i++) ax[i] = fabsf(x[i]);
+    for (size_t i = 0; i < nw; i++) aw[i] = fabsf(w[i]);
+    for (int i = 0; i < s.k; i++) ab[i] = fabsf(b[i]);
+    for (size_t i = 0; i < ny; i++) ady[i] = fabsf(dy[i]);
+    size_t nwork = conv2d_work_floats(CPU, &s);
+    if (winograd_eligible(&s)) assert_true(nwork >= winograd_work_floats(&s));  // the model sizes work so
+    if (winograd_work_floats(&s) > nwork) nwork = winograd_work_floats(&s);     // (called directly below)
+    float *work = fzeros(nwork), *y_wino = fzeros(ny), *y_plain = fzeros(ny), *s_direct = fzeros(nx > ny ? nx : ny);
+    double *s_wino = xmalloc((nx > ny ? nx : ny) * sizeof(double));
+
+    // Forward: y = conv(x, w) + b.
+    winograd_forward(&s, x, w, b, y_wino, work);
+    setenv("KIT_WINOGRAD", "0", 1);
+    conv2d_forward(CPU, &s, x, w, b, y_plain, work);
+    conv2d_forward(CPU, &s, ax, aw, ab, s_direct, work);
+    unsetenv("KIT_WINOGRAD");
+    wino_abs_sum(&s, x, w, b, s_wino);
+    check_wino_bound("winograd y", y_wino, y_plain, s_wino, s_direct, ny, s.c + 11, 9.0 * s.c + 1);
+
+    // Input gradient: dx += conv(dy, w') with w'[c][k] = w[k][c] rotated 180 degrees.
+    float *dx_wino = fvec(nx, -1, 1, seed + 4), *dx_plain = xmalloc(nx * sizeof(float));
+    memcpy(dx_plain, dx_wino, nx * sizeof(float));  // start from the same non-zero dx: it must add to it
+    float *s_start = xmalloc(nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++) s_start[i] = fabsf(dx_wino[i]);
+    winograd_backward_data(&s, w, dy, dx_wino, work);
+    setenv("KIT_WINOGRAD", "0", 1);
+    conv2d_backward(CPU, &s, x, w, dy, dx_plain, NULL, NULL, work);
+    memcpy(s_direct, s_start, nx * sizeof(float));
+    conv2d_backward(CPU, &s, ax, aw, ady, s_direct, NULL, NULL, work);
+    unsetenv("KIT_WINOGRAD");
+    float *wt = xmalloc(nw * sizeof(float));  // |w'| (C, K, 3, 3)
+    for (int k = 0; k < s.k; k++)
+        for (int c = 0; c < s.c; c++)
+            for (int e = 0; e < 9; e++) wt[((size_t)c * s.k + k) * 9 + 8 - e] = aw[((size_t)k * s.c + c) * 9 + e];
+    Conv2dDims t = s;
+    t.c = s.k, t.k = s.c;
+    wino_abs_sum(&t, ady, wt, NULL, s_wino);
+    for (size_t i = 0; i < nx; i++) s_wino[i] += s_start[i];  // the dx it accumulates onto
+    check_wino_bound("winograd dx", dx_wino, dx_plain, s_wino, s_direct, nx, s.k + 11, 9.0 * s.k + 1);
+
+    // Weight gradient: dw += sum over images and positions of dy (x) x. Winograd's roundings: 2 in B^T d B,
+    // 2 in A z A^T, 1 in the product, n*tiles - 1 in the sum over tiles (the GEMMs and the chunks), 4 in
+    // G^T dU G (2 additions per row, twice; the 1/2 is exact), 1 into dw: n*tiles + 9 in all. The plain path
+    // sums n*H*W products and the dw it starts from (thread shares, then their partials): n*H*W + 1.
+    float *dw_wino = fvec(nw, -1, 1, seed + 5), *dw_plain = xmalloc(nw * sizeof(float));
+    float *s_dw_direct = xmalloc(nw * sizeof(float));
+    memcpy(dw_plain, dw_wino, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) s_dw_direct[i] = fabsf(dw_wino[i]);
+    double *s_dw = xmalloc(nw * sizeof(double));
+    wino_abs_dw(&s, x, dy, dw_wino, s_dw);
+    winograd_backward_weights(&s, x, dy, dw_wino, work);
+    setenv("KIT_WINOGRAD", "0", 1);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, dw_plain, NULL, work);
+    conv2d_backward(CPU, &s, ax, aw, ady, NULL, s_dw_direct, NULL, work);
+    unsetenv("KIT_WINOGRAD");
+    const double tiles = (double)((s.h + 1) / 2) * ((s.w + 1) / 2);
+    check_wino_bound("winograd dw", dw_wino, dw_plain, s_dw, s_dw_direct, nw, s.n * tiles + 9,
+                     (double)s.n * s.h * s.w + 1);
+    free(dw_wino), free(dw_plain), free(s_dw), free(s_dw_direct);
+
+    // The switch: conv2d_forward takes Winograd for an eligible layer unless KIT_WINOGRAD=0.
+    float *y_auto = fzeros(ny);
+    conv2d_forward(CPU, &s, x, w, b, y_auto, work);
+    if (winograd_eligible(&s)) {
+        assert_memory_equal(y_auto, y_wino, ny * sizeof(float));
+        assert_memory_not_equal(y_auto, y_plain, ny * sizeof(float));
+    } else {
+        assert_memory_equal(y_auto, y_plain, ny * sizeof(float));
+    }
+    // ...and conv2d_backward's weight gradient Winograd's only where winograd_weights_eligible says so.
+    float *dw_auto = fzeros(nw), *dw_direct = fzeros(nw);
+    conv2d_backward(CPU, &s, x, w, dy, NULL, dw_auto, NULL, work);
+    if (winograd_weights_eligible(&s)) {
+        winograd_backward_weights(&s, x, dy, dw_direct, work);
+    } else {
+        setenv("KIT_WINOGRAD", "0", 1);
+        conv2d_backward(CPU, &s, x, w, dy, NULL, dw_direct, NULL, work);
+        unsetenv("KIT_WINOGRAD");
+    }
+    assert_memory_equal(dw_auto, dw_direct, nw * sizeof(float));
+    free(dw_auto), free(dw_direct);
+
+    free(x), free(w), free(b), free(dy), free(ax), free(aw), free(ab), free(ady), free(work), free(y_wino);
+    free(y_plain), free(s_direct), free(s_wino), free(dx_wino), free(dx_plain), free(s_start), free(wt), free(y_auto);
+}
+
+static void test_conv_winograd_bound(void **state) {
+    (void)state;
+    // Odd and even sizes (overhanging tiles), one tile, grouped images with an uneven last group, a
+    // layer too thin for the switch, and a deep one (64 channels: the GEMMs' long sums).
+    wino_case((Conv2dDims){.n = 3, .c = 16, .h = 7, .w = 6, .k = 20, .r = 3, .stride = 1, .pad = 1}, 60);
+    wino_case((Conv2dDims){.n = 2, .c = 17, .h = 2, .w = 1, .k = 16, .r = 3, .stride = 1, .pad = 1}, 61);
+    wino_case((Conv2dDims){.n = 37, .c = 16, .h = 4, .w = 4, .k = 24, .r = 3, .stride = 1, .pad = 1}, 62);
+    wino_case((Conv2dDims){.n = 2, .c = 3, .h = 5, .w = 5, .k = 4, .r = 3, .stride = 1, .pad = 1}, 63);
+    wino_case((Conv2dDims){.n = 2, .c = 64, .h = 8, .w = 8, .k = 64, .r = 3, .stride = 1, .pad = 1}, 64);
+}
+
+// Through the public op on a layer the switch sends to Winograd: forward against the float64 reference,
+// dx and dw against finite differences (independent of Winograd's flipped-filter identity).
+static void test_conv_winograd_grads(void **state) {
+    (void)state;
+    conv_case((Conv2dDims){.n = 2, .c = 16, .h = 5, .w = 6, .k = 16, .r = 3, .stride = 1, .pad = 1}, 70);
+}
+
 static void test_conv_accumulate_and_null(void **state) {
     (void)state;
     Conv2dDims s = {.n = 3, .c = 3, .h = 6, .w = 5, .k = 4, .r = 3, .stride = 1, .pad = 1};
@@ -938,6 +1178,8 @@ int main(void) {
         cmocka_unit_test(test_conv_stride2),
         cmocka_unit_test(test_conv_1x1),
         cmocka_unit_test(test_conv_grouped_images),
+        cmocka_unit_test(test_conv_winograd_bound),
+        cmocka_unit_test(test_conv_winograd_grads),
         cmocka_unit_test(test_conv_accumulate_and_null),
         cmocka_unit_test(test_conv_overwrites_and_no_bias),
         cmocka_unit_test(test_conv_work_fits_smaller_batches),

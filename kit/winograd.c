@@ -1,0 +1,402 @@
+// kit/winograd.c: Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1 convolutions of the CPU path.
+//
+// Why: im2col + GEMM spends 9 multiply-adds per input channel on each output pixel. Winograd's minimal
+// filtering algorithm (Lavin & Gray 2016) computes a 2x2 block of outputs from a 4x4 input tile with 16
+// multiplies per channel instead of 36: 2.25x fewer, and those 16 are batched into 16 GEMMs that
+// OpenBLAS runs at full speed. For a 2x2 output block Y of one channel pair, with input tile d (4x4) and
+// filter g (3x3):
+//     Y = A^T [ (G g G^T) .* (B^T d B) ] A
+//   B^T = [1  0 -1  0]    G = [ 1    0    0 ]    A^T = [1  1  1  0]
+//         [0  1  1  0]        [1/2  1/2  1/2]          [0  1 -1 -1]
+//         [0 -1  1  0]        [1/2 -1/2  1/2]
+//         [0  1  0 -1]        [ 0    0    1 ]
+// (a cross-correlation, as the kit's and PyTorch's conv). Summing over input channels happens between the
+// transforms: for each of the 16 positions e of the 4x4 transformed tile,
+//     M[e] (K, T) = U[e] (K, C) @ V[e] (C, T),   U = G g G^T per (k, c),  V = B^T d B per (c, tile)
+// one GEMM per e over every tile T of a group of images, then Y = A^T M A per (k, tile).
+//
+// The input gradient is the same computation: dx = a 3x3, pad 1 convolution of dy with the filter rotated
+// by 180 degrees and its K and C swapped (w'[c][k][i][j] = w[k][c][2-i][2-j]), so winograd_backward_data
+// runs the same routine with U built from w'. The weight gradient is the adjoint of the forward (at the end
+// of this file): dw = G^T [sum over tiles (A dY A^T) .* V] G, again 16 GEMMs, whose sums run over the tiles.
+//
+// Accuracy (float32, u = 2^-24). Direct conv sums 9C products: |error| <= gamma_9C * sum|w||x|. Here each
+// output goes through at most 4 roundings in G g G^T (2 additions per row, twice; the 1/2 is exact),
+// 2 in B^T d B, 1 in the product, C - 1 in the GEMM's sum over channels, 4 in A^T M A and 1 for the bias
+// or the accumulation into dx: C + 11 in all, and the same argument as for a dot product (Higham 3.5) gives
+//     |error| <= gamma_(C+11) * S,  S = the same algorithm run on |A^T|, |G|, |B^T|, |w|, |x|.
+// S is where the coefficients amplify. With every |x| and |w| equal, S per channel pair is 64 of them
+// against the direct conv's 9 terms: 64/9 = 7.1x (the 1-D F(2,3) has 8 vs 3, and 2-D squares it). S also
+// holds products that cancel exactly and are absent from the direct sum (x[2] g[0] for y[0] in 1-D), so
+// element by element S / sum|w||x| reaches 10-20 for random data (tests/test_ops.c prints it). Against
+// direct conv's gamma_9C the bound is then ~7-15x larger per term over C + 11 roundings instead of 9C:
+// 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. The weight gradient's sum runs over
+// the N * tiles tiles instead of N*H*W positions (4x fewer roundings), with the same growth of S, through
+// n*tiles + 9 roundings (counted in tests/test_ops.c). tests/test_ops.c checks all three bounds.
+//
+// Threading and determinism as in ops_cpu.c: OpenMP splits groups of images statically, OpenBLAS stays
+// single-threaded inside, each thread owns its slice of `work`; the same thread count gives the same bits.
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit/check.h"
+#include "kit/winograd.h"
+
+// Below this many channels on either side the GEMMs are too shallow to pay for the transforms
+// (the first layer of a net has 1 or 3 input channels).
+#define WINO_MIN_CHANNELS 16
+// Tiles per GEMM: enough columns for OpenBLAS's full speed (late layers have 4 tiles per image, so a
+// thread groups images until it has this many)...
+#define WINO_TARGET_TILES 256
+// ...but one thread's V and M together stay under this many floats (8 MiB).
+#define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
+
+// Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs), 12 of tw (outputs), 6 of 2*tw + 2 (dy).
+#define WINO_SCRATCH(tw) (16 * ((size_t)(tw) + 1))
+
+bool winograd_eligible(const Conv2dDims *s) {
+    return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
+}
+
+// The weight gradient's GEMMs write (K, C) matrices and sum over the tiles: below 64 channels on a side they
+// are too small for OpenBLAS to run well, and the im2col weight gradient was faster in our measurements
+// (fmnist's 32 -> 64 layer at 14x14: 0.3-0.9x; ResNet-9's layers, 64 to 512 channels: 1.5-1.6x).
+#define WINO_DW_MIN_CHANNELS 64
+
+bool winograd_weights_eligible(const Conv2dDims *s) {
+    return winograd_eligible(s) && s->c >= WINO_DW_MIN_CHANNELS && s->k >= WINO_DW_MIN_CHANNELS;
+}
+
+bool winograd_enabled(void) {
+    // getenv on every call (cheap next to a convolution) so a test or benchmark can switch it mid-run.
+    const char *v = getenv("KIT_WINOGRAD");
+    return !(v && strcmp(v, "0") == 0);
+}
+
+// One run: an n-image, cin -> cout, 3x3 pad 1 convolution of h x w images, and how it is cut up.
+typedef struct {
+    int n, cin, cout, h, w;
+    int th, tw;           // 2x2 output tiles per column, per row (odd sizes: the last tile overhangs)
+    size_t tiles;         // per image: th * tw
+    int group;            // images per GEMM
+    int chunks;           // ceil(n / group)
+    int threads;          // OpenMP threads = per-thread slices of work
+    size_t thread_floats; // per thread: V (16, cin, group*tiles), M (16, cout, group*tiles), row scratch
+} WinoPlan;
+
+static WinoPlan wino_plan_for(int n, int cin, int cout, int h, int w, int threads) {
+    WinoPlan pl = {.n = n, .cin = cin, .cout = cout, .h = h, .w = w};
+    pl.th = (h + 1) / 2;
+    pl.tw = (w + 1) / 2;
+    pl.tiles = (size_t)pl.th * (size_t)pl.tw;
+    if (threads > n) threads = n;
+    if (threads < 1) threads = 1;
+    size_t g = (WINO_TARGET_TILES + pl.tiles - 1) / pl.tiles;
+    if (g > (size_t)((n + threads - 1) / threads)) g = (size_t)((n + threads - 1) / threads);
+    const size_t per_image = 16 * (size_t)(cin + cout) * pl.tiles;
+    while (g > 1 && g * per_image > WINO_MAX_THREAD_FLOATS) g--;
+    pl.group = (int)g;
+    pl.chunks = (n + pl.group - 1) / pl.group;
+    pl.threads = threads < pl.chunks ? threads : pl.chunks;
+    pl.thread_floats = g * per_image + WINO_SCRATCH(pl.tw);
+    return pl;
+}
+
+static int wino_call_threads(void) {
+    int t = omp_get_max_threads(), procs = omp_get_num_procs();
+    return t < procs ? t : procs;
+}
+
+// Layout of work: U (16, cout, cin), shared, then one slice per thread. Forward and input gradient swap
+// cin and cout, which leaves every size the same; the weight gradient puts dU where U is and one chunk's
+// V and dX (all threads' slices together) after it, then the threads' row scratch; the maximum over thread budgets, as conv2d_work_floats_cpu.
+// A budget of t threads uses at most t slices, and a smaller batch never a larger group: so t slices of
+// this batch's size fit every smaller batch too.
+size_t winograd_work_floats(const Conv2dDims *s) {
+    size_t most = 0;
+    for (int t = 1; t <= omp_get_num_procs(); t++) {
+        WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, t);
+        size_t need = 16 * (size_t)s->k * s->c + (size_t)t * pl.thread_floats;
+        if (need > most) most = need;
+    }
+    return most;
+}
+
+// u (16 floats, stride `ld` apart) = G g G^T for one 3x3 filter g whose element (i, j) is g[i*si + j*sj]
+// (si, sj negative walk it backwards: the 180-degree rotation of the input gradient).
+static void wino_filter_tile(const float *g, ptrdiff_t si, ptrdiff_t sj, float *u, size_t ld) {
+    float t[4][3];  // G g: rows of G applied to each column of g
+    for (int j = 0; j < 3; j++) {
+        const float g0 = g[j * sj], g1 = g[si + j * sj], g2 = g[2 * si + j * sj];
+        t[0][j] = g0;
+        t[1][j] = 0.5f * (g0 + g1 + g2);
+        t[2][j] = 0.5f * (g0 - g1 + g2);
+        t[3][j] = g2;
+    }
+    for (int i = 0; i < 4; i++) {  // (G g) G^T: the same on each row
+        u[(size_t)(4 * i + 0) * ld] = t[i][0];
+        u[(size_t)(4 * i + 1) * ld] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+        u[(size_t)(4 * i + 2) * ld] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+        u[(size_t)(4 * i + 3) * ld] = t[i][2];
+    }
+}
+
+// U (16, cout, cin) from w (K, C, 3, 3): forward (cout = K, cin = C) or flipped (cout = C, cin = K).
+static void wino_filters(const WinoPlan *pl, const float *w, bool flipped, float *u) {
+    const size_t ld = (size_t)pl->cout * pl->cin;
+#pragma omp for schedule(static)
+    for (int o = 0; o < pl->cout; o++) {
+        for (int i = 0; i < pl->cin; i++) {
+            float *dst = u + (size_t)o * pl->cin + i;
+            if (!flipped) {
+                wino_filter_tile(w + ((size_t)o * pl->cin + i) * 9, 3, 1, dst, ld);
+            } else {  // w'[o = c][i = k] = w[k][c] rotated: start at its last element, walk backwards
+                wino_filter_tile(w + ((size_t)i * pl->cout + o) * 9 + 8, -3, -1, dst, ld);
+            }
+        }
+    }
+}
+
+// V (16, cin, cols) for images x (g, cin, h, w): tile t = (image, ti, tj) reads rows 2ti-1..2ti+2 and
+// columns 2tj-1..2tj+2 (0 outside the image: the padding) and stores B^T d B in column t.
+// A whole row of tiles at a time, so that every loop runs along a row (the compiler vectorises them):
+// the 4 input rows are copied with their padding, B^T is applied down the rows, then B along them.
+// `scratch` holds 8 rows of 2*tw + 2 floats (WINO_SCRATCH).
+static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;  // padded row: columns -1 .. 2*tw
+    const size_t ld = (size_t)pl->cin * cols;
+    float *d[4], *r[4];
+    for (int i = 0; i < 4; i++) d[i] = scratch + (size_t)i * RW, r[i] = scratch + (size_t)(4 + i) * RW;
+    for (int n = 0; n < g; n++) {
+        for (int c = 0; c < pl->cin; c++) {
+            const float *xc = x + ((size_t)n * pl->cin + c) * H * W;
+            float *vc = v + (size_t)c * cols + (size_t)n * pl->tiles;
+            for (int ti = 0; ti < pl->th; ti++) {
+                for (int i = 0; i < 4; i++) {  // input row 2ti - 1 + i, padded with zeros both sides
+                    const int row = 2 * ti - 1 + i;
+                    memset(d[i], 0, (size_t)RW * sizeof(float));
+                    if (row >= 0 && row < H) memcpy(d[i] + 1, xc + (size_t)row * W, (size_t)W * sizeof(float));
+                }
+#pragma omp simd
+                for (int j = 0; j < RW; j++) {  // B^T d, down each column
+                    r[0][j] = d[0][j] - d[2][j];
+                    r[1][j] = d[1][j] + d[2][j];
+                    r[2][j] = d[2][j] - d[1][j];
+                    r[3][j] = d[1][j] - d[3][j];
+                }
+                float *dst = vc + (size_t)ti * TW;
+                for (int i = 0; i < 4; i++) {  // (B^T d) B, along each row: tile tj starts at column 2tj
+                    const float *restrict ri = r[i];
+                    float *restrict v0 = dst + (size_t)(4 * i) * ld, *restrict v1 = v0 + ld;
+                    float *restrict v2 = v1 + ld, *restrict v3 = v2 + ld;
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1], a2 = ri[2 * tj + 2], a3 = ri[2 * tj + 3];
+                        v0[tj] = a0 - a2;
+                        v1[tj] = a1 + a2;
+                        v2[tj] = a2 - a1;
+                        v3[tj] = a1 - a3;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
+// onto y (accumulate). An overhanging tile's outputs outside the image are dropped. Again a row of tiles
+// at a time: A^T down the 4x4 tiles into 8 rows of tw (t), then A along them into 2 output rows (o).
+static void wino_outputs(const WinoPlan *pl, const float *m, int g, size_t cols, const float *b, bool accumulate,
+                         float *y, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw;
+    const size_t ld = (size_t)pl->cout * cols;
+    float *t = scratch, *o[2] = {scratch + 8 * (size_t)TW, scratch + 10 * (size_t)TW};  // o: 2*tw wide
+    for (int n = 0; n < g; n++) {
+        for (int k = 0; k < pl->cout; k++) {
+            float *yk = y + ((size_t)n * pl->cout + k) * H * W;
+            const float bk = b ? b[k] : 0.0f;
+            for (int ti = 0; ti < pl->th; ti++) {
+                const float *src = m + (size_t)k * cols + (size_t)n * pl->tiles + (size_t)ti * TW;
+                for (int j = 0; j < 4; j++) {  // t row j: (A^T m)[0][j]; row 4 + j: (A^T m)[1][j]
+                    const float *restrict m0 = src + (size_t)j * ld, *restrict m1 = src + (size_t)(4 + j) * ld;
+                    const float *restrict m2 = src + (size_t)(8 + j) * ld, *restrict m3 = src + (size_t)(12 + j) * ld;
+                    float *restrict t0 = t + (size_t)j * TW, *restrict t1 = t + (size_t)(4 + j) * TW;
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        t0[tj] = m0[tj] + m1[tj] + m2[tj];
+                        t1[tj] = m1[tj] - m2[tj] - m3[tj];
+                    }
+                }
+                for (int i = 0; i < 2; i++) {
+                    const float *restrict a0 = t + (size_t)(4 * i) * TW, *restrict a1 = a0 + TW;
+                    const float *restrict a2 = a1 + TW, *restrict a3 = a2 + TW;
+                    float *restrict oi = o[i];
+#pragma omp simd
+                    for (int tj = 0; tj < TW; tj++) {
+                        oi[2 * tj] = a0[tj] + a1[tj] + a2[tj];
+                        oi[2 * tj + 1] = a1[tj] - a2[tj] - a3[tj];
+                    }
+                }
+                for (int i = 0; i < 2 && 2 * ti + i < H; i++) {
+                    float *restrict dst = yk + (size_t)(2 * ti + i) * W;
+                    const float *restrict oi = o[i];
+                    if (accumulate) {
+#pragma omp simd
+                        for (int j = 0; j < W; j++) dst[j] += oi[j];
+                    } else {
+#pragma omp simd
+                        for (int j = 0; j < W; j++) dst[j] = oi[j] + bk;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The convolution x (n, cin, h, w) -> y (n, cout, h, w) with filters w arranged as `flipped` says.
+static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool flipped, const float *b,
+                     bool accumulate, float *y, float *work) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see ops_cpu.c's threading policy
+    float *u = work;
+    const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
+#pragma omp parallel num_threads(pl->threads)
+    {
+        wino_filters(pl, w, flipped, u);  // ends with omp for's barrier: U complete before any GEMM
+        const int t = omp_get_thread_num();
+        float *v = u + 16 * (size_t)pl->cout * pl->cin + (size_t)t * pl->thread_floats;
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < pl->chunks; ch++) {
+            const int n0 = ch * pl->group;
+            const int g = pl->n - n0 < pl->group ? pl->n - n0 : pl->group;
+            const size_t cols = (size_t)g * pl->tiles;
+            float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
+            float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
+            wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
+            for (int e = 0; e < 16; e++) {
+                // M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels.
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
+                            u + (size_t)e * pl->cout * pl->cin, pl->cin, v + (size_t)e * pl->cin * cols, (int)cols,
+                            0.0f, m + (size_t)e * pl->cout * cols, (int)cols);
+            }
+            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
+        }
+    }
+}
+
+static void wino_check(const Conv2dDims *s) {
+    CHECK(s->n > 0 && s->h > 0 && s->w > 0 && s->r == 3 && s->stride == 1 && s->pad == 1 && s->c > 0 && s->k > 0,
+          "winograd: only 3x3, stride 1, pad 1 convolutions of non-empty tensors (winograd_eligible says which)");
+}
+
+void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
+    wino_run(&pl, x, w, false, b, false, y, work);
+}
+
+void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy, float *dx, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->k, s->c, s->h, s->w, wino_call_threads());
+    wino_run(&pl, dy, w, true, NULL, true, dx, work);
+}
+
+// ---------------------------------------------------------------- the weight gradient
+// Forward, per tile: Y = A^T X A with X = U .* V. Its adjoint: dX = A dY A^T (dY: the tile's 2x2 output
+// gradient, 0 where the tile overhangs), dU[e] = sum over tiles of dX[e] V[e], one GEMM per e over the tiles
+// (K, T) @ (T, C), and dw += G^T dU G per (k, c). Here the 16 GEMMs, not the images, are split between the
+// threads (each thread owns whole dU[e] matrices, so no partial sums to add up); the images come in chunks
+// that use the same memory as the forward's per-thread slices. The transforms split by image.
+
+// Yhat (16, K, cols) for the output gradient of one image dy (K, h, w), written from column 0: A z A^T per
+// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. A row of tiles at a time: the 2 rows of dy (zero past the image),
+// A down them into 4 rows, then A^T along each. `scratch` holds 6 rows of 2*tw + 2 floats.
+static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols, float *scratch) {
+    const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;
+    const size_t ld = (size_t)pl->cout * cols;
+    float *restrict z0 = scratch, *restrict z1 = scratch + RW, *r[4];
+    for (int i = 0; i < 4; i++) r[i] = scratch + (size_t)(2 + i) * RW;
+    for (int k = 0; k < pl->cout; k++) {
+        const float *dk = dy + (size_t)k * H * W;
+        for (int ti = 0; ti < pl->th; ti++) {
+            memset(scratch, 0, 2 * (size_t)RW * sizeof(float));
+            memcpy(z0, dk + (size_t)(2 * ti) * W, (size_t)W * sizeof(float));
+            if (2 * ti + 1 < H) memcpy(z1, dk + (size_t)(2 * ti + 1) * W, (size_t)W * sizeof(float));
+            float *restrict r0 = r[0], *restrict r1 = r[1], *restrict r2 = r[2], *restrict r3 = r[3];
+#pragma omp simd
+            for (int j = 0; j < RW; j++) {  // A z, down each column
+                r0[j] = z0[j];
+                r1[j] = z0[j] + z1[j];
+                r2[j] = z0[j] - z1[j];
+                r3[j] = -z1[j];
+            }
+            float *dst = yhat + (size_t)k * cols + (size_t)ti * TW;
+            for (int i = 0; i < 4; i++) {  // (A z) A^T, along each row: tile tj covers columns 2tj, 2tj + 1
+                const float *restrict ri = r[i];
+                float *restrict o0 = dst + (size_t)(4 * i) * ld, *restrict o1 = o0 + ld;
+                float *restrict o2 = o1 + ld, *restrict o3 = o2 + ld;
+#pragma omp simd
+                for (int tj = 0; tj < TW; tj++) {
+                    const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1];
+                    o0[tj] = a0;
+                    o1[tj] = a0 + a1;
+                    o2[tj] = a0 - a1;
+                    o3[tj] = -a1;
+                }
+            }
+        }
+    }
+}
+
+// dw (K, C, 3, 3) += G^T d G for d = dU[.][k][c] (16 floats, `ld` apart).
+static void wino_filter_grad(const float *d, size_t ld, float *dw) {
+    float q[3][4];  // G^T d: rows of G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1] down each column
+    for (int j = 0; j < 4; j++) {
+        const float d0 = d[(size_t)j * ld], d1 = d[(size_t)(4 + j) * ld];
+        const float d2 = d[(size_t)(8 + j) * ld], d3 = d[(size_t)(12 + j) * ld];
+        q[0][j] = d0 + 0.5f * (d1 + d2);
+        q[1][j] = 0.5f * (d1 - d2);
+        q[2][j] = 0.5f * (d1 + d2) + d3;
+    }
+    for (int i = 0; i < 3; i++) {  // (G^T d) G, along each row
+        dw[3 * i + 0] += q[i][0] + 0.5f * (q[i][1] + q[i][2]);
+        dw[3 * i + 1] += 0.5f * (q[i][1] - q[i][2]);
+        dw[3 * i + 2] += 0.5f * (q[i][1] + q[i][2]) + q[i][3];
+    }
+}
+
+void winograd_backward_weights(const Conv2dDims *s, const float *x, const float *dy, float *dw, float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    const int C = s->c, K = s->k;
+    const int chunk = pl.threads * pl.group;  // images per round: all threads' slices make one V and one Yhat
+    const size_t x_img = (size_t)C * s->h * s->w, y_img = (size_t)K * s->h * s->w;
+    float *du = work;                                   // dU (16, K, C)
+    float *v = work + 16 * (size_t)K * C;               // V (16, C, cols), then Yhat (16, K, cols)
+    float *scratch = v + (size_t)chunk * 16 * (size_t)(C + K) * pl.tiles;  // per thread, after both
+#pragma omp parallel num_threads(pl.threads)
+    {
+        float *mine = scratch + (size_t)omp_get_thread_num() * WINO_SCRATCH(pl.tw);
+        for (int n0 = 0; n0 < s->n; n0 += chunk) {
+            const int g = s->n - n0 < chunk ? s->n - n0 : chunk;
+            const size_t cols = (size_t)g * pl.tiles;
+            float *yhat = v + 16 * (size_t)C * cols;
+#pragma omp for schedule(static)
+            for (int n = 0; n < g; n++) {
+                wino_inputs(&pl, x + (n0 + n) * x_img, 1, v + n * pl.tiles, cols, mine);
+                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols, mine);
+            }
+#pragma omp for schedule(static)
+            for (int e = 0; e < 16; e++) {
+                // dU[e] (K, C) (+)= Yhat[e] (K, cols) @ V[e]^T (cols, C): the sum over tiles.
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, C, (int)cols, 1.0f,
+                            yhat + (size_t)e * K * cols, (int)cols, v + (size_t)e * C * cols, (int)cols,
+                            n0 == 0 ? 0.0f : 1.0f, du + (size_t)e * K * C, C);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int kc = 0; kc < K * C; kc++) wino_filter_grad(du + kc, (size_t)K * C, dw + (size_t)kc * 9);
+    }
+}
