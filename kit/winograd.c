@@ -255,10 +255,45 @@ static void wino_outputs(const WinoPlan *pl, const float *m, int g, size_t cols,
     }
 }
 
+// M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels, for one e of 16.
+static void wino_gemm(const WinoPlan *pl, const float *u, const float *v, float *m, size_t cols, int e) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
+                u + (size_t)e * pl->cout * pl->cin, pl->cin, v + (size_t)e * pl->cin * cols, (int)cols, 0.0f,
+                m + (size_t)e * pl->cout * cols, (int)cols);
+}
+
+// Fewer images than threads (batch-1 inference): the images cannot keep the threads busy, so every image goes
+// through thread 0's slice with its 16 GEMMs shared out between the threads. Each GEMM is the same call as in
+// wino_run, so the numbers do not depend on the batch size (tests/test_ops.c).
+static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, const float *w, bool flipped,
+                            const float *b, bool accumulate, float *y, float *work) {
+    float *u = work, *v = u + 16 * (size_t)pl->cout * pl->cin;
+    const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
+    const size_t cols = pl->tiles;  // one image at a time
+    float *m = v + 16 * (size_t)pl->cin * cols, *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
+#pragma omp parallel num_threads(threads)
+    {
+        wino_filters(pl, w, flipped, u);  // ends with omp for's barrier
+        for (int n = 0; n < pl->n; n++) {
+#pragma omp single
+            wino_inputs(pl, x + n * x_img, 1, v, cols, scratch);  // (single ends with a barrier)
+#pragma omp for schedule(static)
+            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
+#pragma omp single
+            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch);
+        }
+    }
+}
+
 // The convolution x (n, cin, h, w) -> y (n, cout, h, w) with filters w arranged as `flipped` says.
 static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool flipped, const float *b,
                      bool accumulate, float *y, float *work) {
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see ops_cpu.c's threading policy
+    const int call_threads = wino_call_threads();
+    if (pl->n < call_threads && pl->group == 1) {
+        wino_run_shared(pl, call_threads, x, w, flipped, b, accumulate, y, work);
+        return;
+    }
     float *u = work;
     const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
 #pragma omp parallel num_threads(pl->threads)
@@ -274,12 +309,7 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool fl
             float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
             float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
-            for (int e = 0; e < 16; e++) {
-                // M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels.
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
-                            u + (size_t)e * pl->cout * pl->cin, pl->cin, v + (size_t)e * pl->cin * cols, (int)cols,
-                            0.0f, m + (size_t)e * pl->cout * cols, (int)cols);
-            }
+            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
             wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
         }
     }

@@ -504,15 +504,16 @@ static void test_conv_overwrites_and_no_bias(void **state) {
     free(x), free(w), free(y), free(work), free(yr), free(xd), free(wd);
 }
 
-// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns. Right
-// against float64, and the same bits as one thread computing the whole image: every output element is the same
-// dot product over C*R*R, in the same order, whichever GEMM call (column block) it belongs to.
+// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns (im2col)
+// or share out its 16 GEMMs (Winograd). Right against float64, and the same bits as one thread computing the
+// whole image: every output element is the same dot product, in the same order, whichever thread computes it.
 static void test_conv_forward_column_split_same_bits(void **state) {
     (void)state;
     const Conv2dDims shapes[] = {
         {.n = 1, .c = 3, .h = 9, .w = 11, .k = 5, .r = 3, .stride = 1, .pad = 1},  // 99 columns: uneven blocks
         {.n = 1, .c = 6, .h = 8, .w = 8, .k = 4, .r = 1, .stride = 1, .pad = 0},   // 1x1: the image is its im2col
         {.n = 1, .c = 2, .h = 16, .w = 15, .k = 3, .r = 3, .stride = 2, .pad = 1},
+        {.n = 1, .c = 16, .h = 9, .w = 8, .k = 24, .r = 3, .stride = 1, .pad = 1},  // Winograd: the 16 GEMMs shared
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const Conv2dDims s = shapes[i];
