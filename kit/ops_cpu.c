@@ -224,7 +224,7 @@ static void conv2d_forward_by_columns(const Conv2dDims *s, const ConvPlan *pl, i
 
 void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y,
                         float *work) {
-    if (winograd_eligible(s) && winograd_enabled()) {
+    if (winograd_forward_eligible(s) && winograd_enabled()) {
         winograd_forward(s, x, w, b, y, work);
         return;
     }

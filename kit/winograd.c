@@ -65,6 +65,18 @@ bool winograd_eligible(const Conv2dDims *s) {
 // (fmnist's 32 -> 64 layer at 14x14: 0.3-0.9x; ResNet-9's layers, 64 to 512 channels: 1.5-1.6x).
 #define WINO_DW_MIN_CHANNELS 64
 
+// The forward also needs maps of 8 x 8 or more. Each call transforms every filter anew (16 floats per
+// (input, output) channel pair: 16 MB for a 512 -> 512 layer), a cost spread over the images' tiles. At 4 x 4
+// (4 tiles an image) one image cannot pay for it: ResNet-9's batch-1 inference took 19.5 ms with its 4 x 4
+// layers on Winograd, 10.7 ms without (bench/README.md). A rule on the shape alone, never on the batch size, so
+// that an image's numbers do not depend on the batch it came in (lesson 06 reproduces counts exactly). Backward
+// (training only, batches of many images) keeps every eligible layer.
+#define WINO_FWD_MIN_PIXELS 64
+
+bool winograd_forward_eligible(const Conv2dDims *s) {
+    return winograd_eligible(s) && s->h * s->w >= WINO_FWD_MIN_PIXELS;
+}
+
 bool winograd_weights_eligible(const Conv2dDims *s) {
     return winograd_eligible(s) && s->c >= WINO_DW_MIN_CHANNELS && s->k >= WINO_DW_MIN_CHANNELS;
 }

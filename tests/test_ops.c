@@ -389,10 +389,10 @@ static void wino_case(Conv2dDims s, uint64_t seed) {
                      (double)s.n * s.h * s.w + 1);
     free(dw_wino), free(dw_plain), free(s_dw), free(s_dw_direct);
 
-    // The switch: conv2d_forward takes Winograd for an eligible layer unless KIT_WINOGRAD=0.
+    // The switch: conv2d_forward takes Winograd for a forward-eligible layer unless KIT_WINOGRAD=0.
     float *y_auto = fzeros(ny);
     conv2d_forward(CPU, &s, x, w, b, y_auto, work);
-    if (winograd_eligible(&s)) {
+    if (winograd_forward_eligible(&s)) {
         assert_memory_equal(y_auto, y_wino, ny * sizeof(float));
         assert_memory_not_equal(y_auto, y_plain, ny * sizeof(float));
     } else {
@@ -424,6 +424,7 @@ static void test_conv_winograd_bound(void **state) {
     wino_case((Conv2dDims){.n = 37, .c = 16, .h = 4, .w = 4, .k = 24, .r = 3, .stride = 1, .pad = 1}, 62);
     wino_case((Conv2dDims){.n = 2, .c = 3, .h = 5, .w = 5, .k = 4, .r = 3, .stride = 1, .pad = 1}, 63);
     wino_case((Conv2dDims){.n = 2, .c = 64, .h = 8, .w = 8, .k = 64, .r = 3, .stride = 1, .pad = 1}, 64);
+    wino_case((Conv2dDims){.n = 3, .c = 16, .h = 9, .w = 11, .k = 20, .r = 3, .stride = 1, .pad = 1}, 65);  // odd, forward too
 }
 
 // Through the public op on a layer the switch sends to Winograd: forward against the float64 reference,
