@@ -15,6 +15,7 @@
 # tolerances, 0.01 on the epoch's mean loss and 1 point of test accuracy, sit ~100x above that, and far below
 # what a real mistake does (a missing gradient reduce or a stale replica moves the loss by 0.1 or more).
 set -u
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (run-dist-tests.sh)
 cpu=${1:?usage: $0 CPU_BUILD EMU_BUILD}
 emu=${2:?usage: $0 CPU_BUILD EMU_BUILD}
 cd "$(dirname "$0")/.."
