@@ -105,7 +105,8 @@ else
 fi
 
 # ---- 2. preemption: SIGTERM -> checkpoint -> requeue -> resume, equal to the uninterrupted job
-train=(--device cpu --dataset synthetic --model tiny-bn --epochs 3 --batch-size 64 --timeout 20)
+# 6 epochs (about 1 s each on a quiet 2-core machine): the signal below must land before the job ends.
+train=(--device cpu --dataset synthetic --model tiny-bn --epochs 6 --batch-size 64 --timeout 20)
 id=$(KIT_PROGRAM="$program" KIT_CKPT_DIR="$work/ref" \
      submit "$work/ref.out" -N 2 --ntasks-per-node=2 scripts/slurm/train-multinode.sbatch "${train[@]}")
 state=$(wait_job "$id" 120)
@@ -116,8 +117,11 @@ else
   ok "uninterrupted job: 2 nodes x 2 ranks through $(sed -n 's/.*launch \([a-z0-9]*\)$/srun --mpi=\1/p' "$work/ref.out")"
   id=$(KIT_PROGRAM="$program" KIT_CKPT_DIR="$work/pre" \
        submit "$work/pre.out" -N 2 --ntasks-per-node=2 scripts/slurm/train-multinode.sbatch "${train[@]}")
-  for _ in $(seq 600); do  # the first epoch is done: the ranks are deep in training
-    grep -q '^epoch 1:' "$work/pre.out" 2>/dev/null && break
+  # Wait for the first epoch's checkpoint: the ranks are then deep in training. (Not for "epoch 1:" in the
+  # output: the program's stdout goes to a file through slurmstepd and may show up only at the end, which on a
+  # quiet machine let the job finish before the signal.)
+  for _ in $(seq 600); do
+    compgen -G "$work/pre/ckpt-*.ckpt" >/dev/null && break
     [ "$(job_state "$id")" = RUNNING ] || [ "$(job_state "$id")" = PENDING ] || break
     sleep 0.1
   done
