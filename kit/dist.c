@@ -593,34 +593,8 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
     return pg;
 }
 
-void pg_finalize(ProcessGroup *pg) {
-    if (!pg) return;
-    // A rank that is missing now is reported here, with the deadline, not as a hang in MPI_Finalize.
-    pg_barrier(pg);
-    if (pg->sock) {
-        for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
-            CHECK(!pg->slots[i].busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
-            host_free_pinned(pg->slots[i].host);
-#ifdef KIT_NCCL
-            if (pg->slots[i].has_event) CUDA_CHECK(cudaEventDestroy(pg->slots[i].done));
-#endif
-        }
-#ifdef KIT_NCCL
-        if (pg->nccl) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-            nccl_settle(pg, ncclCommFinalize(pg->nccl), "NCCL shutdown", 0);
-#endif
-            NCCL_CHECK(ncclCommDestroy(pg->nccl));
-            CUDA_CHECK(cudaEventDestroy(pg->inputs_ready));
-            CUDA_CHECK(cudaEventDestroy(pg->blocking_done));
-            CUDA_CHECK(cudaStreamDestroy(pg->stream));
-        }
-#endif
-        host_free_pinned(pg->stage);
-        sockgroup_free(pg->sock);
-        free(pg);
-        return;
-    }
+// What every backend holds: the in-flight slots, the staging buffer and, on GPUs, the NCCL communicator.
+static void pg_free_buffers(ProcessGroup *pg) {
     for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
         Slot *s = &pg->slots[i];
         CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
@@ -642,6 +616,18 @@ void pg_finalize(ProcessGroup *pg) {
         CUDA_CHECK(cudaStreamDestroy(pg->stream));
     }
 #endif
+}
+
+void pg_finalize(ProcessGroup *pg) {
+    if (!pg) return;
+    // A rank that is missing now is reported here, with the deadline, not as a hang in MPI_Finalize.
+    pg_barrier(pg);
+    pg_free_buffers(pg);
+    if (pg->sock) {  // started from a store: no MPI state to free, no MPI to finalize
+        sockgroup_free(pg->sock);
+        free(pg);
+        return;
+    }
     // Notes of slow steps that nobody read: read them, and complete this rank's own (every rank is here, after
     // the barrier above, so the notes sent to it before are on their way or arrived).
     note_drain(pg);
