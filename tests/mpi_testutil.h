@@ -6,10 +6,12 @@
 #ifndef TESTS_MPI_TESTUTIL_H
 #define TESTS_MPI_TESTUTIL_H
 
+#include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "kit/check.h"
 #include "kit/dist.h"
 
 // Under SANITIZE=1, AddressSanitizer stays on but its leak check does not: Open MPI keeps memory until exit in
@@ -51,6 +53,18 @@ static ProcessGroup *test_pg_named(const char *name, double timeout_s) {
         g_pg = pg_init(&argc, &argv, "mpi", DEVICE_CPU, timeout_s);
     }
     return g_pg;
+}
+
+// The largest of every rank's x, known to every rank (NaN counts as infinite).
+static inline double max_over_ranks(ProcessGroup *pg, double x) {
+    int world = pg_world(pg);
+    double *v = xcalloc((size_t)world, sizeof *v);
+    v[pg_rank(pg)] = isnan(x) ? INFINITY : x;
+    pg_allreduce_sum_double_host(pg, v, world);
+    double most = v[0];
+    for (int r = 1; r < world; r++) most = v[r] > most ? v[r] : most;
+    free(v);
+    return most;
 }
 
 #endif  // TESTS_MPI_TESTUTIL_H

@@ -32,18 +32,6 @@ enum { LOCAL_BATCH = 16 };           // images per rank per step in these tests
 
 static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson03", TEST_TIMEOUT_S); }
 
-// The largest of every rank's x, known to every rank (NaN counts as infinite).
-static double max_over_ranks(ProcessGroup *pg, double x) {
-    int world = pg_world(pg);
-    double *v = xcalloc((size_t)world, sizeof *v);
-    v[pg_rank(pg)] = isnan(x) ? INFINITY : x;
-    pg_allreduce_sum_double_host(pg, v, world);
-    double most = v[0];
-    for (int r = 1; r < world; r++) most = v[r] > most ? v[r] : most;
-    free(v);
-    return most;
-}
-
 // The options of `train --dataset synthetic --model MODEL --batch-size GLOBAL`.
 static TrainOptions test_options(const char *model, int global_batch) {
     static char name[] = "train";

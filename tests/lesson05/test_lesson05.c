@@ -33,18 +33,6 @@
 
 static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson05", TEST_TIMEOUT_S); }
 
-// The largest of every rank's x, known to every rank (NaN counts as infinite).
-static double max_over_ranks(ProcessGroup *pg, double x) {
-    int world = pg_world(pg);
-    double *v = xcalloc((size_t)world, sizeof *v);
-    v[pg_rank(pg)] = isnan(x) ? INFINITY : x;
-    pg_allreduce_sum_double_host(pg, v, world);
-    double most = v[0];
-    for (int r = 1; r < world; r++) most = v[r] > most ? v[r] : most;
-    free(v);
-    return most;
-}
-
 static bool all_ranks(ProcessGroup *pg, bool ok) { return max_over_ranks(pg, ok ? 0.0 : 1.0) == 0.0; }
 
 // ---------------------------------------------------------------- one BN layer: global data, each rank's part
