@@ -8,7 +8,8 @@
 # the time). The kit: the lesson 06 solution with --latency; PyTorch: bench/torch_infer.py, loading the same file
 # through tools/ckpt_read.py. ROUNDS (default 3) alternating runs (kit, PyTorch, kit, ...) so that other work on the
 # machine lands on both; the table has the median of the rounds. The same thread count on both sides (THREADS,
-# default: the cores). The load average before and after is recorded; above 1.5 the report says LOADED in bold.
+# default: the cores). The share of the machine that other work took while each side ran is recorded
+# (bench/cpu_share.py); above 10 % the report says LOADED in bold.
 set -euo pipefail
 infer=${1:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
 train04=${2:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
@@ -23,8 +24,8 @@ rounds=${ROUNDS:-3}
 export OMP_NUM_THREADS=$threads
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-load() { cut -d' ' -f1 /proc/loadavg; }
-load_before=$(load)
+# measured LABEL CMD...: runs CMD and records how much of the machine other work took meanwhile.
+measured() { local label=$1; shift; python3 bench/cpu_share.py --log "$work/shares" --label "$label" -- "$@"; }
 
 # model dataset data-dir
 models=("resnet9 synthetic datasets/data")
@@ -40,8 +41,8 @@ for spec in "${models[@]}"; do
     >"$work/train.log" 2>&1 || { tail -n 5 "$work/train.log" >&2; exit 1; }
   declare -a kp50=() kp99=() kips=() tp50=() tp99=() tips=()
   for r in $(seq 1 "$rounds"); do
-    k=$("$infer" --dataset "$dataset" --data-dir "$dir" --model "$model" --checkpoint "$ck" --device cpu --latency | grep '^bench: ')
-    t=$(python3 bench/torch_infer.py "$ck" --threads "$threads" | grep '^bench: ')
+    k=$(measured "kit $model" "$infer" --dataset "$dataset" --data-dir "$dir" --model "$model" --checkpoint "$ck" --device cpu --latency | grep '^bench: ')
+    t=$(measured "PyTorch $model" python3 bench/torch_infer.py "$ck" --threads "$threads" | grep '^bench: ')
     kp50+=("$(field p50_ms "$k")"); kp99+=("$(field p99_ms "$k")"); kips+=("$(field images_per_s "$k")")
     tp50+=("$(field p50_ms "$t")"); tp99+=("$(field p99_ms "$t")"); tips+=("$(field images_per_s "$t")")
     echo "round $r $model: kit   $k" >&2
@@ -57,19 +58,15 @@ for spec in "${models[@]}"; do
     "$(python3 -c "print($(median "${kips[@]}") / $(median "${tips[@]}"))")")
   rows+=("$row")
 done
-load_after=$(load)
-loaded=$(python3 -c "print(max($load_before, $load_after) > 1.5)")
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')
 {
   echo "# Inference on the CPU: the kit (lesson 06) against PyTorch eager, the same weights"
   echo
   echo "Written by \`make bench-inference\` ($(date -u +%Y-%m-%d)). Machine: **${cpu:-unknown}**, $(nproc) cores; $threads threads"
   echo "on both sides (the kit: OpenMP + OpenBLAS; PyTorch $torch_version: \`torch.set_num_threads($threads)\`, eval mode,"
-  echo "\`torch.inference_mode()\`). Load average before / after: $load_before / $load_after."
-  if [ "$loaded" = True ]; then
-    echo
-    echo "**LOADED: the load average was above 1.5 during this run: other work shared the cores, the figures are noisy.**"
-  fi
+  echo "\`torch.inference_mode()\`)."
+  echo
+  python3 bench/cpu_share.py --report "$work/shares" --remeasure "make bench-inference"
   echo
   echo "Latency: one image at a time, from the input in host memory to the class on the host, $((200)) runs after 20"
   echo "warm-up; throughput: back-to-back batches of 256 for at least 2 s. Median of $rounds alternating rounds"

@@ -10,11 +10,15 @@ np=${NP:-2}
 
 # scripts/launch.sh adds --allow-run-as-root / --oversubscribe when needed (LAUNCH_ARGS: extra options).
 launch() { scripts/launch.sh "$@"; }
+# measured LABEL CMD...: runs CMD and records how much of the machine other work took meanwhile (bench/cpu_share.py).
+measured() { local label=$1; shift; python3 bench/cpu_share.py --log "$sharelog" --label "$label" -- "$@"; }
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+body=$(mktemp)
+sharelog=$(mktemp)
+trap 'rm -f "$tmp" "$body" "$sharelog"' EXIT
 {
   echo "# All-reduce bandwidth of the kit's process group"
   echo
@@ -23,39 +27,33 @@ trap 'rm -f "$tmp"' EXIT
   echo "- machine: ${cpu:-unknown CPU}, $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
   echo "- $(mpirun --version 2>/dev/null | head -n1)"
   echo "- GPUs: ${gpus}$( [ "$gpus" -gt 0 ] && nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ */ x/' | tr '\n' ' ')"
-  echo "- load average when it started: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
   echo "time: the slowest rank's mean per all-reduce; algbw = bytes / time; busbw = algbw * 2(n-1)/n"
   echo "(the nccl-tests definitions: busbw is what each rank's link carries, comparable to its hardware speed)."
+} >"$tmp"
+{
   echo
   echo "## MPI backend, $np ranks, host buffers"
   echo
   echo "The last two columns are plain Open MPI on the same buffers: blocking MPI_Allreduce, and MPI_Iallreduce"
   echo "+ MPI_Wait. busbw vs the last column is the cost of the kit's timeout-watching poll loop; the last two"
   echo "columns differ by Open MPI's algorithms (pg_init selects libnbc's ring for the non-blocking one on 2 ranks; see below)."
-  if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 1.5) }'; then
-    echo
-    echo "**The machine was busy (load average above 1.5) while this ran: ranks lost their cores"
-    echo "to other processes, so these numbers are noisy lower bounds. Rerun on a quiet machine.**"
-  fi
-  launch "$np" "$bin" --backend mpi --device cpu --raw | grep -v '^process group'
-} >"$tmp"
+  measured "$np ranks, sizes" scripts/launch.sh "$np" "$bin" --backend mpi --device cpu --raw | grep -v '^process group'
+} >"$body"
 # libnbc's algorithm for the kit's MPI_Iallreduce: the ring (pg_init selects it on 2 ranks) vs the binomial tree that is
 # libnbc's default for in-place buffers, Rabenseifner's reduce-scatter + all-gather and recursive doubling (the
-# environment variable wins over pg_init's choice). ALGO_NPS="2 4 8": rank counts compared; the load average is taken before and after, and a run on a machine
-# busier than 1.5 is marked, since two ranks on two cores then share them with something else.
+# environment variable wins over pg_init's choice). ALGO_NPS="2 4 8": rank counts compared.
 {
-  load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   rows=""
   for n in ${ALGO_NPS:-2 4 8}; do
     for alg in 2:binomial 1:ring 3:rabenseifner 4:recursive_doubling; do
-      rows+=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=${alg%%:*} launch "$n" "$bin" --backend mpi --device cpu \
+      rows+=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=${alg%%:*} measured "$n ranks ${alg#*:}" \
+                scripts/launch.sh "$n" "$bin" --backend mpi --device cpu \
                 --raw --min 64K --max 16M --seconds 0.3 |
               awk -F'|' -v n="$n" -v a="${alg#*:}" '$2 ~ /^ (64 KB|1 MB|4 MB|16 MB) $/ {
                 printf "| %d | %s | %s | %s | %s |\n", n, $2, a, $6, $7 }')$'\n'
     done
   done
-  load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   echo
   echo "## MPI backend: libnbc's algorithms for the kit's non-blocking all-reduce"
   echo
@@ -66,24 +64,20 @@ trap 'rm -f "$tmp"' EXIT
   echo "The kit uses the ring on 2 ranks only (pg_init in kit/dist.c: from 3 ranks on, the ring's order of additions"
   echo "depends on the buffer's length, so bucketed gradients would differ in their last bits from flat ones)."
   echo "More ranks than cores are oversubscribed: the rank counts above the core count show the curve's shape only."
-  echo "Load average before: $load_before; after: $load_after."
-  if awk -v a="${load_before%% *}" -v b="${load_after%% *}" 'BEGIN { exit !(a > 1.5 || b > 1.5) }'; then
-    echo
-    echo "**LOADED MACHINE: load average above 1.5 during this comparison. Other processes took the ranks' cores;"
-    echo "the numbers are noisy and only the larger differences mean anything. Rerun on a quiet machine.**"
-  fi
   echo
   echo "| ranks | size | libnbc algorithm | kit busbw | blocking MPI_Allreduce busbw |"
   echo "|------:|-----:|:-----------------|----------:|-----------------------------:|"
   printf '%s' "$rows"
-} >>"$tmp"
+} >>"$body"
 if [ "$gpus" -gt 0 ]; then
   {
     echo
     echo "## NCCL backend, $gpus ranks (one per GPU), device buffers"
     launch "$gpus" "$bin" --backend nccl --device cuda | grep -v '^process group'
-  } >>"$tmp" || echo "(NCCL run failed; see above)" >>"$tmp"
+  } >>"$body" || echo "(NCCL run failed; see above)" >>"$body"
 fi
+# The share of the machine other work took goes on top, with the LOADED mark when it was too much.
+{ echo; python3 bench/cpu_share.py --report "$sharelog" --remeasure "make bench-allreduce"; cat "$body"; } >>"$tmp"
 mv "$tmp" "$out"
 trap - EXIT
 cat "$out"

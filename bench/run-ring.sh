@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs bench/ring_allreduce (lesson 07's ring over TCP sockets vs MPI_Allreduce) and writes its tables, with a
-# description of the machine and its load, to a Markdown file.
+# description of the machine and of the other work that ran meanwhile (bench/cpu_share.py), to a Markdown file.
 # Usage: bench/run-ring.sh BUILD/bench/ring_allreduce OUT.md      (NP="2 4": the world sizes; MAX_MB=16)
 set -euo pipefail
 bin=$1
 out=$2
 tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+body=$(mktemp)
+sharelog=$(mktemp)
+trap 'rm -f "$tmp" "$body" "$sharelog"' EXIT
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)
-busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 1.5) }'; }
+# measured LABEL CMD...: runs CMD and records how much of the machine other work took meanwhile.
+measured() { local label=$1; shift; python3 bench/cpu_share.py --log "$sharelog" --label "$label" -- "$@"; }
 {
   echo "# Lesson 07: a ring all-reduce over TCP sockets against MPI_Allreduce"
   echo
@@ -25,22 +28,18 @@ busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 1.5) }'; 
 } >"$tmp"
 for np in ${NP:-2 4}; do
   for transport in default tcp; do
-    load_before=$(cut -d' ' -f1-3 /proc/loadavg)
     {
       echo
       echo "## $np ranks, MPI over $( [ $transport = tcp ] && echo 'TCP (btl tcp,self)' || echo 'its default (shared memory)')"
       echo
-      echo "load average before: $load_before"
-      busy && { echo; echo "**The machine was busy (load average above 1.5): ranks lost their cores to other processes;"
-                echo "these numbers are noisy lower bounds. Rerun on a quiet machine.**"; }
-      echo
-    } >>"$tmp"
-    if [ $transport = tcp ]; then OMPI_MCA_btl=tcp,self scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$tmp"
-    else scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$tmp"; fi
-    echo >>"$tmp"
-    echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$tmp"
+    } >>"$body"
+    if [ $transport = tcp ]; then
+      OMPI_MCA_btl=tcp,self measured "$np ranks, MPI over TCP" scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$body"
+    else measured "$np ranks, MPI over shared memory" scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$body"; fi
   done
 done
+# The share of the machine other work took goes on top, with the LOADED mark when it was too much.
+{ echo; python3 bench/cpu_share.py --report "$sharelog" --remeasure "make bench-ring"; cat "$body"; } >>"$tmp"
 mv "$tmp" "$out"
 trap - EXIT
 cat "$out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run-scaling.sh: the scaling study of lesson 07 (bench/SCALING.md explains it). Runs a DDP training
 # program on 1, 2, 4, 8 ranks and writes CSV tables to bench/figures/scaling-*.csv and a summary with the machine,
-# the load averages and an Amdahl fit to bench/results-scaling.md; bench/plot-scaling.sh draws the PNGs.
+# the share of the machine other work took during each run (bench/cpu_share.py) and an Amdahl fit to bench/results-scaling.md; bench/plot-scaling.sh draws the PNGs.
 #
 #   bench/run-scaling.sh [PROGRAM]        (make bench-scaling; default: lesson 03's solution)
 #
@@ -45,9 +45,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-loaded_limit=$(awk -v c="$cores" 'BEGIN { print c * 0.75 }')   # 1.5 on 2 cores, as bench/run-allreduce.sh
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 
 # measure LOG: "images_per_s,total_s,compute_s,comm_s,data_s" from the program's summary lines:
@@ -69,19 +66,26 @@ measure() {
     printf "%s,%s,%.1f,%s,%s\n", i, t, c, y, d }'
 }
 
+# measured CMD...: runs CMD (output to $work/log) under bench/cpu_share.py, which appends the share of the machine
+# that OTHER work took meanwhile to $work/shares (the load average cannot say: 8 ranks on 2 cores make it 8 alone).
+measured() {
+  timeout --kill-after=5 600 python3 bench/cpu_share.py --log "$work/shares" -- "$@" >"$work/log" 2>&1
+}
+# other_pct: the last run's share, in %
+other_pct() { tail -n 1 "$work/shares" | python3 -c 'import json, sys; print(round(100 * json.load(sys.stdin)["other_share"], 1))'; }
 # run_shm NP ARGS...: one host, NP ranks (shared memory between them)
 run_shm() {
   local np=$1; shift
-  timeout --kill-after=5 600 scripts/launch.sh "$np" "$program" "${base[@]}" "$@" >"$work/log" 2>&1 ||
+  measured scripts/launch.sh "$np" "$program" "${base[@]}" "$@" ||
     { echo "run-scaling: $np ranks failed:" >&2; tail -n 8 "$work/log" >&2; return 1; }
-  measure "$work/log"
+  echo "$(measure "$work/log"),$(other_pct)"
 }
 # run_tcp PER_HOST ARGS...: 2 hosts (namespaces) x PER_HOST ranks, TCP over the veth pair
 run_tcp() {
   local per=$1; shift
-  timeout --kill-after=5 600 scripts/netns-cluster.sh mpirun "$ns" "$per" "$program" "${base[@]}" "$@" >"$work/log" 2>&1 ||
+  measured scripts/netns-cluster.sh mpirun "$ns" "$per" "$program" "${base[@]}" "$@" ||
     { echo "run-scaling: 2 hosts x $per ranks failed:" >&2; tail -n 8 "$work/log" >&2; return 1; }
-  measure "$work/log"
+  echo "$(measure "$work/log"),$(other_pct)"
 }
 # link_up [RATE]: (re)creates the two hosts, the cable capped at RATE Mbit/s when given
 link_up() {
@@ -95,15 +99,15 @@ link_up() {
 netns_ok=1
 netns_why=$(scripts/netns-cluster.sh check 2>&1) || netns_ok=0
 say() { echo "run-scaling: $*" >&2; }
-header="images_per_s,total_s,compute_s,comm_s,data_s,load1"
+header="images_per_s,total_s,compute_s,comm_s,data_s,other_pct"
 
 # ---- strong scaling: global batch fixed
 if [[ " $parts " == *" strong "* ]]; then
   echo "ranks,global_batch,$header" > "$out/scaling-strong.csv"
   for n in $nps; do
     say "strong: $n rank(s), global batch $batch"
-    l=$(load1); r=$(run_shm "$n" --batch-size "$batch")
-    echo "$n,$batch,$r,$l" >> "$out/scaling-strong.csv"
+    r=$(run_shm "$n" --batch-size "$batch")
+    echo "$n,$batch,$r" >> "$out/scaling-strong.csv"
   done
 fi
 # ---- weak scaling: batch per rank fixed
@@ -112,8 +116,8 @@ if [[ " $parts " == *" weak "* ]]; then
   echo "ranks,global_batch,$header" > "$out/scaling-weak.csv"
   for n in $nps; do
     say "weak: $n rank(s) x $per images"
-    l=$(load1); r=$(run_shm "$n" --batch-size $((per * n)))
-    echo "$n,$((per * n)),$r,$l" >> "$out/scaling-weak.csv"
+    r=$(run_shm "$n" --batch-size $((per * n)))
+    echo "$n,$((per * n)),$r" >> "$out/scaling-weak.csv"
   done
 fi
 # ---- bucket size: 2 hosts x 1 rank over a capped link, where communication is worth hiding
@@ -122,8 +126,8 @@ if [[ " $parts " == *" bucket "* ]] && [ $netns_ok = 1 ]; then
   echo "bucket_mb,link,$header" > "$out/scaling-bucket.csv"
   for b in $buckets; do
     say "bucket: --bucket-mb $b, 2 hosts x 1 rank, TCP capped at $bucket_rate Mbit/s"
-    l=$(load1); r=$(run_tcp 1 --batch-size "$batch" --bucket-mb "$b")
-    echo "$b,tcp-${bucket_rate}mbit,$r,$l" >> "$out/scaling-bucket.csv"
+    r=$(run_tcp 1 --batch-size "$batch" --bucket-mb "$b")
+    echo "$b,tcp-${bucket_rate}mbit,$r" >> "$out/scaling-bucket.csv"
   done
 fi
 # ---- the interconnect: 2 ranks, shared memory vs TCP between namespaces, plain and capped
@@ -131,23 +135,20 @@ link_note=""
 if [[ " $parts " == *" link "* ]]; then
   echo "link,rate_mbit,$header" > "$out/scaling-link.csv"
   say "link: 2 ranks on one host (shared memory)"
-  l=$(load1); r=$(run_shm 2 --batch-size "$batch")
-  echo "shm,0,$r,$l" >> "$out/scaling-link.csv"
+  r=$(run_shm 2 --batch-size "$batch")
+  echo "shm,0,$r" >> "$out/scaling-link.csv"
   if [ $netns_ok = 1 ]; then
     for rate in "" $rates; do
       shaped=$(link_up "$rate")
       [ -n "$shaped" ] && link_note=$shaped
       say "link: 2 hosts x 1 rank, TCP${rate:+ capped at $rate Mbit/s}"
-      l=$(load1); r=$(run_tcp 1 --batch-size "$batch")
-      echo "tcp${rate:+-${rate}mbit},${rate:-0},$r,$l" >> "$out/scaling-link.csv"
+      r=$(run_tcp 1 --batch-size "$batch")
+      echo "tcp${rate:+-${rate}mbit},${rate:-0},$r" >> "$out/scaling-link.csv"
     done
   fi
 fi
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-
 # ---- the summary
-python3 bench/scaling_summary.py --out-dir "$out" --cores "$cores" --load-start "$load_start" --load-end "$load_end" \
-  --loaded-limit "$loaded_limit" --started "$started" --program "${program#"$PWD"/}" --args "${base[*]}" \
+python3 bench/scaling_summary.py --out-dir "$out" --cores "$cores" --started "$started" --program "${program#"$PWD"/}" --args "${base[*]}" \
   --batch "$batch" --params "$(cat "$work/params" 2>/dev/null)" --netns "$([ $netns_ok = 1 ] && echo yes || echo "no: ${netns_why#netns-cluster: }")" \
   --link-note "$(sed 's/^link shaped: //; s/ rate [0-9]* Mbit\/s//' <<< "$link_note")" --cpu "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)" > "$md"
 echo "run-scaling: wrote $md and $out/scaling-*.csv; bench/plot-scaling.sh draws them (make plot-scaling)"

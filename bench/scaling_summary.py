@@ -5,6 +5,8 @@ import argparse
 import csv
 import os
 
+from cpu_share import OTHER_LIMIT  # bench/cpu_share.py: above this share of the machine, a run was loaded
+
 
 def read(path):
     if not os.path.exists(path):
@@ -28,18 +30,17 @@ def fit_amdahl(points):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("out-dir", "cores", "load-start", "load-end", "loaded-limit", "started", "program", "args",
+    for a in ("out-dir", "cores", "started", "program", "args",
               "batch", "params", "netns", "link-note", "cpu"):
         ap.add_argument("--" + a, default="")
     o = ap.parse_args()
     cores = int(o.cores)
-    limit = float(o.loaded_limit)
     strong = read(os.path.join(o.out_dir, "scaling-strong.csv"))
     weak = read(os.path.join(o.out_dir, "scaling-weak.csv"))
     bucket = read(os.path.join(o.out_dir, "scaling-bucket.csv"))
     link = read(os.path.join(o.out_dir, "scaling-link.csv"))
-    loads = [float(r["load1"]) for t in (strong, weak, bucket, link) for r in t]
-    busy = float(o.load_start.split()[0]) > limit
+    others = [float(r["other_pct"]) for t in (strong, weak, bucket, link) for r in t]
+    busy = [o for o in others if o > 100 * OTHER_LIMIT]
 
     p = print
     p("# Scaling study (lesson 07)")
@@ -49,14 +50,14 @@ def main():
     p()
     p(f"- machine: {o.cpu or 'unknown CPU'}, {cores} cores, no GPU")
     p(f"- program: `{o.program} {o.args}`, OMP_NUM_THREADS=1 (one rank = one core)")
-    p(f"- load average before the first run: {o.load_start}; after the last: {o.load_end}; "
-      f"1-minute load before each run: {min(loads, default=0):.2f} to {max(loads, default=0):.2f}")
+    p(f"- other work during each run (bench/cpu_share.py: the machine's busy time minus the ranks' own CPU time, "
+      f"as a share of wall time x {cores} cores): {min(others, default=0):.1f} to {max(others, default=0):.1f} %")
     p(f"- network namespaces (the bucket and TCP parts): {o.netns}")
     if busy:
         p()
-        p(f"**LOADED MACHINE: the load average was above {limit:g} ({cores} cores) before the study started: other")
-        p("processes took cores from the ranks, so every number here is a noisy lower bound and the ratios")
-        p("between runs are unreliable. Rerun on a quiet machine: `make bench-scaling plot-scaling`.**")
+        p(f"**LOADED MACHINE: in {len(busy)} of {len(others)} runs other work took more than {100 * OTHER_LIMIT:.0f} % of "
+          "the machine (column *other %*): it took cores from the ranks, so those numbers are noisy lower bounds and the")
+        p("ratios between runs are unreliable. Rerun on a quiet machine: `make bench-scaling plot-scaling`.**")
     if cores < 8:
         p()
         p(f"Beyond {cores} ranks the ranks are **oversubscribed**: {cores} cores time-share 4 or 8 processes")
@@ -71,7 +72,7 @@ def main():
         p()
         p(f"## Strong scaling: global batch {strong[0]['global_batch']}, split over N ranks")
         p()
-        p("| ranks | images/s | speedup | efficiency | Karp-Flatt serial fraction | compute s | exposed comm s | data s | load |")
+        p("| ranks | images/s | speedup | efficiency | Karp-Flatt serial fraction | compute s | exposed comm s | data s | other % |")
         p("|---|---|---|---|---|---|---|---|---|")
         for r in strong:
             n = int(r["ranks"])
@@ -80,7 +81,7 @@ def main():
             if n <= cores:
                 pts.append((n, s))
             p(f"| {n} | {float(r['images_per_s']):.0f} | {s:.2f} | {s / n:.0%} | "
-              f"{'-' if n == 1 else f'{kf:.2f}'} | {r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['load1']} |")
+              f"{'-' if n == 1 else f'{kf:.2f}'} | {r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['other_pct']} |")
             rows.append([n, s, s / n])
         pf = fit_amdahl(pts)
         p()
@@ -105,13 +106,13 @@ def main():
         p()
         p(f"## Weak scaling: {int(weak[0]['global_batch']) // int(weak[0]['ranks'])} images per rank, the global batch grows with N")
         p()
-        p("| ranks | global batch | images/s | speedup | efficiency | compute s | exposed comm s | data s | load |")
+        p("| ranks | global batch | images/s | speedup | efficiency | compute s | exposed comm s | data s | other % |")
         p("|---|---|---|---|---|---|---|---|---|")
         for r in weak:
             n = int(r["ranks"])
             s = float(r["images_per_s"]) / w1
             p(f"| {n} | {r['global_batch']} | {float(r['images_per_s']):.0f} | {s:.2f} | {s / n:.0%} | "
-              f"{r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['load1']} |")
+              f"{r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['other_pct']} |")
     if bucket:
         p()
         p(f"## Gradient bucket size: 2 hosts x 1 rank, {bucket[0]['link']} ({o.link_note or 'shaped'})")
@@ -121,10 +122,10 @@ def main():
         p(f"still runs (the model's gradient is {o.params} float32 = {mb:.2f} MB: a bucket of more than that is one")
         p("all-reduce, started when backward has produced the last gradient).")
         p()
-        p("| --bucket-mb | images/s | compute s | exposed comm s | data s | load |")
+        p("| --bucket-mb | images/s | compute s | exposed comm s | data s | other % |")
         p("|---|---|---|---|---|---|")
         for r in bucket:
-            p(f"| {r['bucket_mb']} | {float(r['images_per_s']):.0f} | {r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['load1']} |")
+            p(f"| {r['bucket_mb']} | {float(r['images_per_s']):.0f} | {r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['other_pct']} |")
     if link:
         p()
         p("## The interconnect: 2 ranks, shared memory vs TCP between two network namespaces")
@@ -133,12 +134,12 @@ def main():
             p(f"Capped links: {o.link_note}. No added latency: this kernel lacks netem (tc's delay); "
               "bench/SCALING.md says what latency would do.")
             p()
-        p("| link | images/s | vs shared memory | compute s | exposed comm s | data s | load |")
+        p("| link | images/s | vs shared memory | compute s | exposed comm s | data s | other % |")
         p("|---|---|---|---|---|---|---|")
         s0 = float(link[0]["images_per_s"])
         for r in link:
             p(f"| {r['link']} | {float(r['images_per_s']):.0f} | {float(r['images_per_s']) / s0:.2f} | "
-              f"{r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['load1']} |")
+              f"{r['compute_s']} | {r['comm_s']} | {r['data_s']} | {r['other_pct']} |")
     p()
     p("Times: rank 0's, from the program's summary lines (0.1 s resolution); exposed comm = waiting for the")
     p("gradient all-reduce after backward (what overlapped backward is inside compute); data = waiting for the loader.")

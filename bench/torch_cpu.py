@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import cpu_share  # bench/cpu_share.py: the share of the machine other work took during each part
+
 import torch
 import torch.nn as nn
 
@@ -221,24 +223,17 @@ def memory_lines(mems):
     return L
 
 
-# Above this load average (1-minute) the report is marked as taken on a loaded machine.
-QUIET_LOAD = 1.5
-
-
-def write_report(path, rows, convs, ceiling, threads, loads, mems):
+def write_report(path, rows, convs, ceiling, threads, shares, mems):
     cpu, cores = machine()
     L = ["# CPU training throughput: the kit against PyTorch", ""]
-    if max(loads) > QUIET_LOAD:
-        L += [f"> **LOADED MACHINE: load average {loads[0]:.1f} / {loads[1]:.1f} (before / after) on {os.cpu_count()} "
-              f"cores, above {QUIET_LOAD}. The speed figures below are NOT to be trusted** (the per-pair ratio is the "
-              "least affected); re-measure on a quiet machine with `make bench-cpu`. The peak-memory figures do "
-              "not depend on the load.", ""]
+    L += cpu_share.report_lines(shares, "make bench-cpu") + [""]
+    if cpu_share.loaded(shares):
+        L += ["(The per-pair ratio is the least affected by other work; the peak-memory figures do not depend on it.)", ""]
     L += [
         f"Written by `make bench-cpu` ({datetime.date.today().isoformat()}). Machine: **{cpu}**, {cores} cores "
         f"(`lscpu`); {threads} threads on both sides (the kit: OpenMP, OpenBLAS single-threaded inside; "
         f"PyTorch {torch.__version__}: `torch.set_num_threads({threads})`, oneDNN convolutions).",
-        f"Load average before / after the run: {loads[0]:.1f} / {loads[1]:.1f}. Other work on the machine slows "
-        "both sides; the steps alternate (kit, PyTorch, kit, ...) so that it lands on both, and the ratio is "
+        "Other work on the machine would slow both sides; the steps alternate (kit, PyTorch, kit, ...) so that it lands on both, and the ratio is "
         "the median of the per-pair ratios.",
         "",
         "One step = forward, mean cross-entropy, backward, SGD (momentum 0.9, Nesterov, weight decay 5e-4 on "
@@ -288,15 +283,19 @@ def main():
         return
     os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the kit's thread count, the same as PyTorch's
     pairs = dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in a.pairs.split(","))
-    loads = [os.getloadavg()[0]]
+    shares = []
     rows = []
     for model in a.models.split(","):
+        share = cpu_share.CpuShare()
         r = bench_paired(a.kit_bin, model, a.batch, pairs.get(model, 6))
         print(f"{model:8s} batch {a.batch}: kit {r['kit_ips']:.1f} images/s, PyTorch {r['torch_ips']:.1f} images/s "
               f"(medians of {r['pairs']} alternating steps); kit / PyTorch = {r['ratio']:.2f}x "
               f"(range {r['ratio_min']:.2f} - {r['ratio_max']:.2f})", file=sys.stderr)
         rows.append(r)
+        shares.append(share.stop(f"{model} pairs"))
+    share = cpu_share.CpuShare()
     out = run_kit(a.kit_bin, ["--batch", str(a.batch), "--steps", "1", "--models", a.models, "--what", "ceiling,conv"])
+    shares.append(share.stop("ceiling and conv layers"))
     ceiling = next((r for r in out if r["kind"] == "ceiling"), None)
     convs = [r for r in out if r["kind"] == "conv"]
     mems = []
@@ -306,8 +305,7 @@ def main():
         print(f"{model:8s} batch {a.batch}: peak RSS kit {m['kit']['peak_rss'] * MB:.0f} MiB, PyTorch "
               f"{m['torch']['peak_rss'] * MB:.0f} MiB; kit / PyTorch = {m['ratio']:.2f}x", file=sys.stderr)
         mems.append(m)
-    loads.append(os.getloadavg()[0])
-    write_report(a.out, rows, convs, ceiling, a.threads, loads, mems)
+    write_report(a.out, rows, convs, ceiling, a.threads, shares, mems)
     print(f"wrote {a.out}", file=sys.stderr)
 
 
