@@ -97,6 +97,13 @@ bench-allreduce:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
 
+# The benchmarks' measure of other work on the machine (bench/cpu_share.py) counts what it should.
+.PHONY: test-bench-tools
+TEST_TARGETS += test-bench-tools
+HELP_TARGETS += test-bench-tools
+test-bench-tools:
+	@python3 tests/bench/test_cpu_share.py
+
 # ---------------------------------------------------------------- check-setup and slide figures (instructor guide, issue 16)
 .PHONY: check-setup test-check-setup
 check-setup:            # what this machine has and lacks for each lesson; exit 0 when lesson 01 can run
