@@ -193,6 +193,10 @@ static void bench_convs(const char *name, const Options *o) {
         double f = 2.0 * macs * (first ? 2.0 : 3.0);
         fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd  %6.1f GFLOP/s\n", name, i, d.c,
                 d.h, d.w, d.k, dt * 1e3, f / dt * 1e-9);
+        // Per layer too: a model's total hides a layer whose GEMM shape no BLAS runs well (1 input channel: K = 9).
+        printf("{\"kind\": \"conv_layer\", \"model\": \"%s\", \"layer\": %d, \"c\": %d, \"h\": %d, \"w\": %d, "
+               "\"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f}\n",
+               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9);
         flops += f, seconds += dt;
         free(x), free(wt), free(y), free(dy), free(dx), free(dw), free(work);
     }
