@@ -7,7 +7,7 @@
 // Every rank runs lesson 04's program, which comes complete from its solution like DDP (ddp_*) and the
 // checkpoints (ckpt_*): run_program_with (solutions/04-checkpoint/train.c) opens the data, builds the model,
 // resumes, trains with checkpoints and reports. It calls hooks at fixed points (RunHooks,
-// solutions/04-checkpoint/lesson.h); this file fills in three of them, and that is all it adds:
+// solutions/04-checkpoint/lesson.h); this file fills them in, and that is all it adds:
 //
 //   model built:  every BN layer becomes SyncBN (TODO 5), before the broadcast and the gradient buckets
 //   report:       what SyncBN cost in communication (the syncbn: line)
