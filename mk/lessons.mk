@@ -15,10 +15,11 @@
 #   NEEDS := mpi        compile with Open MPI's flags, link $(DIST_LIBS) (MPI, and NCCL when found)
 #   DEFAULT_NP := 2     ranks for `make lesson-NN` when NP= is not given (default 1)
 #   GRADE_NP := 2       ranks the autograder test runs on (tests/grade.py launches it through scripts/launch.sh)
-#   USES := 03-ddp      earlier lessons whose SOLUTION sources are linked in (without their main: -DAUTOGRADER),
-#                       so what the learner built there comes complete from its one source (the lesson
-#                       includes its header as "solutions/03-ddp/lesson.h"); a file (04-checkpoint/ckpt.c)
-#                       links that file only (lesson 05 has its own train.c, lesson 04's with one call added)
+#   USES := 03-ddp      earlier lessons whose SOLUTION sources are linked in (without their main: -DAUTOGRADER,
+#                       and with -DUSED_BY_LATER_LESSON, which leaves out what the later lesson defines its own
+#                       of: lesson 04's run_program, which lesson 05 defines with its hooks), so what the learner
+#                       built there comes complete from its one source (the lesson includes its header as
+#                       "solutions/03-ddp/lesson.h"); a file (04-checkpoint/ckpt.c) links that file only
 # It is always read from solutions/, so a learner's copy cannot change how the kit builds or grades.
 #
 # Variables: SOLUTIONS=1 (build/run/grade solutions/ instead of lessons/), NP=n, ARGS="..." (program options),
@@ -77,7 +78,7 @@ $(3)/%.o: $(2)/$(1)/%.c $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h) $$(foreach u,
 $(3)/uses/%.o: solutions/%.c $$(KIT_HEADERS) $$(wildcard solutions/*/*.h)
 	@mkdir -p $$(@D)
 	$$(say) CC $$<
-	$$(Q)$$(CC) $$(CPPFLAGS) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) -DAUTOGRADER -c $$< -o $$@
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_CPPFLAGS_$$(n))) $$(CFLAGS) -DAUTOGRADER -DUSED_BY_LATER_LESSON -c $$< -o $$@
 
 $(3)/%.cu.o: $(2)/$(1)/%.cu $$(KIT_HEADERS) $$(wildcard $(2)/$(1)/*.h)
 	@mkdir -p $$(@D)

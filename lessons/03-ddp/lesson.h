@@ -56,6 +56,10 @@ Metrics ddp_evaluate(ProcessGroup *pg, Model *m, Loader *test_loader);
 // calls m->on_grads_ready as each layer's gradients are final). NULL when bucket_mb is 0: flat all-reduce.
 GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb);
 
+// Given (train.c, with TODO 6's is_main): the training on a started process group: data, replica, epochs,
+// report. Returns the model (the caller frees it). Lesson 07 trains through it.
+Model *ddp_train(ProcessGroup *pg, const TrainOptions *o);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,7 +85,7 @@ bool scaleout_started_by_mpi(void);
 // Prints this rank's place (rank, local rank, node, host) in rank order: the check of a hostfile or --map-by.
 void scaleout_print_mapping(ProcessGroup *pg, const char *host);
 
-// The training of lesson 03, on whatever process group: returns the model (the caller frees it). The
+// The training of lesson 03 (its ddp_train), on whatever process group: returns the model (the caller frees it). The
 // autograder trains through it on both starts and compares the weights.
 Model *scaleout_train(ProcessGroup *pg, const TrainOptions *o);
 

@@ -188,66 +188,53 @@ GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb) {
     // END SOLUTION
 }
 
-// ---------------------------------------------------------------- main
+// ---------------------------------------------------------------- the training
 
-#ifdef AUTOGRADER  // the autograder runs the whole program too, under this name (tests/lesson03/program_output.c)
-int ddp_program_main(int argc, char **argv);
-#define main ddp_program_main
-#endif
-
-int main(int argc, char **argv) {
-    TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend, --bucket-mb, --timeout
-    cli_apply_dataset_defaults(&o);
-    Device dev;
-    device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
-
-    ProcessGroup *pg = ddp_setup(&argc, &argv, &o, dev);
-    CHECK(pg != NULL, "TODO 2: ddp_setup must return the process group made by pg_init (kit/dist.h)");
-    int rank = pg_rank(pg), world = pg_world(pg);
+// What every rank does once the process group is up: its shard of the data, its replica, the epochs, the report.
+// Returns the model (the caller frees it). Lesson 07 trains through it on a process group started without mpirun.
+Model *ddp_train(ProcessGroup *pg, const TrainOptions *o) {
+    int world = pg_world(pg);
+    Device dev = pg_device(pg);
     // TODO 6 (also): every rank computes, but only rank 0 prints, or N ranks print N copies of every line.
     // BEGIN SOLUTION
-    bool is_main = rank == 0;
+    bool is_main = pg_rank(pg) == 0;
     // STARTER: bool is_main = true;
     // END SOLUTION
-    if (dev == DEVICE_CUDA)  // pg_init already bound the GPU by this rule: it must, before NCCL starts
-        printf("rank %d: local rank %d of %d on this node -> GPU %d\n", rank, pg_local_rank(pg),
-               pg_local_world(pg), ddp_gpu_for_rank(rank, pg_local_rank(pg), device_gpu_count()));
 
     // Data: this rank's shard of every epoch, in local batches.
     TrainData data;
-    int local_batch = ddp_data_open(&data, &o, pg);
+    int local_batch = ddp_data_open(&data, o, pg);
 
     // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
     ModelConfig cfg;
-    model_config(&cfg, o.model, o.width, data.train.c, data.train.h, data.train.w, data.train.classes);
-    Model *m = model_create(&cfg, dev, local_batch, o.seed);
+    model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
+    Model *m = model_create(&cfg, dev, local_batch, o->seed);
     ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o.bucket_mb)};
-    SgdConfig opt = train_sgd_config(&o);
+    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
+    SgdConfig opt = train_sgd_config(o);
     int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = train_schedule(&o, steps_per_epoch);  // warmup, then linear decay to 0
+    LrSchedule sched = train_schedule(o, steps_per_epoch);  // warmup, then linear decay to 0
     if (is_main) {
         train_print_setup(&data, m);
         printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
                world == 1 ? "" : "s", local_batch, local_batch * world, steps_per_epoch);
         if (ddp.buckets)
             printf("gradients: all-reduced in %d bucket%s of up to %g MB, started during backward\n",
-                   buckets_count(ddp.buckets), buckets_count(ddp.buckets) == 1 ? "" : "s", o.bucket_mb);
+                   buckets_count(ddp.buckets), buckets_count(ddp.buckets) == 1 ? "" : "s", o->bucket_mb);
         else
             printf("gradients: one all-reduce of the flat buffer (%zu floats) after backward\n", m->n_params);
     }
 
     TrainLog log;  // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
-    trainlog_begin(&log, &o, data.train.name, dev, world, is_main);
-    for (int epoch = 0; epoch < o.epochs; epoch++) {
+    trainlog_begin(&log, o, data.train.name, dev, world, is_main);
+    for (int epoch = 0; epoch < o->epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         ddp_start_epoch(&data, epoch);  // a new shuffle every epoch, the same on every rank
         const Batch *b;
         double wait;
         while ((b = loader_next(data.train_loader, &wait)) != NULL) {
             opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
-            Metrics r = ddp_step(&ddp, b, &opt, o.label_smoothing);
+            Metrics r = ddp_step(&ddp, b, &opt, o->label_smoothing);
             trainlog_step(&log, b->index, &r, wait);  // no communication per step: rank 0's own numbers
         }
 
@@ -272,8 +259,32 @@ int main(int argc, char **argv) {
 
     m->on_grads_ready = NULL;
     buckets_free(ddp.buckets);
-    model_free(m);
     train_data_close(&data);
+    return m;
+}
+
+// ---------------------------------------------------------------- main
+
+#ifdef AUTOGRADER  // the autograder runs the whole program too, under this name (tests/lesson03/program_output.c)
+int ddp_program_main(int argc, char **argv);
+#define main ddp_program_main
+#endif
+
+int main(int argc, char **argv) {
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend, --bucket-mb, --timeout
+    cli_apply_dataset_defaults(&o);
+    Device dev;
+    device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
+
+    ProcessGroup *pg = ddp_setup(&argc, &argv, &o, dev);
+    CHECK(pg != NULL, "TODO 2: ddp_setup must return the process group made by pg_init (kit/dist.h)");
+    int rank = pg_rank(pg);
+    if (dev == DEVICE_CUDA)  // pg_init already bound the GPU by this rule: it must, before NCCL starts
+        printf("rank %d: local rank %d of %d on this node -> GPU %d\n", rank, pg_local_rank(pg),
+               pg_local_world(pg), ddp_gpu_for_rank(rank, pg_local_rank(pg), device_gpu_count()));
+
+    model_free(ddp_train(pg, &o));
     pg_finalize(pg);
     return 0;
 }

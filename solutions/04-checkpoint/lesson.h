@@ -86,9 +86,25 @@ extern volatile sig_atomic_t g_stop_signal;
 // start (zero for a fresh run), updated as training goes; log: begun by the caller (rank 0 prints).
 RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Ddp *ddp, Checkpointer *ck,
                     RunState *run, TrainLog *log);
-// Everything main does after the process group: data, model, --resume, train_run, the report. Returns why it
-// stopped; *model_out (when not NULL) gets the model (the caller frees it), *resumed_from the step resumed
-// from (-1: none). The autograder runs whole trainings through it.
+// What a later lesson adds to this program, called by run_program_with at fixed points on every rank, ctx
+// first. Each may be NULL (nothing to add there). Lesson 05 converts the model to SyncBN with them.
+typedef struct {
+    void *ctx;
+    // after model_create, before the broadcast from rank 0 and the gradient buckets: change what the model is
+    void (*model_built)(void *ctx, ProcessGroup *pg, Model *m);
+    // in the report of a run that finished or stopped, before the final line. steps: what this process
+    // trained (after a resume: since the resume); ddp: the model, the process group and the step times
+    void (*report)(void *ctx, const Ddp *ddp, long long steps);
+    // after training, before the model is given to the caller or freed
+    void (*model_done)(void *ctx, Model *m);
+} RunHooks;
+
+// Everything main does after the process group: data, model, --resume, train_run, the report, with the hooks
+// (NULL: none). Returns why it stopped; *model_out (when not NULL) gets the model (the caller frees it),
+// *resumed_from the step resumed from (-1: none).
+RunStatus run_program_with(ProcessGroup *pg, const TrainOptions *o, const RunHooks *hooks, Model **model_out,
+                           long long *resumed_from);
+// This lesson's program: run_program_with, no hooks. The autograder runs whole trainings through it.
 RunStatus run_program(ProcessGroup *pg, const TrainOptions *o, Model **model_out, long long *resumed_from);
 // The path of the checkpoint saved at `step`: --checkpoint's file, or the step's file in --checkpoint-dir.
 void checkpointer_path(const Checkpointer *ck, long long step, char *out, size_t outlen);

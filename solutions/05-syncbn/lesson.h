@@ -1,7 +1,7 @@
 // lesson.h: the functions you write in lesson 05, shared by train.c, syncbn.c and the autograder.
 //
-// Lessons 03 and 04 come complete from their solutions (ddp_*, ckpt_*, and the types of lesson 04's training
-// loop: RunState, Checkpointer, RunStatus). The kit runs the model; its BN layers call what Model.bn_ops names
+// Lessons 03 and 04 come complete from their solutions (ddp_*, ckpt_*, and lesson 04's program: run_program_with,
+// called with this lesson's hooks, RunHooks). The kit runs the model; its BN layers call what Model.bn_ops names
 // (kit/model.h). You write a batch norm whose statistics are those of the GLOBAL batch, over every rank, and
 // the one call that puts it into a model.
 #ifndef LESSON05_H
