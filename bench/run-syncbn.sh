@@ -23,7 +23,7 @@
 # build/solutions/06-inference/train. More ranks than cores run oversubscribed (scripts/launch.sh): accuracies
 # do not depend on it (every run is deterministic), times do.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 model="" width="" stop_at=0 reference=0 csv=""
 usage="usage: $0 [--model NAME] [--width N] [--stop-at N] [--reference] [--csv FILE] [DATASET] [EPOCHS] [GLOBAL_BATCH] [WORLDS] [SEEDS] [-- TRAIN_OPTIONS]"
 while [ $# -gt 0 ]; do
