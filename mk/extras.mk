@@ -68,6 +68,12 @@ plot:
 
 HELP_TARGETS += run slides plot
 
+# ---- lesson 05 (issue 9): plain BN vs SyncBN at 1-2 images per rank, bench/run-syncbn.sh's CSV -> PNG
+.PHONY: plot-syncbn
+HELP_TARGETS += plot-syncbn
+plot-syncbn:            # bench/figures/syncbn-gap.csv -> bench/figures/syncbn-gap.png (bench/results-syncbn.md)
+	@bench/plot-syncbn.sh bench/figures/syncbn-gap.csv
+
 # ---------------------------------------------------------------- benchmarks (bench/README.md)
 # One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.
 $(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)
