@@ -50,6 +50,12 @@ ok "local Slurm up: $(sinfo -h -N -o '%N' | sort -u | tr '\n' ' ')(2 slurmd on o
 
 # job_state ID: PENDING, RUNNING, COMPLETED, ...
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+# job_over STATE: a state the job does not leave. Everything else (PENDING, CONFIGURING, RUNNING, REQUEUED,
+# COMPLETING, or nothing from a busy controller) means: not over yet.
+job_over() {
+  case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;; esac
+  return 1
+}
 # wait_job ID SECONDS: until the job is over. Slurm holds a requeued job 121 s before it may start again
 # (BeginTime = requeue + CredExpire + 1), so the test moves that to now: the point is the requeue, not Slurm's
 # back-off. But not within the second of the requeue: the requeue revokes the job's credential on its nodes,
@@ -61,8 +67,8 @@ wait_job() {
   local id=$1 state held=""
   for _ in $(seq $(($2 * 5))); do
     state=$(job_state "$id")
+    job_over "$state" && { echo "$state"; return; }
     case "$state" in
-      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) echo "$state"; return ;;
       PENDING)
         if scontrol show job "$id" | grep -q 'Reason=BeginTime'; then
           held=${held:-$(date +%s)}
@@ -135,9 +141,12 @@ else
   # Wait for the first epoch's checkpoint: the ranks are then deep in training. (Not for "epoch 1:" in the
   # output: the program's stdout goes to a file through slurmstepd and may show up only at the end, which on a
   # quiet machine let the job finish before the signal.)
+  # Only a job that is over ends the wait: right after the allocation the state may read CONFIGURING (or
+  # nothing, from a busy controller), and a signal sent then reaches no step (the tasks are not started yet)
+  # and is lost: the job ran to its end without a stop.
   for _ in $(seq 600); do
     compgen -G "$work/pre/ckpt-*.ckpt" >/dev/null && break
-    [ "$(job_state "$id")" = RUNNING ] || [ "$(job_state "$id")" = PENDING ] || break
+    job_over "$(job_state "$id")" && break
     sleep 0.1
   done
   # What `#SBATCH --signal=TERM@120` does 120 s before the time limit: SIGTERM to every task of the job steps.
