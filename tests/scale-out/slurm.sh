@@ -141,9 +141,10 @@ else
   # Wait for the first epoch's checkpoint: the ranks are then deep in training. (Not for "epoch 1:" in the
   # output: the program's stdout goes to a file through slurmstepd and may show up only at the end, which on a
   # quiet machine let the job finish before the signal.)
-  # Only a job that is over ends the wait: right after the allocation the state may read CONFIGURING (or
-  # nothing, from a busy controller), and a signal sent then reaches no step (the tasks are not started yet)
-  # and is lost: the job ran to its end without a stop.
+  # Only a job that is over ends the wait, read once per turn. (It was `[ "$(job_state)" = RUNNING ] ||
+  # [ "$(job_state)" = PENDING ]`: two reads, and a job that started between them read PENDING, then RUNNING,
+  # and ended the wait at once. The signal then came before any step existed, reached nothing, and the job ran
+  # to its end without a stop.)
   for _ in $(seq 600); do
     compgen -G "$work/pre/ckpt-*.ckpt" >/dev/null && break
     job_over "$(job_state "$id")" && break
