@@ -5,12 +5,12 @@
 #
 #   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train
 #
-# LESSON05_WORLDS="1 3" chooses the world sizes (the default). World 2 and world 4 ran here too (8 s + 42 s of this
-# script's 96 s in one run at load average ~17) and proved nothing the others do not: world 2 is grade-solutions' world (the same
-# tests, there one per process); the tests branch only on world == 1 (no peer to reduce with) and world > 1,
-# and compare every result (forward, input and parameter gradients, running stats) with BN over the
-# global batch, so a missing or doubled all-reduce, a count not summed across ranks or a biased variance
-# differs on 3 ranks as on 4. World 3 is also the uneven one (odd world, oversubscribed on 2 cores).
+# LESSON05_WORLDS="1 3" chooses the world sizes (the default). World 2 and world 4 ran here too (8 s + 42 s
+# of this script's 96 s in one run at load average ~17) and proved nothing the others do not: world 2 is
+# grade-solutions' world (the same tests, there one per process); the tests branch only on world == 1 (no peer
+# to reduce with) and world > 1, and compare every result (forward, input and parameter gradients, running
+# stats) with BN over the global batch, so a missing or doubled all-reduce, a count not summed across ranks or
+# a biased variance differs on 3 ranks as on 4. World 3 is also the uneven one (odd, oversubscribed on 2 cores).
 set -u
 tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
 train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
