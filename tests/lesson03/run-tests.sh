@@ -7,9 +7,9 @@
 #
 # LESSON03_WORLDS="1 3" chooses the world sizes. Why 1 and 3 are enough (world 4 ran here too: 109 s of this
 # script's 177 s in one run at load average ~20, 4 processes on 2 cores): grade-solutions already runs every
-# test on world 2; world 1 is the degenerate case (no peer: one shard is the whole set); world 3 is the first world that is
-# odd, above 2 (the bucketed test's world > 2 branch) and oversubscribed on a 2-core machine, with uneven
-# shards. The bugs the tests name (a shard that is not positions r, r + world, ...; gradients
+# test on world 2; world 1 is the degenerate case (no peer: one shard is the whole set); world 3 is the first
+# world that is odd, above 2 (the bucketed test's world > 2 branch) and oversubscribed on a 2-core machine,
+# with uneven shards. The bugs the tests name (a shard that is not positions r, r + world, ...; gradients
 # averaged twice, summed, or not reduced; the wrong batch per rank) give a different answer on 3 ranks as on
 # 4: the tests compare against the one-process run on the same global batch, whatever the world. Only a rule
 # that holds for powers of two alone would pass 3 and fail 4, and no step of the lesson computes one.
