@@ -56,9 +56,9 @@ job_over() {
   case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;; esac
   return 1
 }
-# wait_job ID SECONDS: until the job is over. Slurm holds a requeued job 121 s before it may start again
-# (BeginTime = requeue + CredExpire + 1), so the test moves that to now: the point is the requeue, not Slurm's
-# back-off. But not within the second of the requeue: the requeue revokes the job's credential on its nodes,
+# wait_job ID SECONDS: until the job is over. Slurm holds a requeued job about 2 minutes before it may start
+# again (BeginTime), so the test moves that to now: the point is the requeue, not Slurm's back-off. But not
+# within the second of the requeue: the requeue revokes the job's credential on its nodes,
 # with a time stamp in whole seconds, and slurmd refuses a launch whose new credential is not strictly newer
 # ("Job N already killed, do not launch batch job" in its log; the job ends FAILED with no output from its second
 # run). Slurm's own hold exists for that; a real cluster keeps it. So: wait until the clock has left the second
