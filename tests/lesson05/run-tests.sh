@@ -5,8 +5,8 @@
 #
 #   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train
 #
-# LESSON05_WORLDS="1 3" chooses the world sizes (the default). World 2 and world 4 ran here too (8 s + 42 s
-# of this script's 96 s in one run at load average ~17) and proved nothing the others do not: world 2 is
+# LESSON05_WORLDS="1 3" chooses the world sizes (the default). World 2 and world 4 ran here too (2 + 11 s
+# of this script's 26 s at load average 4, 8 + 42 s of 96 s at ~17) and proved nothing the others do not: world 2 is
 # grade-solutions' world (the same tests, there one per process); the tests branch only on world == 1 (no peer
 # to reduce with) and world > 1, and compare every result (forward, input and parameter gradients, running
 # stats) with BN over the global batch, so a missing or doubled all-reduce, a count not summed across ranks or
