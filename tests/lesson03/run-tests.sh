@@ -5,7 +5,14 @@
 #
 #   tests/lesson03/run-tests.sh BUILD/grade-solutions/test_lesson03 BUILD/solutions/03-ddp/train
 #
-# LESSON03_WORLDS="1 3 4" chooses the world sizes.
+# LESSON03_WORLDS="1 3" chooses the world sizes. Why 1 and 3 are enough (world 4 ran here too: 9 s of this
+# script's 28 s at load average 3, 109 s of 177 s at ~20: 4 processes on 2 cores): grade-solutions already runs every
+# test on world 2; world 1 is the degenerate case (no peer: one shard is the whole set); world 3 is the first
+# world that is odd, above 2 (the bucketed test's world > 2 branch) and oversubscribed on a 2-core machine,
+# with uneven shards. The bugs the tests name (a shard that is not positions r, r + world, ...; gradients
+# averaged twice, summed, or not reduced; the wrong batch per rank) give a different answer on 3 ranks as on
+# 4: the tests compare against the one-process run on the same global batch, whatever the world. Only a rule
+# that holds for powers of two alone would pass 3 and fail 4, and no step of the lesson computes one.
 set -u
 tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
 train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
@@ -15,7 +22,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=0
 count=$("$tests" --list | wc -l)  # every test of the binary must pass
-for np in ${LESSON03_WORLDS:-1 3 4}; do
+for np in ${LESSON03_WORLDS:-1 3}; do
   start=$(date +%s)
   timeout --kill-after=5 120 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
   rc=$?

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # tests/lesson05/run-tests.sh: lesson 05's checks beyond `make grade-solutions` (which runs the autograder on
-# GRADE_NP ranks, one test per process): the whole autograder of the SOLUTION on 1, 2, 3 and 4 ranks (more ranks
-# than cores run oversubscribed: scripts/launch.sh), then the program itself on 3 ranks for one epoch.
+# GRADE_NP ranks, one test per process): the whole autograder of the SOLUTION on 1 and 3 ranks (more ranks than
+# cores run oversubscribed: scripts/launch.sh), then the program itself on 3 ranks for one epoch.
 #
 #   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train
 #
-# LESSON05_WORLDS="1 3" chooses the world sizes.
+# LESSON05_WORLDS="1 3" chooses the world sizes (the default). World 2 and world 4 ran here too (2 + 11 s
+# of this script's 26 s at load average 4, 8 + 42 s of 96 s at ~17) and proved nothing the others do not: world 2 is
+# grade-solutions' world (the same tests, there one per process); the tests branch only on world == 1 (no peer
+# to reduce with) and world > 1, and compare every result (forward, input and parameter gradients, running
+# stats) with BN over the global batch, so a missing or doubled all-reduce, a count not summed across ranks or
+# a biased variance differs on 3 ranks as on 4. World 3 is also the uneven one (odd, oversubscribed on 2 cores).
 set -u
 tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
 train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
@@ -15,7 +20,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=0
 count=$("$tests" --list | wc -l)  # every test of the binary must pass
-for np in ${LESSON05_WORLDS:-1 2 3 4}; do
+for np in ${LESSON05_WORLDS:-1 3}; do
   start=$(date +%s)
   timeout --kill-after=5 180 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
   rc=$?

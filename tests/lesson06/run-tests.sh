@@ -3,8 +3,9 @@
 # checkpoint in-process): the real programs, end to end.
 #   1. checkpoints written by lesson 04's program on 1 rank and on 2 ranks (the CPU, MPI backend; one epoch at a low
 #      learning rate, so that the model still gets a third or more of the test set wrong): lesson 06's
-#      program reproduces each run's final test accuracy exactly (the same correct count) with evaluation batches
-#      of 64, 1, 7 and 333 (short last batches of 40, -, 6 and 1), and says so on its final line;
+#      program reproduces each run's final test accuracy exactly (the same correct count), and says so on its
+#      final line: the 1-rank checkpoint with evaluation batches of 64, 1, 7 and 333 (short last batches of 40,
+#      -, 6 and 1), the 2-rank one with batches of 7;
 #   2. a checkpoint saved mid-epoch (--stop-at) has no reference, and the program says so instead of comparing;
 #   3. refusals, each a clear "error:" line and exit status 1 (never a crash): a truncated checkpoint, another
 #      --width, another --dataset (when Fashion-MNIST is installed), a gray PNG, a PNG of another size, a raw file
@@ -48,7 +49,14 @@ else
     fi
     acc=$(field test_acc "$work/train$np.log")
     want=$(python3 -c "print(round($acc * 1000))")
-    for b in 64 1 7 333; do
+    # Every batch size on one checkpoint only: inference is one process whatever the training's world, and the
+    # file holds the same weights and running stats either way, so the short-last-batch cases are about the
+    # evaluation loop and the 1-rank checkpoint catches their bugs; the 2-rank one proves that a checkpoint of
+    # several ranks (its eval sharded across them in training) reproduces too, with a short last batch (7).
+    # (All four ran on both before: 3 more runs of lesson 06's program for no other bug caught.)
+    batches="64 1 7 333"
+    [ "$np" = 2 ] && batches=7
+    for b in $batches; do
       if infer "$work/infer.log" $model --checkpoint "$ck" --batch-size "$b" && \
          [ "$(field correct "$work/infer.log")" = "$want" ] && [ "$(field reproduced "$work/infer.log")" = yes ]; then
         ok "checkpoint of $np rank(s) (test_acc $acc): $want correct with evaluation batches of $b"
