@@ -210,10 +210,11 @@ if [ "$total" -gt "$limit" ]; then
 fi
 cat <<EOF
 
-The device calls (tool \`run\`, kind left out; every call starts a bare machine, so each builds first).
-bench/GPU.md gives the expected times and what to do with the results.
-  1. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build cpu parity sanitize"
-  2. run  carry=["$out"]  timeout_s=600  command="scripts/gpu-check.sh build dist lessons fashion bench"
-  3. (if needed) the same carry, the steps that failed, after fixing them here
-Each call returns \$OUT/summary.txt and \$OUT/gpu-check-<steps>.tar.gz (every log, results-gpu.md, the metrics).
+The device calls (tool \`run\`, kind left out, timeout_s=600, carry=["$out"]); bench/GPU.md gives the expected
+times and what to do with the results. Make call 2 at once after call 1 (the machine is then still warm).
+  1. scripts/gpu-check.sh build cpu parity dist sanitize
+  2. scripts/gpu-check.sh build lessons bench fashion
+  3. only if status says budget_left_s >= 420, with N = budget_left_s - 180 (at most 560):
+     GPU_CHECK_BUDGET=N scripts/gpu-check.sh build tests STEP...   (the steps skipped or failed above)
+Then give_back. Each call returns \$OUT/summary.txt and \$OUT/gpu-check-<steps>.tar.gz (every log, the results).
 EOF
