@@ -142,6 +142,26 @@ relocate_runpaths
 # Commands: mpicc/mpirun as Debian's alternatives would name them; make in a folder of its own, which
 # gpu-bundle-env.sh puts LAST on PATH (only a machine without make uses it).
 (cd "$r/usr/bin" && for t in mpicc mpirun mpiexec; do ln -sfn "$t.openmpi" "$t"; done)
+# mpirun and mpiexec are scripts that set the bundle's Open MPI and PMIx paths themselves (what gpu-bundle-env.sh
+# exports), computed from where they lie: a program that clears OMPI_* and PMIX_* before starting a nested
+# mpirun (lesson 03's autograder does, to forget the launcher it runs under) still gets a working one.
+for t in mpirun mpiexec; do
+  rm -f "$r/usr/bin/$t"
+  cat > "$r/usr/bin/$t" <<'WRAP'
+#!/bin/sh
+# gpu-bundle (scripts/gpu-bundle.sh): Open MPI's launcher with the bundle's paths, whatever the caller's environment.
+bin=$(cd "$(dirname "$0")" && pwd)
+usr=${bin%/bin}
+export OPAL_PREFIX="$usr"
+export PMIX_MCA_mca_base_component_path="$usr/lib/x86_64-linux-gnu/pmix2/lib/pmix"
+# Open MPI will not start without an ssh/rsh agent, even for ranks on this machine alone (never called for them).
+if [ -z "${OMPI_MCA_plm_rsh_agent:-}" ] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+  export OMPI_MCA_plm_rsh_agent=false
+fi
+exec "$bin/mpirun.openmpi" "$@"
+WRAP
+  chmod 755 "$r/usr/bin/$t"
+done
 mkdir -p "$r/fallback-bin" && mv "$r/usr/bin/make" "$r/fallback-bin/make" && rm -f "$r/usr/bin/gmake"
 
 # ---- 2b. NCCL: the CUDA toolkit's (the one the kit builds against here), cut to the GPU machines' sm_90.
