@@ -29,10 +29,10 @@
 #
 # Environment: GPU_CHECK_BUDGET seconds for this whole call (default 560: the device allows 600 per
 # command; a step that cannot start with 30 s left is skipped, and each is cut at what is left),
-# GPU_CHECK_CAP_SCALE (default 1: each step's own time cap is set for the device's 16 cores; the selftest on 2
-# slow cores multiplies them), GPU_CHECK_LOGDIR (default results/gpu-check), GPU_BUNDLE_DIR (default gpu-bundle), OUT (when set, the
-# device tool's folder: summary.txt and gpu-check-<steps>.tar.gz of every log are copied there after
-# every step, so they come back even from a call cut at its limit).
+# GPU_CHECK_CAP_SCALE (default 1: each step's own time cap is set for the device's 16 cores; the selftest on
+# 2 slow cores multiplies them), GPU_CHECK_LOGDIR (default results/gpu-check), GPU_BUNDLE_DIR (default
+# gpu-bundle), OUT (when set, the device tool's folder: summary.txt and gpu-check-<steps>.tar.gz of every
+# log are copied there after every step, so they come back even from a call cut at its limit).
 # Exit status: 0 every step passed; 1 a step failed; 2 usage; 3 nothing failed but GPU steps were
 # skipped because there is no GPU here.
 set -u
