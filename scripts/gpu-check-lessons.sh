@@ -19,7 +19,7 @@
 # one device per rank), so multi-rank runs take the MPI backend (or the socket backend under a store start)
 # and NCCL is checked on 1 rank, as lesson 03's README says.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
