@@ -63,8 +63,6 @@ compare() {
   if [ -z "$want" ] || [ -z "$got" ]; then
     echo "gpu-check-lessons: no final: line (cpu: '${want:-none}', cuda: '${got:-none}')"; return 1
   fi
-  echo "cpu $want"
-  echo "$got"
   if awk -v a="$(field train_loss "$want")" -v b="$(field train_loss "$got")" \
          -v c="$(field test_acc "$want")" -v d="$(field test_acc "$got")" \
          'BEGIN { dl = a - b; da = c - d; exit !(dl < 0.01 && -dl < 0.01 && da < 0.01 && -da < 0.01) }'; then
