@@ -15,7 +15,7 @@
 #   - ldd of every program built: each library resolves into the bundle, the CUDA toolkit or the
 #     minimal root's own glibc/gcc runtime; none is "not found"; libnccl is the bundle's.
 #
-#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; ~25 min on 2 busy cores)
+#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; 5 min on 2 quiet cores, 25 busy)
 #   sudo SELFTEST_FAKE_GPU=1 scripts/gpu-bundle-selftest.sh [STEP...]
 #       a fake nvidia-smi (an H100, compute capability 9.0) makes gpu-check.sh take its GPU path: the
 #       build is for sm_90 only and every GPU step runs its real command, which must then fail the way
