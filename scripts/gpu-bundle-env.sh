@@ -18,19 +18,28 @@
 #   PATH                  mpicc, mpirun first; the bundle's make last (only used where there is none).
 #   PKG_CONFIG_PATH       the bundle's .pc files (rewritten to the unpacked place), for a pkg-config there.
 #   FASHION_DIR           the Fashion-MNIST files (datasets/get-data.sh and gpu-check.sh read it).
+#   GPU_BUNDLE_NCCL       the bundle's NCCL (include/, lib/, SM: the one architecture it still has kernels for).
+#                         NOT put on any search path here: gpu-check.sh adds it only where the toolkit and
+#                         the pip wheels have no NCCL, since a whole NCCL is always the better choice.
 #   OMPI_MCA_plm_rsh_agent=false   when there is no ssh: Open MPI's mpirun will not start without one.
 
 gpu_bundle_env() {
   local dir=${1:-gpu-bundle}
-  if [ ! -f "$dir/prefix.tar.gz" ]; then
-    echo "gpu-bundle-env: no $dir/prefix.tar.gz (scripts/gpu-bundle.sh makes it; carry it to the GPU machine)" >&2
+  if [ ! -f "$dir/prefix.tar.xz" ]; then
+    echo "gpu-bundle-env: no $dir/prefix.tar.xz (scripts/gpu-bundle.sh makes it; carry it to the GPU machine)" >&2
     return 1
   fi
   dir=$(cd "$dir" && pwd)
   local root=$dir/prefix
-  if [ ! -f "$root/.unpacked" ] || [ "$dir/prefix.tar.gz" -nt "$root/.unpacked" ]; then
-    rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$dir/prefix.tar.gz" || {
-      echo "gpu-bundle-env: could not unpack $dir/prefix.tar.gz" >&2; return 1; }
+  if [ ! -f "$root/.unpacked" ] || [ "$dir/prefix.tar.xz" -nt "$root/.unpacked" ]; then
+    # tar calls xz; a minimal image may have none, and then python3's tarfile (lzma is in the standard library)
+    # does it. The archive holds only relative links ('tar' filter: permissions kept, nothing outside root).
+    rm -rf "$root" && mkdir -p "$root" && if command -v xz >/dev/null; then tar -C "$root" -xJf "$dir/prefix.tar.xz"; else
+      python3 -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1])
+t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' "$dir/prefix.tar.xz" "$root"
+    fi || { echo "gpu-bundle-env: could not unpack $dir/prefix.tar.xz (with $(command -v xz || echo "python3's tarfile"))" >&2
+            return 1; }
     # Debian's .pc files name /usr: rewrite them to where the prefix now is.
     find "$root" -name '*.pc' -exec sed -i -e "s#=/usr\\([/ ]\\|\$\\)#=$root/usr\\1#" \
       -e "s#-I/usr/#-I$root/usr/#g" -e "s#-L/usr/#-L$root/usr/#g" {} +
@@ -63,6 +72,7 @@ gpu_bundle_env() {
   export OPAL_PREFIX=$usr
   export PMIX_MCA_mca_base_component_path=$lib/pmix2/lib/pmix
   export FASHION_DIR=$dir/fashion-mnist
+  export GPU_BUNDLE_NCCL=$root/nccl
   # Open MPI's launcher refuses to start, even for ranks on this machine alone, when it finds no ssh/rsh
   # (a bare image has none); it never calls the agent for local ranks, so any command will do.
   if ! command -v ssh >/dev/null && ! command -v rsh >/dev/null && [ -z "${OMPI_MCA_plm_rsh_agent:-}" ]; then

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # scripts/gpu-bundle-selftest.sh: proves gpu-bundle/ without a GPU, on a system that has NONE of the kit's
 # Debian packages: a minimal Debian 12 root (debootstrap, once, ~400 MB in .gpu-selftest/root, ignored)
-# with only gcc/g++/make/python3 (as the GPU image has), the CUDA toolkit bind-mounted read-only, and a copy of the working tree
-# plus gpu-bundle/ (what the device tool would send). Inside it runs scripts/gpu-check.sh, then checks:
-#   - mk/config.mk found OpenBLAS, cmocka, zlib, Open MPI (the bundle's), CUDA+cuBLAS and NCCL;
-#   - the build and the CPU steps (cpu, test-dist under the bundle's mpirun, grade) PASS;
+# with only gcc/g++/make/python3 (as the GPU image has), the CUDA toolkit mounted read-only WITHOUT its NCCL
+# (an overlay hides it: the GPU image is assumed to have none), and a copy of the working tree plus gpu-bundle/
+# (what the device tool would send). Inside it runs scripts/gpu-check.sh with a bare environment (env -i: no
+# LD_LIBRARY_PATH, PATH of the root only, where no mpirun, mpicc or make's libraries are), then checks:
+#   - the root has none of what the bundle replaces (no such package, no such library in ldconfig's cache,
+#     no mpirun/mpicc on PATH);
+#   - mk/config.mk found OpenBLAS, cmocka, zlib, libpng, Open MPI (the bundle's), CUDA+cuBLAS and NCCL (the
+#     bundle's), and left no lesson out; every lesson's program and autograder was built;
+#   - the build and the CPU steps (cpu, test-dist under the bundle's mpirun, grade, every lesson's
+#     multi-rank checks: test-lesson03..07) PASS;
 #   - every GPU step says "SKIP (no GPU here)" and gpu-check exits 3;
 #   - ldd of every program built: each library resolves into the bundle, the CUDA toolkit or the
-#     minimal root's own glibc/gcc runtime; none is "not found".
+#     minimal root's own glibc/gcc runtime; none is "not found"; libnccl is the bundle's.
 #
-#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; ~5 min on 2 cores)
+#   sudo scripts/gpu-bundle-selftest.sh [STEP...]   (default: every gpu-check step; 5 min on 2 quiet cores, 25 busy)
 #   sudo SELFTEST_FAKE_GPU=1 scripts/gpu-bundle-selftest.sh [STEP...]
 #       a fake nvidia-smi (an H100, compute capability 9.0) makes gpu-check.sh take its GPU path: the
 #       build is for sm_90 only and every GPU step runs its real command, which must then fail the way
@@ -19,7 +25,8 @@
 # Root: debootstrap, chroot and mount need it. Network: the first run only (debootstrap, gpu-bundle.sh).
 # Not part of `make test` (minutes). SELFTEST_CUDA (default /usr/local/cuda-13.0) is the toolkit to mount;
 # SELFTEST_SUITE=trixie uses a Debian 13 root instead (newer glibc and gcc, as an Ubuntu 24.04 image has).
-# SELFTEST_NCCL_WHEEL=1 hides the toolkit's NCCL and offers it only as a pip wheel's nvidia/nccl folder.
+# SELFTEST_NCCL_WHEEL=1 offers the toolkit's NCCL as a pip wheel's nvidia/nccl folder (PyTorch's layout);
+# SELFTEST_NCCL=toolkit leaves it in the toolkit. Either way gpu-check must take that one, not the bundle's.
 set -euo pipefail
 # All of it inside { }: bash reads the whole block before running it, so editing this file while a run
 # is under way cannot derail that run.
@@ -30,13 +37,13 @@ suite=${SELFTEST_SUITE:-bookworm}   # trixie: glibc 2.41 and gcc 14, nearer an U
 root=$repo/.gpu-selftest/root$([ "$suite" = bookworm ] || echo "-$suite")
 cuda=${SELFTEST_CUDA:-$(readlink -f /usr/local/cuda)}
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build cpu parity sanitize dist lessons fashion bench)
+[ ${#steps[@]} -eq 0 ] && steps=(build cpu parity sanitize dist lessons tests fashion bench)
 
 die() { echo "selftest: FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, mount)"
 [ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit at $cuda (SELFTEST_CUDA=...)"
 
-[ -f gpu-bundle/prefix.tar.gz ] || scripts/gpu-bundle.sh
+[ -f gpu-bundle/prefix.tar.xz ] || scripts/gpu-bundle.sh
 if [ ! -x "$root/usr/bin/g++" ]; then
   command -v debootstrap >/dev/null || die "debootstrap not installed (apt-get install debootstrap)"
   echo "selftest: making a minimal Debian $suite root in $root (once)"
@@ -49,6 +56,11 @@ fi
 present=$(chroot "$root" dpkg-query -W -f='${Package}\n' 2>/dev/null |
           grep -E '^(libopenblas|libcmocka|libopenmpi|openmpi|zlib1g-dev|libpng-dev|libhwloc|libevent|libpmix|dataset-fashion)' || true)
 [ -z "$present" ] || die "the minimal root has packages the bundle should replace: $present"
+present=$(chroot "$root" /sbin/ldconfig -p | grep -E 'lib(openblas|cmocka|mpi|open-rte|nccl|png16|hwloc|event|pmix)' || true)
+[ -z "$present" ] || die "the minimal root's libraries include what the bundle should bring: $present"
+present=$(chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+          sh -c 'command -v mpirun mpicc mpiexec nvidia-smi' || true)
+[ -z "$present" ] || [ "$present" = /usr/local/bin/nvidia-smi ] || die "the minimal root has commands the bundle should bring: $present"
 
 mounts=()
 cleanup() {
@@ -68,13 +80,22 @@ mnt "$root/sys" -t sysfs sysfs
 mnt "$root/dev" --bind /dev
 mnt "$root/dev/shm" -t tmpfs tmpfs
 mnt "$root/tmp" -t tmpfs tmpfs
-wheel_mode=${SELFTEST_NCCL_WHEEL:-0}
-if [ "$wheel_mode" = 1 ]; then
-  # NCCL only in a pip wheel, as PyTorch installs it (nvidia/nccl/{include,lib}, libnccl.so.2 and no
-  # libnccl.so): the toolkit is mounted through an overlay that hides its NCCL files.
+nccl_mode=${SELFTEST_NCCL:-bundle}
+[ "${SELFTEST_NCCL_WHEEL:-0}" = 1 ] && nccl_mode=wheel
+wheel_mode=0; [ "$nccl_mode" = wheel ] && wheel_mode=1
+case $nccl_mode in bundle|wheel|toolkit) ;; *) die "SELFTEST_NCCL is bundle, wheel or toolkit, not '$nccl_mode'" ;; esac
+if [ "$nccl_mode" != toolkit ]; then
+  # The toolkit is mounted through an overlay that hides its NCCL files (the upper layer takes the deletions;
+  # the toolkit itself is never written).
   ov=$repo/.gpu-selftest/cuda-overlay
   rm -rf "$ov" && mkdir -p "$ov/up" "$ov/work"
   mnt "$root$cuda" -t overlay overlay -o "lowerdir=$cuda,upperdir=$ov/up,workdir=$ov/work"
+  rm -rf "$root$cuda"/include/nccl* "$root$cuda"/lib/libnccl* "$root$cuda"/lib64/libnccl* \
+         "$root$cuda"/targets/x86_64-linux/lib/libnccl*
+fi
+if [ "$wheel_mode" = 1 ]; then
+  # NCCL only in a pip wheel, as PyTorch installs it (nvidia/nccl/{include,lib}, libnccl.so.2 and no
+  # libnccl.so).
   site=$(chroot "$root" python3 -c 'import site; print(site.getsitepackages()[0])')
   wheel=$root$site/nvidia/nccl
   fake_wheel=$root$site/nvidia
@@ -82,8 +103,7 @@ if [ "$wheel_mode" = 1 ]; then
   cp -a "$cuda"/include/nccl* "$wheel/include/"
   : > "$wheel/lib/libnccl.so.2"
   mnt "$wheel/lib/libnccl.so.2" --bind "$(readlink -f "$cuda/lib/libnccl.so.2")"
-  rm -rf "$root$cuda"/include/nccl* "$root$cuda"/lib/libnccl*
-else
+elif [ "$nccl_mode" = toolkit ]; then
   mnt "$root$cuda" --bind "$cuda"
   mount -o remount,bind,ro "$root$cuda"
 fi
@@ -105,7 +125,10 @@ if [ "$fake" = 1 ]; then
 fi
 
 set +e
-chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb OUT=/kit-out \
+# The device's 560 s budget is not what is tested here (2 slow cores): every step must run, none be cut.
+# Nor are the steps' own caps, set for 16 cores: 2 busy ones take several times as long (oversubscribed ranks).
+chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb OUT=/kit-out GPU_CHECK_BUDGET="${SELFTEST_BUDGET:-7200}" \
+  GPU_CHECK_CAP_SCALE="${SELFTEST_CAP_SCALE:-4}" \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c "cd /kit && scripts/gpu-check.sh ${steps[*]}"
 rc=$?
@@ -115,20 +138,33 @@ echo
 echo "selftest: gpu-check exited $rc; \$OUT has: $(ls "$root/kit-out" | tr '\n' ' ')"
 
 errors=()
-for item in OpenBLAS cmocka zlib 'Open MPI' CUDA+cuBLAS NCCL; do
+for item in OpenBLAS cmocka zlib libpng 'Open MPI' CUDA+cuBLAS NCCL; do
   grep -q "^config: $item *yes" "$summary" || errors+=("config.mk did not find $item")
 done
+grep '^config: lesson .* left out' "$summary" && errors+=("mk/lessons.mk left a lesson out (above)")
+case $nccl_mode in
+  bundle) want_nccl='^gpu-check: nccl.h and libnccl taken from the bundle' ;;
+  wheel) want_nccl='^gpu-check: nccl.h and libnccl taken from the pip wheel' ;;
+  toolkit) want_nccl="^gpu-check: nccl.h and libnccl: the toolkit's" ;;
+esac
+grep -q "$want_nccl" "$summary" || errors+=("NCCL was not taken from the $nccl_mode")
+# Every lesson's program and autograder: what the GPU steps run must exist once `build` has passed.
+if grep -q '^build  *PASS' "$summary"; then
+  for l in $(cd "$root/kit/solutions" && ls -d [0-9][0-9]-*); do
+    [ -x "$root/kit/build/solutions/$l/train" ] || errors+=("build/solutions/$l/train was not built")
+    [ ! -f "$root/kit/tests/lesson${l%%-*}/test_lesson${l%%-*}.c" ] || [ -x "$root/kit/build/grade-solutions/test_lesson${l%%-*}" ] ||
+      errors+=("the autograder of lesson ${l%%-*} was not built")
+  done
+fi
 grep -q '^config: Open MPI *yes (/kit/gpu-bundle/' "$summary" || errors+=("mpicc is not the bundle's")
 grep -q '^gpu-bundle-env: using /kit/gpu-bundle' "$summary" || errors+=("gpu-check did not use the bundle")
-if [ "$wheel_mode" = 1 ]; then
-  grep -q '^gpu-check: nccl.h and libnccl taken from the pip wheel' "$summary" || errors+=("NCCL was not taken from the wheel")
-fi
 passes() { grep -q "^$1  *PASS" "$summary" || errors+=("$1 did not pass"); }
 for s in "${steps[@]}"; do
   case $s in
     build) passes build ;;
     cpu) passes test-kit ;;
     lessons) passes grade ;;
+    tests) for n in 03 04 05 06 07; do passes "test-lesson$n"; done ;;
     dist) [ "$fake" = 1 ] || passes test-dist ;;  # with a fake GPU it adds NCCL runs, which must fail
   esac
 done
@@ -168,9 +204,10 @@ progs=$(cd "$root/kit" && find build -type f -perm -u+x | sort)
 ldd_out=$(chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin bash -c \
   "cd /kit && for p in $(echo $progs); do echo \"== \$p\"; ldd \$p; done" 2>&1)
 echo "$ldd_out" > "$repo/.gpu-selftest/ldd-$suite.txt"
-if [ "$wheel_mode" = 1 ]; then
-  grep -q 'libnccl.so.2 => /usr/.*/nvidia/nccl/lib/libnccl.so.2' <<< "$ldd_out" || errors+=("libnccl.so.2 does not resolve into the wheel")
-fi
+case $nccl_mode in
+  wheel) grep -q 'libnccl.so.2 => /usr/.*/nvidia/nccl/lib/libnccl.so.2' <<< "$ldd_out" || errors+=("libnccl.so.2 does not resolve into the wheel") ;;
+  bundle) grep -q 'libnccl.so.2 => /kit/gpu-bundle/prefix/nccl/lib/libnccl.so.2' <<< "$ldd_out" || errors+=("libnccl.so.2 does not resolve into the bundle") ;;
+esac
 if grep -q 'not found' <<< "$ldd_out"; then
   errors+=("unresolved libraries: $(grep 'not found' <<< "$ldd_out" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')")
 fi
