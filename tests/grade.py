@@ -20,6 +20,7 @@ import hmac
 import html
 import json
 import os
+import py_compile
 import re
 import resource
 import secrets
@@ -1543,6 +1544,11 @@ def main():
             open_to(scratch, None)
         guard = None
         if sandbox in ("none", "uid"):  # "uid": a backstop behind the file permissions
+            # The supervisor imports this module, and Python would cache its bytecode in tests/__pycache__ during
+            # the first test, which the guard would then take for a file the test wrote: compile it now, before
+            # the guard looks (nothing to do where bytecode is not written: PYTHONDONTWRITEBYTECODE, -B).
+            if not sys.dont_write_bytecode:
+                py_compile.compile(os.path.abspath(__file__), doraise=False)
             quarantine = os.path.join(ROOT, args.build, "grade-quarantine")
             guard = Guard(ROOT, quarantine, [args.submissions] if args.submissions else [])
         ctx = Context(scratch, sandbox, guard)
