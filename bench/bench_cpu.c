@@ -160,7 +160,9 @@ static void bench_memory(const char *name, const Options *o) {
     model_free(m);
 }
 
-// The model's conv layers alone, forward + backward at batch B, each timed over `steps` rounds.
+#define CONV_MIN_SECONDS 0.5
+
+// The model's conv layers alone, forward + backward at batch B, each timed over `steps` rounds or more.
 static void bench_convs(const char *name, const Options *o) {
     int c, h, w;
     if (!model_input(name, &c, &h, &w)) die("bench_cpu: unknown model '%s'", name);
@@ -183,12 +185,17 @@ static void bench_convs(const char *name, const Options *o) {
         fill(x, nx, 2), fill(wt, nw, 3), fill(dy, ny, 4);
         const bool first = l->in < 0;  // the model never asks for the image's gradient
         conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);  // warm-up
-        double t0 = time_now();
-        for (int s = 0; s < o->steps; s++) {
+        // At least `steps` rounds and at least CONV_MIN_SECONDS: a small layer (fmnist's take ~1-25 ms) timed once
+        // is mostly timer and scheduling noise.
+        int rounds = 0;
+        double t0 = time_now(), elapsed = 0;
+        while (rounds < o->steps || elapsed < CONV_MIN_SECONDS) {
             conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);
             conv2d_backward(DEVICE_CPU, &d, x, wt, dy, first ? NULL : dx, dw, NULL, work);
+            rounds++;
+            elapsed = time_now() - t0;
         }
-        double dt = (time_now() - t0) / o->steps;
+        double dt = elapsed / rounds;
         double macs = (double)ny * d.c * d.r * d.r;
         double f = 2.0 * macs * (first ? 2.0 : 3.0);
         fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd  %6.1f GFLOP/s\n", name, i, d.c,
