@@ -39,9 +39,11 @@ def tearDownModule():
     shutil.rmtree(ROOT, ignore_errors=True)
 
 
-def run_grade(*args, sandbox=None, timeout=300):
+def run_grade(*args, sandbox=None, timeout=300, write_bytecode=False):
     env = dict(os.environ)
     env.pop("MAKEFLAGS", None)
+    if write_bytecode:  # as on a learner's machine, where nothing sets it
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if sandbox:
         env["GRADE_SANDBOX"] = sandbox
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "grade.py"), *args], cwd=ROOT, env=env,
@@ -53,7 +55,7 @@ def kit_digest():
     h = hashlib.sha256()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "**"), recursive=True)
                        + glob.glob(os.path.join(ROOT, "kit", "*"))):
-        if os.path.isfile(path):
+        if os.path.isfile(path) and "__pycache__" not in path:  # Python's caches are not the kit
             with open(path, "rb") as f:
                 h.update(path.encode() + f.read())
     return h.hexdigest()
@@ -111,6 +113,14 @@ class TestLearnerMode(unittest.TestCase):
         rc, log = run_grade("--expect", "fail")
         self.assertEqual(rc, 0, log)
         self.assertIn("-1 != 5", log)  # cmocka shows 0xffffffffffffffff != 0x5
+
+    def test_fresh_kit_on_a_machine_that_writes_bytecode(self):
+        # The supervisor imports grade.py; where Python caches bytecode, that import wrote tests/__pycache__ during
+        # the first test, the guard took it for a file the test wrote, and every test of a fresh clone scored 0.
+        shutil.rmtree(os.path.join(ROOT, "tests", "__pycache__"), ignore_errors=True)
+        rc, log = run_grade("--solutions", "--expect", "pass", sandbox="none", write_bytecode=True)
+        self.assertEqual(rc, 0, log)
+        self.assertNotIn("changed the kit's files", log)
 
     def test_killing_the_parent_still_prints_a_table(self):
         lessons = tempfile.mkdtemp(prefix="learner-", dir=ROOT)
