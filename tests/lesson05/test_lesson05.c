@@ -768,7 +768,9 @@ static void test_program_converts(void **state) {
         double per_step = 0.0, b = 0.0;
         if (!line || sscanf(line, "syncbn: %lf all-reduces per step, %lf bytes per step", &per_step, &b) != 2) {
             print_error("the program's report has no line \"syncbn: X all-reduces per step, ...\"%s\n",
-                        line ? ": it says the BN layers stayed plain BN (is syncbn_convert called in run_program?)" : "");
+                        line ? ": it says the BN layers stayed plain BN (is syncbn_convert called in convert_model, "
+                               "the hook lesson 04's program calls after model_create?)"
+                             : "");
             ok = false;
         } else {
             print_message("the program: %.1f SyncBN all-reduces (%.0f bytes) per step; %d BN layers need %d (%.0f)\n",
