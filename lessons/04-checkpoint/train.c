@@ -245,7 +245,11 @@ RunStatus run_program_with(ProcessGroup *pg, const TrainOptions *o, const RunHoo
         }
         status = train_run(pg, o, &data, &ddp, &ck, &run, &log);
         if (checkpointer_enabled(&ck)) {
-            sigaction(SIGTERM, &old_term, NULL);
+            // After a stop the checkpoint is saved and the program is on its way out, but a scheduler may send its
+            // SIGTERM again (Slurm does while it ends the job step): the handler stays, so that a repeated TERM
+            // during the teardown cannot turn a clean stop into a kill (exit 143, which the job script reads as a
+            // failure and does not requeue). A second Ctrl-C (SIGINT) still ends the program at once.
+            if (status != RUN_STOPPED) sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGINT, &old_int, NULL);
         }
     }
