@@ -69,7 +69,8 @@ measure() {
 # measured CMD...: runs CMD (output to $work/log) under bench/cpu_share.py, which appends the share of the machine
 # that OTHER work took meanwhile to $work/shares (the load average cannot say: 8 ranks on 2 cores make it 8 alone).
 measured() {
-  timeout --kill-after=5 600 python3 bench/cpu_share.py --log "$work/shares" -- "$@" >"$work/log" 2>&1
+  # timeout inside: it signals the run itself (mpirun), not only the measuring wrapper
+  python3 bench/cpu_share.py --log "$work/shares" -- timeout --kill-after=5 600 "$@" >"$work/log" 2>&1
 }
 # other_pct: the last run's share, in %
 other_pct() { tail -n 1 "$work/shares" | python3 -c 'import json, sys; print(round(100 * json.load(sys.stdin)["other_share"], 1))'; }
