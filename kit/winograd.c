@@ -53,8 +53,9 @@
 // ...but one thread's V and M together stay under this many floats (8 MiB).
 #define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
 
-// Per thread, for the transforms' rows: 8 rows of 2*tw + 2 (inputs), 12 of tw (outputs), 6 of 2*tw + 2 (dy).
-#define WINO_SCRATCH(tw) (16 * ((size_t)(tw) + 1))
+// Per thread, for the transforms: the padded image and 4 rows (inputs: 2*th + 6 rows of 2*tw + 2), or 6 such
+// rows (the output gradient's tiles).
+#define WINO_SCRATCH(th, tw) ((2 * (size_t)(th) + 6) * (2 * (size_t)(tw) + 2))
 
 bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
@@ -112,7 +113,7 @@ static WinoPlan wino_plan_for(int n, int cin, int cout, int h, int w, int thread
     pl.group = (int)g;
     pl.chunks = (n + pl.group - 1) / pl.group;
     pl.threads = threads < pl.chunks ? threads : pl.chunks;
-    pl.thread_floats = g * per_image + WINO_SCRATCH(pl.tw);
+    pl.thread_floats = g * per_image + WINO_SCRATCH(pl.th, pl.tw);
     return pl;
 }
 
@@ -173,39 +174,49 @@ static void wino_filters(const WinoPlan *pl, const float *w, bool flipped, float
 
 // V (16, cin, cols) for images x (g, cin, h, w): tile t = (image, ti, tj) reads rows 2ti-1..2ti+2 and
 // columns 2tj-1..2tj+2 (0 outside the image: the padding) and stores B^T d B in column t.
-// A whole row of tiles at a time, so that every loop runs along a row (the compiler vectorises them):
-// the 4 input rows are copied with their padding, B^T is applied down the rows, then B along them.
-// `scratch` holds 8 rows of 2*tw + 2 floats (WINO_SCRATCH).
+// Each channel is first copied into a zero-padded image whose rows are stored split by column parity,
+// [even padded columns | odd ones] (tw + 1 each): tile tj's four columns 2tj .. 2tj+3 are then even[tj],
+// odd[tj], even[tj+1], odd[tj+1], so every loop below reads memory in order (no stride-2 loads, which cost
+// the compiler a shuffle per vector) and the padding is written once per call, not once per row of tiles.
+// Then a row of tiles at a time: B^T down the columns of its 4 rows, B along them.
+// `scratch` holds the padded image, (2*th + 2) rows of 2*tw + 2, then 4 rows of 2*tw + 2 (WINO_SCRATCH).
 static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch) {
     const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;  // padded row: columns -1 .. 2*tw
     const size_t ld = (size_t)pl->cin * cols;
-    float *d[4], *r[4];
-    for (int i = 0; i < 4; i++) d[i] = scratch + (size_t)i * RW, r[i] = scratch + (size_t)(4 + i) * RW;
+    float *pad = scratch, *r[4];
+    for (int i = 0; i < 4; i++) r[i] = pad + (size_t)(2 * pl->th + 2 + i) * RW;
+    memset(pad, 0, (size_t)(2 * pl->th + 2) * RW * sizeof(float));  // the interior is overwritten below
     for (int n = 0; n < g; n++) {
         for (int c = 0; c < pl->cin; c++) {
             const float *xc = x + ((size_t)n * pl->cin + c) * H * W;
             float *vc = v + (size_t)c * cols + (size_t)n * pl->tiles;
-            for (int ti = 0; ti < pl->th; ti++) {
-                for (int i = 0; i < 4; i++) {  // input row 2ti - 1 + i, padded with zeros both sides
-                    const int row = 2 * ti - 1 + i;
-                    memset(d[i], 0, (size_t)RW * sizeof(float));
-                    if (row >= 0 && row < H) memcpy(d[i] + 1, xc + (size_t)row * W, (size_t)W * sizeof(float));
-                }
+            for (int row = 0; row < H; row++) {  // image column q is padded column q + 1
+                const float *restrict src = xc + (size_t)row * W;
+                float *restrict even = pad + (size_t)(row + 1) * RW, *restrict odd = even + TW + 1;
 #pragma omp simd
-                for (int j = 0; j < RW; j++) {  // B^T d, down each column
-                    r[0][j] = d[0][j] - d[2][j];
-                    r[1][j] = d[1][j] + d[2][j];
-                    r[2][j] = d[2][j] - d[1][j];
-                    r[3][j] = d[1][j] - d[3][j];
+                for (int m = 0; m < W / 2; m++) {
+                    odd[m] = src[2 * m];
+                    even[m + 1] = src[2 * m + 1];
+                }
+                if (W % 2) odd[W / 2] = src[W - 1];
+            }
+            for (int ti = 0; ti < pl->th; ti++) {
+                const float *d0 = pad + (size_t)(2 * ti) * RW, *d1 = d0 + RW, *d2 = d1 + RW, *d3 = d2 + RW;
+#pragma omp simd
+                for (int j = 0; j < RW; j++) {  // B^T d, down each column (in both halves alike)
+                    r[0][j] = d0[j] - d2[j];
+                    r[1][j] = d1[j] + d2[j];
+                    r[2][j] = d2[j] - d1[j];
+                    r[3][j] = d1[j] - d3[j];
                 }
                 float *dst = vc + (size_t)ti * TW;
-                for (int i = 0; i < 4; i++) {  // (B^T d) B, along each row: tile tj starts at column 2tj
-                    const float *restrict ri = r[i];
+                for (int i = 0; i < 4; i++) {  // (B^T d) B, along each row
+                    const float *restrict even = r[i], *restrict odd = r[i] + TW + 1;
                     float *restrict v0 = dst + (size_t)(4 * i) * ld, *restrict v1 = v0 + ld;
                     float *restrict v2 = v1 + ld, *restrict v3 = v2 + ld;
 #pragma omp simd
                     for (int tj = 0; tj < TW; tj++) {
-                        const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1], a2 = ri[2 * tj + 2], a3 = ri[2 * tj + 3];
+                        const float a0 = even[tj], a1 = odd[tj], a2 = even[tj + 1], a3 = odd[tj + 1];
                         v0[tj] = a0 - a2;
                         v1[tj] = a1 + a2;
                         v2[tj] = a2 - a1;
@@ -218,48 +229,57 @@ static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, siz
 }
 
 // y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
-// onto y (accumulate). An overhanging tile's outputs outside the image are dropped. Again a row of tiles
-// at a time: A^T down the 4x4 tiles into 8 rows of tw (t), then A along them into 2 output rows (o).
-static void wino_outputs(const WinoPlan *pl, const float *m, int g, size_t cols, const float *b, bool accumulate,
-                         float *y, float *scratch) {
+// onto y (accumulate). An overhanging tile's outputs outside the image are dropped. First for every tile of
+// the group at once, per output channel: one long loop along M's rows (the compiler vectorises it whole),
+// whose 4 results per tile overwrite M[0..3] (each tile's 16 values are read before they are written; M is
+// not needed after). Then into y a row of tiles at a time: tile (ti, tj)'s result (a, b) is y[2ti+a][2tj+b].
+static void wino_outputs(const WinoPlan *pl, float *m, int g, size_t cols, const float *b, bool accumulate,
+                         float *y) {
     const int H = pl->h, W = pl->w, TW = pl->tw;
     const size_t ld = (size_t)pl->cout * cols;
-    float *t = scratch, *o[2] = {scratch + 8 * (size_t)TW, scratch + 10 * (size_t)TW};  // o: 2*tw wide
-    for (int n = 0; n < g; n++) {
-        for (int k = 0; k < pl->cout; k++) {
+    for (int k = 0; k < pl->cout; k++) {
+        float *mk = m + (size_t)k * cols;  // M[e][k][t] = mk[e * ld + t]
+        float *restrict m0 = mk, *restrict m1 = m0 + ld, *restrict m2 = m1 + ld, *restrict m3 = m2 + ld;
+        const float *restrict m4 = m3 + ld, *restrict m5 = m4 + ld, *restrict m6 = m5 + ld, *restrict m7 = m6 + ld;
+        const float *restrict m8 = m7 + ld, *restrict m9 = m8 + ld, *restrict m10 = m9 + ld, *restrict m11 = m10 + ld;
+        const float *restrict m12 = m11 + ld, *restrict m13 = m12 + ld, *restrict m14 = m13 + ld;
+        const float *restrict m15 = m14 + ld;
+        // Written out in full (an array of temporaries inside the loop kept GCC from vectorising it).
+#pragma omp simd
+        for (size_t t = 0; t < cols; t++) {
+            // A^T m: row 0 = m's rows 0 + 1 + 2, row 1 = rows 1 - 2 - 3 (m's row i is m[4i .. 4i+3])
+            const float p0 = m0[t] + m4[t] + m8[t], p1 = m1[t] + m5[t] + m9[t];
+            const float p2 = m2[t] + m6[t] + m10[t], p3 = m3[t] + m7[t] + m11[t];
+            const float q0 = m4[t] - m8[t] - m12[t], q1 = m5[t] - m9[t] - m13[t];
+            const float q2 = m6[t] - m10[t] - m14[t], q3 = m7[t] - m11[t] - m15[t];
+            // (A^T m) A: the same along each row
+            m0[t] = p0 + p1 + p2;
+            m1[t] = p1 - p2 - p3;
+            m2[t] = q0 + q1 + q2;
+            m3[t] = q1 - q2 - q3;
+        }
+        const float bk = b ? b[k] : 0.0f;
+        for (int n = 0; n < g; n++) {
             float *yk = y + ((size_t)n * pl->cout + k) * H * W;
-            const float bk = b ? b[k] : 0.0f;
             for (int ti = 0; ti < pl->th; ti++) {
-                const float *src = m + (size_t)k * cols + (size_t)n * pl->tiles + (size_t)ti * TW;
-                for (int j = 0; j < 4; j++) {  // t row j: (A^T m)[0][j]; row 4 + j: (A^T m)[1][j]
-                    const float *restrict m0 = src + (size_t)j * ld, *restrict m1 = src + (size_t)(4 + j) * ld;
-                    const float *restrict m2 = src + (size_t)(8 + j) * ld, *restrict m3 = src + (size_t)(12 + j) * ld;
-                    float *restrict t0 = t + (size_t)j * TW, *restrict t1 = t + (size_t)(4 + j) * TW;
-#pragma omp simd
-                    for (int tj = 0; tj < TW; tj++) {
-                        t0[tj] = m0[tj] + m1[tj] + m2[tj];
-                        t1[tj] = m1[tj] - m2[tj] - m3[tj];
-                    }
-                }
-                for (int i = 0; i < 2; i++) {
-                    const float *restrict a0 = t + (size_t)(4 * i) * TW, *restrict a1 = a0 + TW;
-                    const float *restrict a2 = a1 + TW, *restrict a3 = a2 + TW;
-                    float *restrict oi = o[i];
-#pragma omp simd
-                    for (int tj = 0; tj < TW; tj++) {
-                        oi[2 * tj] = a0[tj] + a1[tj] + a2[tj];
-                        oi[2 * tj + 1] = a1[tj] - a2[tj] - a3[tj];
-                    }
-                }
-                for (int i = 0; i < 2 && 2 * ti + i < H; i++) {
-                    float *restrict dst = yk + (size_t)(2 * ti + i) * W;
-                    const float *restrict oi = o[i];
+                for (int a = 0; a < 2 && 2 * ti + a < H; a++) {
+                    const size_t t0 = (size_t)n * pl->tiles + (size_t)ti * TW;
+                    const float *restrict o0 = mk + (size_t)(2 * a) * ld + t0, *restrict o1 = o0 + ld;  // (a, 0), (a, 1)
+                    float *restrict dst = yk + (size_t)(2 * ti + a) * W;
                     if (accumulate) {
 #pragma omp simd
-                        for (int j = 0; j < W; j++) dst[j] += oi[j];
+                        for (int tj = 0; tj < W / 2; tj++) {
+                            dst[2 * tj] += o0[tj];
+                            dst[2 * tj + 1] += o1[tj];
+                        }
+                        if (W % 2) dst[W - 1] += o0[W / 2];
                     } else {
 #pragma omp simd
-                        for (int j = 0; j < W; j++) dst[j] = oi[j] + bk;
+                        for (int tj = 0; tj < W / 2; tj++) {
+                            dst[2 * tj] = o0[tj] + bk;
+                            dst[2 * tj + 1] = o1[tj] + bk;
+                        }
+                        if (W % 2) dst[W - 1] = o0[W / 2] + bk;
                     }
                 }
             }
@@ -282,7 +302,7 @@ static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, con
     float *u = work, *v = u + 16 * (size_t)pl->cout * pl->cin;
     const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
     const size_t cols = pl->tiles;  // one image at a time
-    float *m = v + 16 * (size_t)pl->cin * cols, *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
+    float *m = v + 16 * (size_t)pl->cin * cols, *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
 #pragma omp parallel num_threads(threads)
     {
         wino_filters(pl, w, flipped, u);  // ends with omp for's barrier
@@ -292,7 +312,7 @@ static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, con
 #pragma omp for schedule(static)
             for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
 #pragma omp single
-            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch);
+            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img);
         }
     }
 }
@@ -319,10 +339,10 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool fl
             const int g = pl->n - n0 < pl->group ? pl->n - n0 : pl->group;
             const size_t cols = (size_t)g * pl->tiles;
             float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
-            float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->tw);
+            float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
             for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
-            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
+            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img);
         }
     }
 }
@@ -420,7 +440,7 @@ void winograd_backward_weights(const Conv2dDims *s, const float *x, const float 
     float *scratch = v + (size_t)chunk * 16 * (size_t)(C + K) * pl.tiles;  // per thread, after both
 #pragma omp parallel num_threads(pl.threads)
     {
-        float *mine = scratch + (size_t)omp_get_thread_num() * WINO_SCRATCH(pl.tw);
+        float *mine = scratch + (size_t)omp_get_thread_num() * WINO_SCRATCH(pl.th, pl.tw);
         for (int n0 = 0; n0 < s->n; n0 += chunk) {
             const int g = s->n - n0 < chunk ? s->n - n0 : chunk;
             const size_t cols = (size_t)g * pl.tiles;

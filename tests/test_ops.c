@@ -191,6 +191,10 @@ static void test_conv_grouped_images(void **state) {
     (void)state;
     conv_case((Conv2dDims){.n = 5, .c = 3, .h = 3, .w = 3, .k = 4, .r = 3, .stride = 1, .pad = 1}, 40);
     conv_case((Conv2dDims){.n = 7, .c = 2, .h = 4, .w = 4, .k = 3, .r = 5, .stride = 1, .pad = 2}, 41);
+    // Kernels wider than the map: im2col's shifted-slice copy (stride 1, output as wide as the input) moves
+    // some rows and columns entirely off the image.
+    conv_case((Conv2dDims){.n = 3, .c = 2, .h = 2, .w = 1, .k = 3, .r = 5, .stride = 1, .pad = 2}, 42);
+    conv_case((Conv2dDims){.n = 2, .c = 2, .h = 3, .w = 2, .k = 2, .r = 7, .stride = 1, .pad = 3}, 43);
 }
 
 // Backward twice doubles every gradient; a NULL gradient is skipped and leaves the others unchanged.
