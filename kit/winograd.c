@@ -53,8 +53,7 @@
 // ...but one thread's V and M together stay under this many floats (8 MiB).
 #define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
 
-// Per thread, for the transforms: the padded image and 4 rows (inputs: 2*th + 6 rows of 2*tw + 2), or 6 such
-// rows (the output gradient's tiles).
+// Per thread, for the input transform: the padded image and 4 rows, 2*th + 6 rows of 2*tw + 2.
 #define WINO_SCRATCH(th, tw) ((2 * (size_t)(th) + 6) * (2 * (size_t)(tw) + 2))
 
 bool winograd_eligible(const Conv2dDims *s) {
@@ -372,41 +371,46 @@ void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy
 // that use the same memory as the forward's per-thread slices. The transforms split by image.
 
 // Yhat (16, K, cols) for the output gradient of one image dy (K, h, w), written from column 0: A z A^T per
-// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. A row of tiles at a time: the 2 rows of dy (zero past the image),
-// A down them into 4 rows, then A^T along each. `scratch` holds 6 rows of 2*tw + 2 floats.
-static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols, float *scratch) {
-    const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;
+// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. The reverse of wino_outputs: first each tile's z (0 past the image)
+// into Yhat[0..3] a row of tiles at a time, then for all the image's tiles at once (one long loop, which the
+// compiler vectorises whole) the 16 values of A z A^T, which overwrite them.
+static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols) {
+    const int H = pl->h, W = pl->w, TW = pl->tw;
     const size_t ld = (size_t)pl->cout * cols;
-    float *restrict z0 = scratch, *restrict z1 = scratch + RW, *r[4];
-    for (int i = 0; i < 4; i++) r[i] = scratch + (size_t)(2 + i) * RW;
     for (int k = 0; k < pl->cout; k++) {
         const float *dk = dy + (size_t)k * H * W;
+        float *yk = yhat + (size_t)k * cols;  // Yhat[e][k][t] = yk[e * ld + t]
         for (int ti = 0; ti < pl->th; ti++) {
-            memset(scratch, 0, 2 * (size_t)RW * sizeof(float));
-            memcpy(z0, dk + (size_t)(2 * ti) * W, (size_t)W * sizeof(float));
-            if (2 * ti + 1 < H) memcpy(z1, dk + (size_t)(2 * ti + 1) * W, (size_t)W * sizeof(float));
-            float *restrict r0 = r[0], *restrict r1 = r[1], *restrict r2 = r[2], *restrict r3 = r[3];
-#pragma omp simd
-            for (int j = 0; j < RW; j++) {  // A z, down each column
-                r0[j] = z0[j];
-                r1[j] = z0[j] + z1[j];
-                r2[j] = z0[j] - z1[j];
-                r3[j] = -z1[j];
-            }
-            float *dst = yhat + (size_t)k * cols + (size_t)ti * TW;
-            for (int i = 0; i < 4; i++) {  // (A z) A^T, along each row: tile tj covers columns 2tj, 2tj + 1
-                const float *restrict ri = r[i];
-                float *restrict o0 = dst + (size_t)(4 * i) * ld, *restrict o1 = o0 + ld;
-                float *restrict o2 = o1 + ld, *restrict o3 = o2 + ld;
-#pragma omp simd
-                for (int tj = 0; tj < TW; tj++) {
-                    const float a0 = ri[2 * tj], a1 = ri[2 * tj + 1];
-                    o0[tj] = a0;
-                    o1[tj] = a0 + a1;
-                    o2[tj] = a0 - a1;
-                    o3[tj] = -a1;
+            for (int a = 0; a < 2; a++) {  // z[a][0], z[a][1] of the row's tiles: Yhat[2a], Yhat[2a + 1]
+                float *restrict z0 = yk + (size_t)(2 * a) * ld + (size_t)ti * TW, *restrict z1 = z0 + ld;
+                if (2 * ti + a >= H) {  // the row below an odd-height image
+                    memset(z0, 0, (size_t)TW * sizeof(float));
+                    memset(z1, 0, (size_t)TW * sizeof(float));
+                    continue;
                 }
+                const float *restrict src = dk + (size_t)(2 * ti + a) * W;
+#pragma omp simd
+                for (int tj = 0; tj < W / 2; tj++) {
+                    z0[tj] = src[2 * tj];
+                    z1[tj] = src[2 * tj + 1];
+                }
+                if (W % 2) z0[W / 2] = src[W - 1], z1[W / 2] = 0.0f;
             }
+        }
+        float *restrict y0 = yk, *restrict y1 = y0 + ld, *restrict y2 = y1 + ld, *restrict y3 = y2 + ld;
+        float *restrict y4 = y3 + ld, *restrict y5 = y4 + ld, *restrict y6 = y5 + ld, *restrict y7 = y6 + ld;
+        float *restrict y8 = y7 + ld, *restrict y9 = y8 + ld, *restrict y10 = y9 + ld, *restrict y11 = y10 + ld;
+        float *restrict y12 = y11 + ld, *restrict y13 = y12 + ld, *restrict y14 = y13 + ld;
+        float *restrict y15 = y14 + ld;
+#pragma omp simd
+        for (size_t t = 0; t < pl->tiles; t++) {
+            const float z00 = y0[t], z01 = y1[t], z10 = y2[t], z11 = y3[t];
+            // A z: rows z0, z0 + z1, z0 - z1, -z1; then A along each row (a0, a1): a0, a0 + a1, a0 - a1, -a1
+            const float r10 = z00 + z10, r11 = z01 + z11, r20 = z00 - z10, r21 = z01 - z11;
+            y0[t] = z00, y1[t] = z00 + z01, y2[t] = z00 - z01, y3[t] = -z01;
+            y4[t] = r10, y5[t] = r10 + r11, y6[t] = r10 - r11, y7[t] = -r11;
+            y8[t] = r20, y9[t] = r20 + r21, y10[t] = r20 - r21, y11[t] = -r21;
+            y12[t] = -z10, y13[t] = -z10 + -z11, y14[t] = -z10 - -z11, y15[t] = z11;
         }
     }
 }
@@ -448,7 +452,7 @@ void winograd_backward_weights(const Conv2dDims *s, const float *x, const float 
 #pragma omp for schedule(static)
             for (int n = 0; n < g; n++) {
                 wino_inputs(&pl, x + (n0 + n) * x_img, 1, v + n * pl.tiles, cols, mine);
-                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols, mine);
+                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols);
             }
 #pragma omp for schedule(static)
             for (int e = 0; e < 16; e++) {
