@@ -53,8 +53,13 @@
 // ...but one thread's V and M together stay under this many floats (8 MiB).
 #define WINO_MAX_THREAD_FLOATS ((size_t)2 << 20)
 
-// Per thread, for the input transform: the padded image and 4 rows, 2*th + 6 rows of 2*tw + 2.
-#define WINO_SCRATCH(th, tw) ((2 * (size_t)(th) + 6) * (2 * (size_t)(tw) + 2))
+// The output transform works through the tiles in blocks of this many (its scratch: 8 rows of a block).
+#define WINO_OUT_BLOCK 256
+// Per thread, for the transforms: the input's padded image and 4 rows (2*th + 6 rows of 2*tw + 2), the output
+// gradient's 10 rows of tiles, or the output transform's 8 rows of a block.
+#define WINO_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
+#define WINO_SCRATCH(th, tw) \
+    WINO_MAX3((2 * (size_t)(th) + 6) * (2 * (size_t)(tw) + 2), 10 * (size_t)(th) * (tw), 8 * (size_t)WINO_OUT_BLOCK)
 
 bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
@@ -229,33 +234,42 @@ static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, siz
 
 // y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
 // onto y (accumulate). An overhanging tile's outputs outside the image are dropped. First for every tile of
-// the group at once, per output channel: one long loop along M's rows (the compiler vectorises it whole),
-// whose 4 results per tile overwrite M[0..3] (each tile's 16 values are read before they are written; M is
-// not needed after). Then into y a row of tiles at a time: tile (ti, tj)'s result (a, b) is y[2ti+a][2tj+b].
+// the group, per output channel, in long loops along M's rows (the compiler vectorises them whole): A^T down
+// each column of the tiles into `scratch`, then A along its rows, whose 4 results per tile overwrite M[0..3]
+// (M is not needed after). A loop reads at most 4 of M's 16 rows: they lie a power-of-two apart on large maps,
+// and 16 streams at once fall into the same cache sets. Then into y a row of tiles at a time: tile (ti, tj)'s
+// result (a, b) is y[2ti+a][2tj+b].
 static void wino_outputs(const WinoPlan *pl, float *m, int g, size_t cols, const float *b, bool accumulate,
-                         float *y) {
+                         float *y, float *scratch) {
     const int H = pl->h, W = pl->w, TW = pl->tw;
     const size_t ld = (size_t)pl->cout * cols;
     for (int k = 0; k < pl->cout; k++) {
         float *mk = m + (size_t)k * cols;  // M[e][k][t] = mk[e * ld + t]
-        float *restrict m0 = mk, *restrict m1 = m0 + ld, *restrict m2 = m1 + ld, *restrict m3 = m2 + ld;
-        const float *restrict m4 = m3 + ld, *restrict m5 = m4 + ld, *restrict m6 = m5 + ld, *restrict m7 = m6 + ld;
-        const float *restrict m8 = m7 + ld, *restrict m9 = m8 + ld, *restrict m10 = m9 + ld, *restrict m11 = m10 + ld;
-        const float *restrict m12 = m11 + ld, *restrict m13 = m12 + ld, *restrict m14 = m13 + ld;
-        const float *restrict m15 = m14 + ld;
-        // Written out in full (an array of temporaries inside the loop kept GCC from vectorising it).
+        for (size_t t0 = 0; t0 < cols; t0 += WINO_OUT_BLOCK) {
+            const size_t nb = cols - t0 < WINO_OUT_BLOCK ? cols - t0 : WINO_OUT_BLOCK;
+            float *pq = scratch;  // 8 rows of WINO_OUT_BLOCK: A^T m's row 0 (p, 4 values), row 1 (q)
+            for (int j = 0; j < 4; j++) {  // A^T down column j: p = m's rows 0 + 1 + 2, q = rows 1 - 2 - 3
+                const float *restrict c0 = mk + (size_t)j * ld + t0, *restrict c1 = c0 + 4 * ld;
+                const float *restrict c2 = c1 + 4 * ld, *restrict c3 = c2 + 4 * ld;
+                float *restrict p = pq + (size_t)j * WINO_OUT_BLOCK, *restrict q = p + 4 * WINO_OUT_BLOCK;
 #pragma omp simd
-        for (size_t t = 0; t < cols; t++) {
-            // A^T m: row 0 = m's rows 0 + 1 + 2, row 1 = rows 1 - 2 - 3 (m's row i is m[4i .. 4i+3])
-            const float p0 = m0[t] + m4[t] + m8[t], p1 = m1[t] + m5[t] + m9[t];
-            const float p2 = m2[t] + m6[t] + m10[t], p3 = m3[t] + m7[t] + m11[t];
-            const float q0 = m4[t] - m8[t] - m12[t], q1 = m5[t] - m9[t] - m13[t];
-            const float q2 = m6[t] - m10[t] - m14[t], q3 = m7[t] - m11[t] - m15[t];
-            // (A^T m) A: the same along each row
-            m0[t] = p0 + p1 + p2;
-            m1[t] = p1 - p2 - p3;
-            m2[t] = q0 + q1 + q2;
-            m3[t] = q1 - q2 - q3;
+                for (size_t t = 0; t < nb; t++) {
+                    p[t] = c0[t] + c1[t] + c2[t];
+                    q[t] = c1[t] - c2[t] - c3[t];
+                }
+            }
+            const float *restrict p0 = pq, *restrict p1 = p0 + WINO_OUT_BLOCK, *restrict p2 = p1 + WINO_OUT_BLOCK;
+            const float *restrict p3 = p2 + WINO_OUT_BLOCK, *restrict q0 = p3 + WINO_OUT_BLOCK;
+            const float *restrict q1 = q0 + WINO_OUT_BLOCK, *restrict q2 = q1 + WINO_OUT_BLOCK;
+            const float *restrict q3 = q2 + WINO_OUT_BLOCK;
+            float *restrict o00 = mk + t0, *restrict o01 = o00 + ld, *restrict o10 = o01 + ld, *restrict o11 = o10 + ld;
+#pragma omp simd
+            for (size_t t = 0; t < nb; t++) {  // (A^T m) A: the same along each row
+                o00[t] = p0[t] + p1[t] + p2[t];
+                o01[t] = p1[t] - p2[t] - p3[t];
+                o10[t] = q0[t] + q1[t] + q2[t];
+                o11[t] = q1[t] - q2[t] - q3[t];
+            }
         }
         const float bk = b ? b[k] : 0.0f;
         for (int n = 0; n < g; n++) {
@@ -311,7 +325,7 @@ static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, con
 #pragma omp for schedule(static)
             for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
 #pragma omp single
-            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img);
+            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch);
         }
     }
 }
@@ -341,7 +355,7 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool fl
             float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
             for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
-            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img);
+            wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
         }
     }
 }
@@ -371,18 +385,20 @@ void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy
 // that use the same memory as the forward's per-thread slices. The transforms split by image.
 
 // Yhat (16, K, cols) for the output gradient of one image dy (K, h, w), written from column 0: A z A^T per
-// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. The reverse of wino_outputs: first each tile's z (0 past the image)
-// into Yhat[0..3] a row of tiles at a time, then for all the image's tiles at once (one long loop, which the
-// compiler vectorises whole) the 16 values of A z A^T, which overwrite them.
-static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols) {
+// 2x2 tile z, A = [1 0; 1 1; 1 -1; 0 -1]. The reverse of wino_outputs, in long loops over all the image's tiles
+// (which the compiler vectorises whole) through `scratch` (10 rows of tiles): z's 4 values (0 past the image),
+// gathered a row of tiles at a time; then the 4 rows of A z (2 values each); then A along each row, 4 rows of
+// Yhat per loop (16 output streams in one loop, on a map of 32 x 32, fall into the same cache sets).
+static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, size_t cols, float *scratch) {
     const int H = pl->h, W = pl->w, TW = pl->tw;
-    const size_t ld = (size_t)pl->cout * cols;
+    const size_t ld = (size_t)pl->cout * cols, nt = pl->tiles;
+    float *row[10];  // z00 z01 z10 z11, then (A z)'s rows 1, 2, 3 as pairs (its row 0 is z00 z01)
+    for (int i = 0; i < 10; i++) row[i] = scratch + (size_t)i * nt;
     for (int k = 0; k < pl->cout; k++) {
         const float *dk = dy + (size_t)k * H * W;
-        float *yk = yhat + (size_t)k * cols;  // Yhat[e][k][t] = yk[e * ld + t]
         for (int ti = 0; ti < pl->th; ti++) {
-            for (int a = 0; a < 2; a++) {  // z[a][0], z[a][1] of the row's tiles: Yhat[2a], Yhat[2a + 1]
-                float *restrict z0 = yk + (size_t)(2 * a) * ld + (size_t)ti * TW, *restrict z1 = z0 + ld;
+            for (int a = 0; a < 2; a++) {  // z[a][0], z[a][1] of the row's tiles
+                float *restrict z0 = row[2 * a] + (size_t)ti * TW, *restrict z1 = row[2 * a + 1] + (size_t)ti * TW;
                 if (2 * ti + a >= H) {  // the row below an odd-height image
                     memset(z0, 0, (size_t)TW * sizeof(float));
                     memset(z1, 0, (size_t)TW * sizeof(float));
@@ -397,20 +413,26 @@ static void wino_grad_tiles(const WinoPlan *pl, const float *dy, float *yhat, si
                 if (W % 2) z0[W / 2] = src[W - 1], z1[W / 2] = 0.0f;
             }
         }
-        float *restrict y0 = yk, *restrict y1 = y0 + ld, *restrict y2 = y1 + ld, *restrict y3 = y2 + ld;
-        float *restrict y4 = y3 + ld, *restrict y5 = y4 + ld, *restrict y6 = y5 + ld, *restrict y7 = y6 + ld;
-        float *restrict y8 = y7 + ld, *restrict y9 = y8 + ld, *restrict y10 = y9 + ld, *restrict y11 = y10 + ld;
-        float *restrict y12 = y11 + ld, *restrict y13 = y12 + ld, *restrict y14 = y13 + ld;
-        float *restrict y15 = y14 + ld;
+        const float *restrict z00 = row[0], *restrict z01 = row[1], *restrict z10 = row[2], *restrict z11 = row[3];
+        float *restrict r10 = row[4], *restrict r11 = row[5], *restrict r20 = row[6], *restrict r21 = row[7];
+        float *restrict r30 = row[8], *restrict r31 = row[9];
 #pragma omp simd
-        for (size_t t = 0; t < pl->tiles; t++) {
-            const float z00 = y0[t], z01 = y1[t], z10 = y2[t], z11 = y3[t];
-            // A z: rows z0, z0 + z1, z0 - z1, -z1; then A along each row (a0, a1): a0, a0 + a1, a0 - a1, -a1
-            const float r10 = z00 + z10, r11 = z01 + z11, r20 = z00 - z10, r21 = z01 - z11;
-            y0[t] = z00, y1[t] = z00 + z01, y2[t] = z00 - z01, y3[t] = -z01;
-            y4[t] = r10, y5[t] = r10 + r11, y6[t] = r10 - r11, y7[t] = -r11;
-            y8[t] = r20, y9[t] = r20 + r21, y10[t] = r20 - r21, y11[t] = -r21;
-            y12[t] = -z10, y13[t] = -z10 + -z11, y14[t] = -z10 - -z11, y15[t] = z11;
+        for (size_t t = 0; t < nt; t++) {  // A z: rows z0, z0 + z1, z0 - z1, -z1
+            r10[t] = z00[t] + z10[t], r11[t] = z01[t] + z11[t];
+            r20[t] = z00[t] - z10[t], r21[t] = z01[t] - z11[t];
+            r30[t] = -z10[t], r31[t] = -z11[t];
+        }
+        for (int i = 0; i < 4; i++) {  // (A z) A^T along row i = (a0, a1): a0, a0 + a1, a0 - a1, -a1
+            const float *restrict a0 = i == 0 ? row[0] : row[2 + 2 * i], *restrict a1 = a0 + nt;
+            float *restrict o0 = yhat + (size_t)(4 * i) * ld + (size_t)k * cols, *restrict o1 = o0 + ld;
+            float *restrict o2 = o1 + ld, *restrict o3 = o2 + ld;
+#pragma omp simd
+            for (size_t t = 0; t < nt; t++) {
+                o0[t] = a0[t];
+                o1[t] = a0[t] + a1[t];
+                o2[t] = a0[t] - a1[t];
+                o3[t] = -a1[t];
+            }
         }
     }
 }
@@ -452,7 +474,7 @@ void winograd_backward_weights(const Conv2dDims *s, const float *x, const float 
 #pragma omp for schedule(static)
             for (int n = 0; n < g; n++) {
                 wino_inputs(&pl, x + (n0 + n) * x_img, 1, v + n * pl.tiles, cols, mine);
-                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols);
+                wino_grad_tiles(&pl, dy + (n0 + n) * y_img, yhat + n * pl.tiles, cols, mine);
             }
 #pragma omp for schedule(static)
             for (int e = 0; e < 16; e++) {
