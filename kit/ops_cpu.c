@@ -335,11 +335,7 @@ void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, co
     if (winograd_eligible(s) && winograd_enabled()) {
         // One after the other: each uses all of `work`.
         if (db) conv_bias_grad(s, (size_t)s->h * s->w, dy, db);
-        if (dw && winograd_weights_eligible(s)) {
-            winograd_backward_weights(s, x, dy, dw, work);
-        } else if (dw) {
-            conv2d_backward_cpu_plain(s, x, w, dy, NULL, dw, NULL, work);
-        }
+        if (dw) winograd_backward_weights(s, x, dy, dw, work);
         if (dx) winograd_backward_data(s, w, dy, dx, work);
         return;
     }

@@ -65,11 +65,6 @@ bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
 }
 
-// The weight gradient's GEMMs write (K, C) matrices and sum over the tiles: below 64 channels on a side they
-// are too small for OpenBLAS to run well, and the im2col weight gradient was faster in our measurements
-// (fmnist's 32 -> 64 layer at 14x14: 0.3-0.9x; ResNet-9's layers, 64 to 512 channels: 1.5-1.6x).
-#define WINO_DW_MIN_CHANNELS 64
-
 // The forward also needs maps of 8 x 8 or more. Each call transforms every filter anew (16 floats per
 // (input, output) channel pair: 16 MB for a 512 -> 512 layer), a cost spread over the images' tiles. At 4 x 4
 // (4 tiles an image) one image cannot pay for it: ResNet-9's batch-1 inference took 19.5 ms with its 4 x 4
@@ -80,10 +75,6 @@ bool winograd_eligible(const Conv2dDims *s) {
 
 bool winograd_forward_eligible(const Conv2dDims *s) {
     return winograd_eligible(s) && s->h * s->w >= WINO_FWD_MIN_PIXELS;
-}
-
-bool winograd_weights_eligible(const Conv2dDims *s) {
-    return winograd_eligible(s) && s->c >= WINO_DW_MIN_CHANNELS && s->k >= WINO_DW_MIN_CHANNELS;
 }
 
 bool winograd_enabled(void) {

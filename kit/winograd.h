@@ -17,11 +17,9 @@ extern "C" {
 
 // 3x3, stride 1, pad 1, and enough channels on both sides for the GEMMs to outweigh the transforms.
 bool winograd_eligible(const Conv2dDims *s);
-// The forward: also maps of at least 8 x 8 (see WINO_FWD_MIN_PIXELS in winograd.c); the input gradient takes every
+// The forward: also maps of at least 8 x 8 (see WINO_FWD_MIN_PIXELS in winograd.c); both gradients take every
 // winograd_eligible layer.
 bool winograd_forward_eligible(const Conv2dDims *s);
-// The weight gradient too: only with more channels (see WINO_DW_MIN_CHANNELS in winograd.c).
-bool winograd_weights_eligible(const Conv2dDims *s);
 // False when the environment says KIT_WINOGRAD=0 (the plain path, to compare against); read on every call.
 bool winograd_enabled(void);
 // Floats of `work` the two calls below need (any thread budget, any batch <= s->n).

@@ -402,10 +402,10 @@ static void wino_case(Conv2dDims s, uint64_t seed) {
     } else {
         assert_memory_equal(y_auto, y_plain, ny * sizeof(float));
     }
-    // ...and conv2d_backward's weight gradient Winograd's only where winograd_weights_eligible says so.
+    // ...and conv2d_backward's weight gradient Winograd's for every winograd_eligible layer.
     float *dw_auto = fzeros(nw), *dw_direct = fzeros(nw);
     conv2d_backward(CPU, &s, x, w, dy, NULL, dw_auto, NULL, work);
-    if (winograd_weights_eligible(&s)) {
+    if (winograd_eligible(&s)) {
         winograd_backward_weights(&s, x, dy, dw_direct, work);
     } else {
         setenv("KIT_WINOGRAD", "0", 1);
