@@ -161,6 +161,23 @@ static void bench_memory(const char *name, const Options *o) {
 }
 
 #define CONV_MIN_SECONDS 0.5
+// Rounds kept per layer (a layer's rounds beyond this are timed in the total but not kept for the median).
+#define CONV_MAX_ROUNDS 4096
+// Runs of the ceiling's sgemm per thread count.
+#define CEILING_RUNS 5
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The median of v[0..n) (sorts v). The conv layers and the ceiling are both reported as the median of their
+// runs: the same statistic on both sides of the ratio, and one that a neighbour's burst on a shared machine
+// moves little (a mean takes every burst in; a best-of is what no training step sees).
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // The model's conv layers alone, forward + backward at batch B, each timed over `steps` rounds or more.
 static void bench_convs(const char *name, const Options *o) {
@@ -169,7 +186,7 @@ static void bench_convs(const char *name, const Options *o) {
     ModelConfig cfg;
     CHECK(model_config(&cfg, name, 0, c, h, w, 10), "model_config failed");
     Model *m = model_create(&cfg, DEVICE_CPU, 1, 1);  // only for its layer table
-    double flops = 0, seconds = 0;
+    double flops = 0, seconds = 0, seconds_mean = 0, seconds_best = 0;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->kind != LAYER_CONV) continue;
@@ -187,29 +204,35 @@ static void bench_convs(const char *name, const Options *o) {
         conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);  // warm-up
         // At least `steps` rounds and at least CONV_MIN_SECONDS: a small layer (fmnist's take ~1-25 ms) timed once
         // is mostly timer and scheduling noise.
+        static double round_s[CONV_MAX_ROUNDS];
         int rounds = 0;
         double t0 = time_now(), elapsed = 0;
         while (rounds < o->steps || elapsed < CONV_MIN_SECONDS) {
+            const double r0 = time_now();
             conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);
             conv2d_backward(DEVICE_CPU, &d, x, wt, dy, first ? NULL : dx, dw, NULL, work);
+            if (rounds < CONV_MAX_ROUNDS) round_s[rounds] = time_now() - r0;
             rounds++;
             elapsed = time_now() - t0;
         }
-        double dt = elapsed / rounds;
+        const double mean = elapsed / rounds;
+        const int kept = rounds < CONV_MAX_ROUNDS ? rounds : CONV_MAX_ROUNDS;
+        const double dt = median_of(round_s, kept), best = round_s[0];  // sorted by median_of
         double macs = (double)ny * d.c * d.r * d.r;
         double f = 2.0 * macs * (first ? 2.0 : 3.0);
-        fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd  %6.1f GFLOP/s\n", name, i, d.c,
-                d.h, d.w, d.k, dt * 1e3, f / dt * 1e-9);
+        fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd (median of %d; mean %.2f, best %.2f)  "
+                "%6.1f GFLOP/s\n", name, i, d.c, d.h, d.w, d.k, dt * 1e3, rounds, mean * 1e3, best * 1e3, f / dt * 1e-9);
         // Per layer too: a model's total hides a layer whose GEMM shape no BLAS runs well (1 input channel: K = 9).
         printf("{\"kind\": \"conv_layer\", \"model\": \"%s\", \"layer\": %d, \"c\": %d, \"h\": %d, \"w\": %d, "
-               "\"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f}\n",
-               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9);
-        flops += f, seconds += dt;
+               "\"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f, \"rounds\": %d, "
+               "\"ms_mean\": %.3f, \"ms_best\": %.3f}\n",
+               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9, rounds, mean * 1e3, best * 1e3);
+        flops += f, seconds += dt, seconds_mean += mean, seconds_best += best;
         free(x), free(wt), free(y), free(dy), free(dx), free(dw), free(work);
     }
     printf("{\"kind\": \"conv\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"ms\": %.3f, "
-           "\"gflops\": %.3f}\n",
-           name, o->batch, seconds * 1e3, flops / seconds * 1e-9);
+           "\"gflops\": %.3f, \"gflops_mean\": %.3f, \"gflops_best\": %.3f}\n",
+           name, o->batch, seconds * 1e3, flops / seconds * 1e-9, flops / seconds_mean * 1e-9, flops / seconds_best * 1e-9);
     fflush(stdout);
     model_free(m);
 }
@@ -219,25 +242,26 @@ static void bench_ceiling(void) {
     const int n = 2048, threads = omp_get_max_threads();
     float *a = xmalloc((size_t)n * n * 4), *b = xmalloc((size_t)n * n * 4), *cm = xmalloc((size_t)n * n * 4);
     fill(a, (size_t)n * n, 5), fill(b, (size_t)n * n, 6);
-    double best1 = 0, bestn = 0;
+    double med1 = 0, medn = 0, best1 = 0, bestn = 0;
     for (int t = 1; t <= threads; t += threads > 1 ? threads - 1 : 1) {
         openblas_set_num_threads(t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cm, n);
-        double best = 0;
-        for (int r = 0; r < 3; r++) {
+        double g[CEILING_RUNS];
+        for (int r = 0; r < CEILING_RUNS; r++) {
             double t0 = time_now();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cm, n);
-            double g = 2.0 * n * n * (double)n / (time_now() - t0) * 1e-9;
-            best = g > best ? g : best;
+            g[r] = 2.0 * n * n * (double)n / (time_now() - t0) * 1e-9;
         }
-        if (t == 1) best1 = best;
-        if (t == threads) bestn = best;
+        const double med = median_of(g, CEILING_RUNS), best = g[CEILING_RUNS - 1];  // sorted
+        if (t == 1) med1 = med, best1 = best;
+        if (t == threads) medn = med, bestn = best;
     }
     openblas_set_num_threads(1);  // the kit's ops run OpenBLAS single-threaded inside OpenMP
-    fprintf(stderr, "sgemm %dx%dx%d: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads\n", n, n, n, best1,
-            bestn, threads);
-    printf("{\"kind\": \"ceiling\", \"n\": %d, \"threads\": %d, \"gflops_1\": %.3f, \"gflops\": %.3f}\n", n, threads,
-           best1, bestn);
+    fprintf(stderr, "sgemm %dx%dx%d (median of %d runs; best): %.1f (%.1f) GFLOP/s on 1 thread, %.1f (%.1f) GFLOP/s on %d "
+            "threads\n", n, n, n, CEILING_RUNS, med1, best1, medn, bestn, threads);
+    printf("{\"kind\": \"ceiling\", \"n\": %d, \"threads\": %d, \"runs\": %d, \"gflops_1\": %.3f, \"gflops\": %.3f, "
+           "\"gflops_1_best\": %.3f, \"gflops_best\": %.3f}\n",
+           n, threads, CEILING_RUNS, med1, medn, best1, bestn);
     fflush(stdout);
     free(a), free(b), free(cm);
 }
