@@ -7,7 +7,7 @@ Prints one line like the kit's lesson 06 program (`bench: ... p50_ms=... p99_ms=
 batch-1 latency (p50, p99 of `runs` forwards after `warmup`, from a host tensor to the arg-max class) and
 batch-256 throughput (back-to-back batches for at least `seconds`), in eval mode under torch.inference_mode().
 The network is kit/model.c's table rebuilt in PyTorch (bench/torch_cpu.py's resnet9 and fmnist, and tiny-bn here);
-the tensors go in by layer order, as tests/test_ckpt_torch.py checks. Only this bench needs PyTorch; the kit never does.
+the tensors go in by layer order (tools/ckpt_torch.py), as tests/test_ckpt_torch.py checks. Only this bench needs PyTorch; the kit never does.
 """
 import argparse
 import os
@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from ckpt_read import read_checkpoint  # noqa: E402
+from ckpt_torch import load_into  # noqa: E402
 from torch_cpu import conv_block, fmnist, resnet9  # noqa: E402
 
 
@@ -43,20 +44,10 @@ def build(ck):
         model = tiny_bn(w=w, classes=classes, in_c=h["in_c"])
     else:
         sys.exit(f"torch_infer: no PyTorch twin of the kit's {name} here")
-    mods = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear))]
-    layers = sorted({(int(n.split(".")[0]), n.split(".")[1]) for n in ck["params"]})
-    if len(mods) != len(layers):
-        sys.exit(f"torch_infer: {len(layers)} kit layers with parameters, {len(mods)} in PyTorch's {name}")
-    P, B = ck["params"], ck["buffers"]
-    with torch.no_grad():
-        for (i, kind), mod in zip(layers, mods):
-            pre = f"{i:02d}.{kind}."
-            mod.weight.copy_(torch.from_numpy(P[pre + "weight"]))
-            if mod.bias is not None:
-                mod.bias.copy_(torch.from_numpy(P[pre + "bias"]))
-            if kind == "bn":
-                mod.running_mean.copy_(torch.from_numpy(B[pre + "running_mean"]))
-                mod.running_var.copy_(torch.from_numpy(B[pre + "running_var"]))
+    try:
+        load_into(model, ck)
+    except ValueError as e:
+        sys.exit(f"torch_infer: {name}: {e}")
     return model.eval(), (h["in_c"], h["in_h"], h["in_w"])
 
 

@@ -6,9 +6,10 @@
 1. The C program trains the kit's resnet9 (width 8) a few steps, saves model.ckpt, and writes its own eval-mode
    logits on 500 synthetic test images.
 2. tools/ckpt_read.py (numpy only) reads the file; a copy with one flipped byte in a tensor is refused.
-3. The tensors go into bench/torch_cpu.py's resnet9, by layer order (the kit says "03.conv.weight", PyTorch
-   "3.weight" or "7.f.0.weight": the mapping is by position among conv/BN/linear layers, with no wrapper
-   prefix to strip), and PyTorch in eval mode must give the kit's logits and the same accuracy.
+3. The tensors go into bench/torch_cpu.py's resnet9 through tools/ckpt_torch.py, by layer order (the kit says
+   "03.conv.weight", PyTorch "3.weight" or "7.f.0.weight": the mapping is by position among conv/BN/linear
+   layers, with no wrapper prefix to strip), and PyTorch in eval mode must give the kit's logits and the same
+   accuracy.
 
 Needs numpy (python3-numpy); the PyTorch part is skipped, saying so, when torch is not installed
 (Debian: python3-torch; it is never installed by the kit's scripts). Exit 0 = passed or skipped, 1 = failed.
@@ -33,12 +34,6 @@ N, CLASSES = 500, 10
 def fail(msg):
     print(f"FAIL: {msg}")
     sys.exit(1)
-
-
-def kit_layers(ck):
-    """The kit's parameterised layers in order: [(index, kind)] from names "NN.kind.what"."""
-    layers = sorted({(int(n.split(".")[0]), n.split(".")[1]) for n in ck["params"]})
-    return layers
 
 
 def main():
@@ -75,31 +70,19 @@ def main():
 
         try:
             import torch
-            import torch.nn as nn
+            from ckpt_torch import load_into
             from torch_cpu import resnet9
         except ImportError as e:
             print(f"SKIP: PyTorch part: {e} (Debian: apt install python3-torch; or pip install torch)")
             return 0
 
         model = resnet9(w=8, classes=CLASSES)
-        mods = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear))]
-        layers = kit_layers(ck)
-        if len(mods) != len(layers):
-            fail(f"{len(layers)} kit layers with parameters, {len(mods)} in the PyTorch model")
-        P, B = ck["params"], ck["buffers"]
+        try:
+            load_into(model, ck)
+        except ValueError as e:
+            fail(str(e))
+        model.eval()
         with torch.no_grad():
-            for (i, kind), mod in zip(layers, mods):
-                want = {"conv": nn.Conv2d, "bn": nn.BatchNorm2d, "linear": nn.Linear}[kind]
-                if not isinstance(mod, want):
-                    fail(f"kit layer {i:02d}.{kind} lines up with PyTorch's {type(mod).__name__}")
-                pre = f"{i:02d}.{kind}."
-                mod.weight.copy_(torch.from_numpy(P[pre + "weight"]))
-                if mod.bias is not None:
-                    mod.bias.copy_(torch.from_numpy(P[pre + "bias"]))
-                if kind == "bn":
-                    mod.running_mean.copy_(torch.from_numpy(B[pre + "running_mean"]))
-                    mod.running_var.copy_(torch.from_numpy(B[pre + "running_var"]))
-            model.eval()
             torch.set_num_threads(1)
             logits = model(torch.from_numpy(x)).numpy()
 
