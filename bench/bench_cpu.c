@@ -204,29 +204,42 @@ static void bench_convs(const char *name, const Options *o) {
         conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);  // warm-up
         // At least `steps` rounds and at least CONV_MIN_SECONDS: a small layer (fmnist's take ~1-25 ms) timed once
         // is mostly timer and scheduling noise.
-        static double round_s[CONV_MAX_ROUNDS];
+        // The passes are timed one by one (the backward as its two calls, weight gradient then input gradient:
+        // each path runs them one after the other anyway), so that a change to one of them shows where it acts.
+        static double round_s[CONV_MAX_ROUNDS], pass_s[3][CONV_MAX_ROUNDS];  // (fwd, wgrad, dgrad) per round
         int rounds = 0;
         double t0 = time_now(), elapsed = 0;
         while (rounds < o->steps || elapsed < CONV_MIN_SECONDS) {
             const double r0 = time_now();
             conv2d_forward(DEVICE_CPU, &d, x, wt, NULL, y, work);
-            conv2d_backward(DEVICE_CPU, &d, x, wt, dy, first ? NULL : dx, dw, NULL, work);
-            if (rounds < CONV_MAX_ROUNDS) round_s[rounds] = time_now() - r0;
+            const double r1 = time_now();
+            conv2d_backward(DEVICE_CPU, &d, x, wt, dy, NULL, dw, NULL, work);
+            const double r2 = time_now();
+            if (!first) conv2d_backward(DEVICE_CPU, &d, x, wt, dy, dx, NULL, NULL, work);
+            const double r3 = time_now();
+            if (rounds < CONV_MAX_ROUNDS) {
+                round_s[rounds] = r3 - r0;
+                pass_s[0][rounds] = r1 - r0, pass_s[1][rounds] = r2 - r1, pass_s[2][rounds] = r3 - r2;
+            }
             rounds++;
             elapsed = time_now() - t0;
         }
         const double mean = elapsed / rounds;
         const int kept = rounds < CONV_MAX_ROUNDS ? rounds : CONV_MAX_ROUNDS;
         const double dt = median_of(round_s, kept), best = round_s[0];  // sorted by median_of
+        double pass_ms[3];
+        for (int p = 0; p < 3; p++) pass_ms[p] = median_of(pass_s[p], kept) * 1e3;
         double macs = (double)ny * d.c * d.r * d.r;
         double f = 2.0 * macs * (first ? 2.0 : 3.0);
         fprintf(stderr, "kit   %-8s conv %2d (%3d,%2dx%-2d)->%3d: %7.2f ms fwd+bwd (median of %d; mean %.2f, best %.2f)  "
-                "%6.1f GFLOP/s\n", name, i, d.c, d.h, d.w, d.k, dt * 1e3, rounds, mean * 1e3, best * 1e3, f / dt * 1e-9);
+                "%6.1f GFLOP/s  [fwd %.2f, wgrad %.2f, dgrad %.2f ms]\n", name, i, d.c, d.h, d.w, d.k, dt * 1e3, rounds,
+                mean * 1e3, best * 1e3, f / dt * 1e-9, pass_ms[0], pass_ms[1], pass_ms[2]);
         // Per layer too: a model's total hides a layer whose GEMM shape no BLAS runs well (1 input channel: K = 9).
         printf("{\"kind\": \"conv_layer\", \"model\": \"%s\", \"layer\": %d, \"c\": %d, \"h\": %d, \"w\": %d, "
                "\"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f, \"rounds\": %d, "
-               "\"ms_mean\": %.3f, \"ms_best\": %.3f}\n",
-               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9, rounds, mean * 1e3, best * 1e3);
+               "\"ms_mean\": %.3f, \"ms_best\": %.3f, \"ms_fwd\": %.3f, \"ms_wgrad\": %.3f, \"ms_dgrad\": %.3f}\n",
+               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9, rounds, mean * 1e3, best * 1e3,
+               pass_ms[0], pass_ms[1], pass_ms[2]);
         flops += f, seconds += dt, seconds_mean += mean, seconds_best += best;
         free(x), free(wt), free(y), free(dy), free(dx), free(dw), free(work);
     }

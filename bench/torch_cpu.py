@@ -272,15 +272,17 @@ def write_report(path, rows, convs, layers, ceiling, threads, shares, mems):
             L += ["", "Layer by layer (the same runs): a layer with few input channels has a GEMM with a short inner "
                   "dimension (C x 3 x 3: 9 for one channel): 9 multiply-adds per output it writes, where a 64-channel "
                   "layer does 576, so it runs at the speed of memory, not of the multipliers, and takes a larger "
-                  "share of the time than of the FLOPs.", "",
-                  "| model | layer | channels in -> out | map | ms per step | GFLOP/s | of the ceiling | share of the model's conv FLOPs |",
-                  "|-------|------:|-------------------:|----:|------------:|--------:|---------------:|------:|"]
+                  "share of the time than of the FLOPs. The passes (forward, weight gradient, input gradient) are "
+                  "each the median of their own timings, so they need not add up to the round's median exactly.", "",
+                  "| model | layer | channels in -> out | map | ms per step | of which fwd / wgrad / dgrad | GFLOP/s | of the ceiling | share of the model's conv FLOPs |",
+                  "|-------|------:|-------------------:|----:|------------:|------:|--------:|---------------:|------:|"]
             for c in convs:
                 mine = [x for x in layers if x["model"] == c["model"]]
                 total = sum(x["gflops"] * x["ms"] for x in mine)
                 for x in mine:
+                    passes = " / ".join(f"{x[k]:.1f}" for k in ("ms_fwd", "ms_wgrad", "ms_dgrad")) if "ms_fwd" in x else "-"
                     L.append(f"| {x['model']} | {x['layer']} | {x['c']} -> {x['k']} | {x['h']}x{x['w']} | {x['ms']:.1f} | "
-                             f"{x['gflops']:.1f} | {100 * x['gflops'] / top:.0f}% | "
+                             f"{passes} | {x['gflops']:.1f} | {100 * x['gflops'] / top:.0f}% | "
                              f"{100 * x['gflops'] * x['ms'] / total:.0f}% |")
     L += memory_lines(mems)
     with open(path, "w") as f:
