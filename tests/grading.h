@@ -13,7 +13,8 @@
 // through the channel below, never from stdout nor from the cmocka XML (which a test can overwrite: the
 // driver reads the XML only for the failure message it shows). Under mpirun/srun, rank r > 0 writes its XML
 // to "<path>.rank<r>" so ranks do not overwrite each other.
-// The exit status is the number of failed tests (0 = all passed), 2 for a usage error.
+// The exit status is the number of failed tests (0 = all passed), 2 for a usage error; with --only under the
+// driver (GRADING_CHANNEL set) it is 0 once the verdict is reported (see grading_run).
 //
 // The verdict channel (GRADING_CHANNEL=dir, set by the driver; absent when a person runs the binary):
 //   dir/token.<rank>  a secret the driver wrote for this rank. It is read and DELETED before any code of the
@@ -164,6 +165,14 @@ static void grading_channel_report(const char *status, const char *test) {
     close(fd);
 }
 
+// Under SANITIZE=1 a failed test leaks what it had allocated: cmocka leaves it by longjmp, past its frees. That
+// leak is the failure's consequence, not a bug of its own, and LeakSanitizer's report at exit would replace the
+// failure's message as the last lines the grader shows. LeakSanitizer asks this hook before its check at exit:
+// the check is skipped after a failure and kept after a pass (a leak there is a bug). Unused without ASan.
+static int grading_any_failed;
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void) { return grading_any_failed; }
+
 // The one test --only runs, wrapped so that a normal return is told apart from a skip (cmocka leaves the
 // test by longjmp on fail() and skip(), and counts only failures).
 static void (*grading_test_func)(void **state);
@@ -225,11 +234,18 @@ static inline int grading_run(int argc, char **argv, const struct CMUnitTest *te
         grading_test_func = one.test_func;
         one.test_func = grading_wrapped_test;
         int failed = _cmocka_run_group_tests(grading_group_name(argv[0]), &one, 1, NULL, NULL);
+        grading_any_failed = failed != 0;
         grading_channel_report(failed ? "FAIL" : grading_test_returned ? "PASS" : "SKIP", only);
-        return failed;
+        // Under the driver the verdict is the channel's line, never the exit status, so a reported failure exits
+        // 0: Open MPI 4's mpirun answers a non-zero exit by terminating the job and sleeping its SIGTERM-to-
+        // SIGKILL grace (odls_base_sigkill_timeout, 1 s) even when every rank has already ended: measured, 1.7 s
+        // per failing multi-rank test (grade-starters 127 s -> 54 s without it). Run by hand, the status counts.
+        return grading_channel[0] ? 0 : failed;
     }
     grading_split_xml_by_rank();
-    return _cmocka_run_group_tests(grading_group_name(argv[0]), tests, n, NULL, NULL);
+    int failed = _cmocka_run_group_tests(grading_group_name(argv[0]), tests, n, NULL, NULL);
+    grading_any_failed = failed != 0;
+    return failed;
 }
 
 #endif // GRADING_HELPERS_ONLY

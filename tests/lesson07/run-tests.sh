@@ -125,16 +125,35 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'lost the store' "$work/wrong_if1
 else bad "wrong_if: rank 1 exit $rc:"; head -n 4 "$work/wrong_if1.err" | sed 's/^/   | /'; fi
 
 # A rank killed during training: rank 0 stops within the timeout, naming it.
+# The limit counts from the kill, not from the start: the time to the first epoch is training, which a loaded
+# machine stretches without bound (1.1 s here when quiet, 10-12 s at load 16, the 42 s that once failed a 40 s
+# limit counted from the start at load 15-30), while the time after the kill is what the program promises:
+# rank 0 ends within its --timeout (5 s: the longest it waits for a peer that neither answers nor closes; a
+# killed peer's socket closes at once), measured 0.05 s quiet and 0.9-1.3 s at load 16 with the test at the
+# same priority as the load. 20 s = that 5 s + 15 s for a starved scheduler (more than 10x the loaded figure).
+# A hang before the kill still fails: rank 0 runs under `timeout 120` (exit 124), and one that ends before its
+# first epoch leaves no kill time.
+killed_limit=20
 port=$(free_port)
 # (no `timeout` in front: $! must be the program itself, not a wrapper that would survive the kill)
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-killed-$$" \
   "$train" "${ARGS[@]}" --epochs 50 --timeout 5 >"$work/killed1.out" 2>&1 &
 victim=$!; pids+=($victim); disown $victim  # its death by kill -9 is expected: no job notice
-( for _ in $(seq 1 300); do grep -q '^epoch 1:' "$work/killed.out" 2>/dev/null && break; sleep 0.1; done
+# The killer waits for rank 0's first epoch line (or its end: then there is nothing to time) and notes when it
+# kills; run_rank writes killed.rc when rank 0 has ended.
+( until grep -q '^epoch 1:' "$work/killed.out" 2>/dev/null || [ -e "$work/killed.rc" ]; do sleep 0.1; done
+  [ -e "$work/killed.rc" ] || date +%s >"$work/killed.at"
   kill -9 $victim ) 2>/dev/null &
 run_rank killed 0 2 "$port" timeout 120 "$train" "${ARGS[@]}" --epochs 50 --timeout 5
+ended=$(date +%s)
 wait 2>/dev/null
-expect killed 40 'with rank 1 failed: .*(closed|gone)' "$work/killed.err"
+if [ -e "$work/killed.at" ]; then
+  echo $(( ended - $(cat "$work/killed.at") )) >"$work/killed.s"
+  expect killed $killed_limit 'with rank 1 failed: .*(closed|gone)' "$work/killed.err"
+else
+  bad "killed: rank 0 ended (exit $(cat "$work/killed.rc")) before its first epoch, so no rank was killed:"
+  head -n 8 "$work/killed.err" | sed 's/^/   | /'
+fi
 
 [ $failed -eq 0 ] && echo "lesson 07: all extra tests passed"
 exit $failed
