@@ -46,14 +46,13 @@ run:
 	echo "make run: per-epoch metrics in $$metrics; \`make plot\` draws them"
 
 # ---------------------------------------------------------------- slides
-PANDOC ?= pandoc
 SLIDES_MD := $(filter-out %.notes.md,$(wildcard slides/[0-9][0-9]-*.md))
 SLIDES_PDF := $(SLIDES_MD:.md=.pdf)
-# pdflatex runs in a temporary folder: TEXINPUTS lets \input{diagram.tex} find files in slides/.
-slides/%.pdf: slides/%.md $(wildcard slides/*.tex)
-	@command -v $(PANDOC) >/dev/null && command -v pdflatex >/dev/null || \
-	  { echo "make slides: pandoc or pdflatex not found. HINT: scripts/install-deps.sh --slides" >&2; exit 1; }
-	TEXINPUTS=$(CURDIR)/slides//: $(PANDOC) $< -t beamer --pdf-engine=pdflatex --resource-path=slides -o $@
+# scripts/build-slides.py runs pandoc (pdflatex in a temporary folder: TEXINPUTS lets \input{diagram.tex} find
+# files in slides/) and FAILS the deck on text that runs off a slide (an overfull box over 1 pt in LaTeX's log)
+# or Markdown left unrendered in the PDF (a literal ** or backtick), so neither comes back unseen.
+slides/%.pdf: slides/%.md $(wildcard slides/*.tex) scripts/build-slides.py
+	@scripts/build-slides.py $< $@
 
 slides: $(SLIDES_PDF)
 	@echo "make slides: $(words $(SLIDES_PDF)) deck(s): $(SLIDES_PDF)"

@@ -16,7 +16,7 @@ packages=(
   bubblewrap  # tests/grade.py's sandbox: code under test sees the kit read-only, in its own PID namespace
   libclang-rt-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz, and the fuzz smoke run in make test
 )
-slides_packages=(pandoc texlive-latex-recommended texlive-pictures lmodern)
+slides_packages=(pandoc texlive-latex-recommended texlive-pictures lmodern poppler-utils)  # poppler-utils: pdftotext, make slides checks the PDF text
 slurm_packages=(slurmctld slurmd slurm-client)  # scripts/slurm/local-cluster.sh (auth/none: no munge needed)
 
 check_only=0
