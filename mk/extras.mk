@@ -67,7 +67,7 @@ plot:
 
 HELP_TARGETS += run slides plot
 
-# ---- lesson 05 (issue 9): plain BN vs SyncBN at 1-2 images per rank, bench/run-syncbn.sh's CSV -> PNG
+# ---- lesson 05: plain BN vs SyncBN at 1-2 images per rank, bench/run-syncbn.sh's CSV -> PNG
 .PHONY: plot-syncbn
 HELP_TARGETS += plot-syncbn
 plot-syncbn:            # bench/figures/syncbn-gap.csv -> bench/figures/syncbn-gap.png (bench/results-syncbn.md)
@@ -109,7 +109,7 @@ HELP_TARGETS += test-bench-tools
 test-bench-tools:
 	@python3 tests/bench/test_cpu_share.py
 
-# ---------------------------------------------------------------- check-setup and slide figures (instructor guide, issue 16)
+# ---------------------------------------------------------------- check-setup and slide figures (instructor guide)
 .PHONY: check-setup test-check-setup
 check-setup:            # what this machine has and lacks for each lesson; exit 0 when lesson 01 can run
 	@scripts/check-setup.sh

@@ -276,7 +276,7 @@ elif [ $nvidia_on_pci = 1 ]; then
   report MISSING "GPU driver" "an NVIDIA GPU is on the PCI bus but there is no driver (no nvidia-smi)" \
     "${sudo}ubuntu-drivers install && ${sudo}reboot   (Ubuntu; Debian: apt-get install nvidia-driver from non-free)"
 else
-  report WARN GPU "no NVIDIA GPU here: the lessons run on the CPU (--device auto says so), GPU tests SKIP"
+  report WARN GPU "no NVIDIA GPU here: the lessons run on the CPU (--device auto says so), GPU tests run in the CUDA emulator"
 fi
 
 nvcc=$(command -v nvcc 2>/dev/null || true)
