@@ -64,12 +64,16 @@ GP
 echo "plot-scaling: wrote $dir/scaling-speedup.png $dir/scaling-split.png"
 
 if [ -s "$dir/scaling-link.csv" ]; then
-  cols=1 bucket_plot=""
+  cols=1 bucket_plot="" csvs=$dir/scaling-link.csv
   if [ -s "$dir/scaling-bucket.csv" ]; then
     cols=2
     bucket_plot="set title 'gradient bucket size (--bucket-mb), capped TCP'
 plot '$dir/scaling-bucket.csv' using 5:xtic(1) title 'compute', '' using 6 title 'exposed communication', '' using 7 title 'data'"
+    csvs="$csvs $dir/scaling-bucket.csv"
   fi
+  # One y range for both panels, above the tallest stack (compute + communication + data): gnuplot's own
+  # autoscale stops at the first column's range and cut the 7 s bars of the bucket panel at their top.
+  ymax=$(awk -F, 'FNR > 1 { t = $5 + $6 + $7; if (t > m) m = t } END { printf "%.1f", m * 1.15 }' $csvs)
   gnuplot <<GP
 set terminal $terminal size 1200,450
 set datafile separator ','
@@ -79,7 +83,7 @@ set style data histograms
 set style histogram rowstacked
 set style fill solid 0.8 border -1
 set boxwidth 0.7
-set yrange [0:*]
+set yrange [0:$ymax]
 set output '$dir/scaling-link.png'
 set xtics rotate by -25
 set multiplot layout 1,$cols title 'the interconnect, 2 ranks$loaded'
