@@ -34,7 +34,7 @@ def run_pandoc(md, pdf):
            "-o", pdf, "--verbose"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
     if p.returncode != 0:
-        sys.stderr.write(p.stderr[-4000:])
+        sys.stderr.write(p.stderr[-1500:])
         fail(f"{md}: pandoc failed (exit {p.returncode})")
     return p.stderr
 
