@@ -2,7 +2,8 @@
 #
 #   make run      install what is missing, build lesson 01's solution, get data, train (ARGS="..." adds options)
 #   make slides   slides/NN-name.md -> slides/NN-name.pdf (pandoc + beamer; TikZ inside the Markdown
-#                 or \input{file.tex} of a file in slides/); instructor notes (*.notes.md) are not decks
+#                 or \input{file.tex} of a file in slides/); instructor notes (*.notes.md) are not decks;
+#                 a deck with text off a slide or unrendered Markdown fails (scripts/build-slides.py)
 #   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
 #   make bench-cpu        kit vs PyTorch on the CPU, resnet9 + fmnist at batch 128 -> bench/results-cpu.md
 #   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch, + the overlapped copy -> bench/results-gpu.md
