@@ -64,16 +64,16 @@ GP
 echo "plot-scaling: wrote $dir/scaling-speedup.png $dir/scaling-split.png"
 
 if [ -s "$dir/scaling-link.csv" ]; then
-  cols=1 bucket_plot="" csvs=$dir/scaling-link.csv
+  cols=1 bucket_plot="" csvs=("$dir/scaling-link.csv")
   if [ -s "$dir/scaling-bucket.csv" ]; then
     cols=2
     bucket_plot="set title 'gradient bucket size (--bucket-mb), capped TCP'
 plot '$dir/scaling-bucket.csv' using 5:xtic(1) title 'compute', '' using 6 title 'exposed communication', '' using 7 title 'data'"
-    csvs="$csvs $dir/scaling-bucket.csv"
+    csvs+=("$dir/scaling-bucket.csv")
   fi
   # One y range for both panels, above the tallest stack (compute + communication + data): gnuplot's own
   # autoscale stops at the first column's range and cut the 7 s bars of the bucket panel at their top.
-  ymax=$(awk -F, 'FNR > 1 { t = $5 + $6 + $7; if (t > m) m = t } END { printf "%.1f", m * 1.15 }' $csvs)
+  ymax=$(awk -F, 'FNR > 1 { t = $5 + $6 + $7; if (t > m) m = t } END { printf "%.1f", m * 1.15 }' "${csvs[@]}")
   gnuplot <<GP
 set terminal $terminal size 1200,450
 set datafile separator ','
