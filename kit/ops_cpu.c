@@ -659,11 +659,6 @@ void add_inplace_cpu(size_t n, float *dst, const float *src) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-void scale_inplace_cpu(size_t n, float *x, float alpha) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] *= alpha;
-}
-
 // ================================================================ pooling
 
 static void pool_check_dims(int n, int c, int h, int w) {
