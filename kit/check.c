@@ -82,3 +82,10 @@ int check_reason(char *err, size_t errlen, const char *fmt, ...) {
     }
     return -1;
 }
+
+void check_join(char *buf, size_t len, const char *sep, const char *s) {
+    size_t used = strlen(buf);
+    int n = snprintf(buf + used, len - used, "%s%s", used ? sep : "", s);
+    CHECKF(n >= 0 && (size_t)n < len - used, "make the buffer larger", "\"%s\" does not fit after \"%s\" (%zu bytes)",
+           s, buf, len);
+}

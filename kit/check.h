@@ -31,6 +31,10 @@ void check_failf(const char *file, int line, const char *call, const char *hint,
 // not NULL) and returns -1, so that a reader can `return check_reason(err, errlen, "truncated at %zu", off);`.
 int check_reason(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+// Appends s to the string in buf (len bytes), after sep when buf is not empty: the "a|b|c" lists that --help
+// and error messages build from the kit's tables. A list that does not fit is a bug: it stops with a report.
+void check_join(char *buf, size_t len, const char *sep, const char *s);
+
 // A condition that must hold. CHECK(n > 0, "the dataset is empty: did the download finish?")
 #define CHECK(cond, hint)                                                       \
     do {                                                                        \

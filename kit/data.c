@@ -566,11 +566,7 @@ const DatasetInfo *dataset_info(const char *name) {
 
 static char g_dataset_names[128];
 static void join_dataset_names(void) {
-    size_t used = 0;
-    for (int i = 0; i < N_DATASETS; i++)
-        used += (size_t)snprintf(g_dataset_names + used, sizeof g_dataset_names - used, "%s%s", i ? "|" : "",
-                                 DATASETS[i].name);
-    CHECK(used < sizeof g_dataset_names, "g_dataset_names is too small for the dataset table");
+    for (int i = 0; i < N_DATASETS; i++) check_join(g_dataset_names, sizeof g_dataset_names, "|", DATASETS[i].name);
 }
 
 const char *dataset_names(void) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kit/check.h"
+#include "kit/dist_socket.h"
 
 #ifdef KIT_NCCL
 #define KIT_NCCL_BUILT true
@@ -488,8 +489,8 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     MPI_CHECK(MPI_Comm_free(&node));
 
     char why[512];
-    if (!pg_choose_backend(backend, dev, device_cuda_built() && KIT_NCCL_BUILT, ranks_per_gpu, &pg->backend,
-                           why, sizeof why)) {
+    if (!pg_choose_backend(backend, PG_START_MPIRUN, dev, device_cuda_built() && KIT_NCCL_BUILT, ranks_per_gpu,
+                           &pg->backend, why, sizeof why)) {
         // Every rank reached the same verdict (the inputs were agreed on above): one message, clean exit.
         if (pg->rank == 0) fprintf(stderr, "error: %s\n", why);
         MPI_Finalize();
@@ -535,11 +536,8 @@ static int socket_ranks_per_gpu(ProcessGroup *pg, const char *node) {
 
 ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) {
     const char *req = backend ? backend : "auto";
-    bool nccl_asked = strcmp(req, "nccl") == 0 && dev == DEVICE_CUDA;
-    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0 && !nccl_asked)
-        die("--backend %s needs mpirun (or srun) to start the job; a job started from a rendezvous store "
-            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend (--backend auto), "
-            "or on NCCL with --device cuda", req);
+    char why[512];
+    if (!pg_backend_startable(req, PG_START_STORE, why, sizeof why)) die("%s", why);
     ProcessGroup *pg = xcalloc(1, sizeof *pg);
     pg->rank = peers->rank;
     pg->world = peers->world;
@@ -561,19 +559,20 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
         check_failf(__FILE__, __LINE__, "sockgroup_create", "every rank must start within the timeout and reach rank 0's "
                     "address (KIT_SOCKET_IFNAME picks the interface rank 0 publishes; a firewall may block the port)",
                     "%s", err);
-    char why[512] = "host sums over TCP, around rank 0";
+    // The sockets carry the host-side collectives; on GPUs, as under mpirun, NCCL takes the rest when every
+    // rank has a GPU of its own (its unique id came through the store).
+    snprintf(why, sizeof why, "host sums over TCP, around rank 0");
+    if (strcmp(req, "socket") != 0) {
+        int ranks_per_gpu = 0;
 #ifdef KIT_CUDA
-    if (dev == DEVICE_CUDA && strcmp(req, "socket") != 0) {
-        // As under mpirun: NCCL when every rank has a GPU of its own; its unique id came through the store.
+        if (dev == DEVICE_CUDA) ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
+#endif
         PgBackend choice;
-        int ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
-        if (!pg_choose_backend(req, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, why, sizeof why))
-            die("%s", why);  // every rank reached the same verdict from the same gathered ids
-        if (choice != PG_BACKEND_NCCL && strncmp(why, "auto: mpi", 9) == 0) {  // here the fallback is the sockets
-            char said[512];
-            snprintf(said, sizeof said, "auto: socket%.480s", why + 9);
-            snprintf(why, sizeof why, "%s", said);
-        }
+        char verdict[512];
+        if (!pg_choose_backend(req, PG_START_STORE, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, verdict,
+                               sizeof verdict))
+            die("%s", verdict);  // every rank reached the same verdict from the same gathered ids
+        if (dev == DEVICE_CUDA) snprintf(why, sizeof why, "%s", verdict);
         if (choice == PG_BACKEND_NCCL) {
             CHECK(peers->nccl_id != NULL, "on GPUs rank 0's NCCL unique id must reach every rank through the store "
                                           "(pg_nccl_unique_id on rank 0, then the bootstrap) before pg_init_socket");
@@ -585,7 +584,6 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
 #endif
         }
     }
-#endif
     if (pg->rank == 0)
         printf("process group: %d rank%s, backend %s (started from a rendezvous store, without mpirun: %s), device %s, "
                "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", pg_backend_name(pg->backend), why,
@@ -835,8 +833,3 @@ void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char
 void pg_allreduce_sum(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_SUM); }
 void pg_allreduce_avg(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_AVG); }
 
-static void pg_bn_allreduce_sum(double *host_buf, int count, void *ctx) {
-    pg_allreduce_sum_double_host((ProcessGroup *)ctx, host_buf, count);
-}
-
-BatchNormSync pg_batchnorm_sync(ProcessGroup *pg) { return (BatchNormSync){pg_bn_allreduce_sum, pg}; }

@@ -10,7 +10,7 @@
 //
 // The sum is formed on rank 0 in rank order, ((x0 + x1) + x2) + ...: on 2 ranks that is bit for bit what
 // MPI's all-reduce gives (a + b == b + a in IEEE arithmetic); on more ranks the order may differ from MPI's.
-#include "kit/dist_internal.h"
+#include "kit/dist_socket.h"
 
 #include <stdio.h>
 #include <stdlib.h>
