@@ -3,9 +3,8 @@
 // Compiled with MPI's flags and -DKIT_MPI by mk/kit.mk when Open MPI is found; without MPI every
 // entry point says how to get it. The NCCL parts need KIT_NCCL (CUDA + NCCL found at build time).
 //
-// Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer
-// rank dies or stalls, and a hung job costs a workshop its GPU hours. So every collective is started
-// non-blocking and completed by a loop that tests it and watches a deadline.
+// Every collective is started non-blocking and completed by a loop that tests it and watches a deadline:
+// a blocking call never returns when a peer dies or stalls (kit/README.md, "The process group's waits").
 #include "kit/dist_internal.h"
 
 #include <limits.h>
@@ -140,19 +139,9 @@ void pg_abort(ProcessGroup *pg, const char *msg) {
 
 // ---------------------------------------------------------------- waiting, and naming the missing rank
 //
-// A non-blocking collective that does not complete says nothing about WHICH rank is missing. So a rank that
-// has waited PG_NOTE_AFTER_S in collective #k tells every peer "I am waiting in #k" (one small message each,
-// on a communicator of its own), and listens for the peers' notes. When the deadline passes, it listens a
-// little longer (the notes of ranks that arrived in the last PG_NOTE_AFTER_S are still to come), and the
-// ranks that never said "#k" are the ones that did not join: stopped (SIGSTOP, a debugger), dead, or still
-// computing. Cost: nothing in a step whose collectives complete within PG_NOTE_AFTER_S (no note is sent);
-// after that, world - 1 messages of 8 bytes per rank and collective, and an MPI_Iprobe per poll.
-//
-// The default timeout (PG_DEFAULT_TIMEOUT_S, dist.h) is short enough that a stalled job ends within 30 s, as
-// the design asks: timeout + the grace period below + MPI_Abort's cleanup. The price is false timeouts: any
-// legitimate wait longer than that at a collective (one rank saving a large checkpoint or evaluating alone
-// while the others wait in the next all-reduce, a first CUDA step compiling kernels, an oversubscribed node)
-// ends the job with the same message. The message says so and names the fix: --timeout or KIT_PG_TIMEOUT.
+// A rank that has waited PG_NOTE_AFTER_S in collective #k tells every peer "I am waiting in #k"; at the
+// deadline, the ranks that never said so are the ones that did not join. kit/README.md ("The process group's
+// waits") gives the cost of these notes and of the default timeout.
 #define PG_NOTE_AFTER_S 1.0
 
 static double note_after(const ProcessGroup *pg) {

@@ -3,7 +3,6 @@
 // can check them without mpirun, and so they link without MPI.
 #include "kit/dist_plan.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +26,11 @@ const char *pg_backend_name(PgBackend b) {
     return b == PG_BACKEND_NCCL ? "nccl" : b == PG_BACKEND_SOCKET ? "socket" : "mpi";
 }
 
-static char g_backend_choices[64];
-static void join_backend_choices(void) {
-    for (int i = 0; i < N_BACKENDS; i++) check_join(g_backend_choices, sizeof g_backend_choices, "|", BACKENDS[i].name);
-}
+static const char *backend_at(int i) { return BACKENDS[i].name; }
 
 const char *pg_backend_choices(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    CHECK_PTHREAD(pthread_once(&once, join_backend_choices));
-    return g_backend_choices;
+    static char names[64];
+    return check_names(names, sizeof names, N_BACKENDS, backend_at);
 }
 
 // "auto, mpi or nccl": the names a start can run, for messages.

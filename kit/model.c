@@ -2,7 +2,6 @@
 #include "kit/model.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,15 +95,11 @@ static int arch_find(const char *name) {
     return -1;
 }
 
-static char g_model_names[128];
-static void join_model_names(void) {
-    for (int i = 0; i < N_ARCHS; i++) check_join(g_model_names, sizeof g_model_names, "|", ARCHS[i].name);
-}
+static const char *arch_name(int i) { return ARCHS[i].name; }
 
 const char *model_names(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    CHECK_PTHREAD(pthread_once(&once, join_model_names));
-    return g_model_names;
+    static char names[128];
+    return check_names(names, sizeof names, N_ARCHS, arch_name);
 }
 
 bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes) {

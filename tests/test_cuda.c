@@ -1,4 +1,4 @@
-// tests/test_cuda.c: invariant 2 of the design: every CUDA op equals the CPU op (kit/ops_cpu.c) on random
+// tests/test_cuda.c: every CUDA op equals the CPU op (kit/ops_cpu.c) on random
 // inputs, within stated tolerances; and a training step of a whole model does too.
 //
 // Every test skips, saying why, when no GPU is usable (machines without one, CPU-only builds).

@@ -201,7 +201,7 @@ static void test_conv_grouped_images(void **state) {
 // ---------------------------------------------------------------- Winograd F(2x2, 3x3) (kit/winograd.c)
 
 // S = the Winograd algorithm run in float64 on |A^T|, |G|, |B^T| and |x|, |w|, |b|: the sum of |terms| of
-// the expanded computation, which bounds its float32 error by gamma_(C+11) * S (kit/winograd.c's header
+// the expanded computation, which bounds its float32 error by gamma_(C+11) * S (kit/WINOGRAD.md
 // counts the C + 11 roundings). w is (cout, cin, 3, 3); s gives n, h, w and cin = s->c, cout = s->k.
 static void wino_abs_sum(const Conv2dDims *s, const float *x, const float *w, const float *b, double *sum) {
     const int H = s->h, W = s->w;
