@@ -58,6 +58,16 @@ typedef struct {
     size_t stage_floats;  // per thread: (K, G*P*Q), only when G > 1 (the GEMM output before scatter)
 } ConvPlan;
 
+// Thread t's slice of `work`: its im2col matrix (col_floats), then its staging (stage_floats).
+static float *conv_thread_col(const ConvPlan *pl, float *work, int t) {
+    return work + (size_t)t * (pl->col_floats + pl->stage_floats);
+}
+
+// The images of the group that starts at image n0: G, or fewer for the last group.
+static int conv_group_images(const Conv2dDims *s, const ConvPlan *pl, int n0) {
+    return s->n - n0 < pl->group ? s->n - n0 : pl->group;
+}
+
 static void conv_check_dims(const Conv2dDims *s) {
     CHECK(s->n > 0 && s->c > 0 && s->h > 0 && s->w > 0 && s->k > 0 && s->r > 0,
           "conv2d: every dimension (n, c, h, w, k, r) must be positive");
@@ -273,12 +283,12 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
 #pragma omp parallel num_threads(pl.threads)
     {
         const int t = omp_get_thread_num();
-        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *col = conv_thread_col(&pl, work, t);
         float *stage = col + pl.col_floats;
 #pragma omp for schedule(static)
         for (int ch = 0; ch < pl.chunks; ch++) {
             const int n0 = ch * pl.group;
-            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int g = conv_group_images(s, &pl, n0);
             const int cols = (int)((size_t)g * pl.pq);
             const float *xg = x + n0 * x_img;
             if (!pl.direct) im2col_group(s, &pl, xg, g, col);
@@ -351,11 +361,11 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
     blas_single_thread();
     const int K = s->k;
     const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq, wn = (size_t)K * pl.crr;
-    float *partials = work + (size_t)pl.threads * (pl.col_floats + pl.stage_floats);
+    float *partials = conv_thread_col(&pl, work, pl.threads);  // past every thread's slice
 #pragma omp parallel num_threads(pl.threads)
     {
         const int t = omp_get_thread_num();
-        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *col = conv_thread_col(&pl, work, t);
         float *stage = col + pl.col_floats;
         float *dwt = NULL;
         if (dw) {
@@ -365,7 +375,7 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
 #pragma omp for schedule(static)
         for (int ch = 0; ch < pl.chunks; ch++) {
             const int n0 = ch * pl.group;
-            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int g = conv_group_images(s, &pl, n0);
             const int cols = (int)((size_t)g * pl.pq);
             const float *xg = x + n0 * x_img;
             // dY of the group as one (K, g*P*Q) matrix: the image's own slice when g == 1, else gathered.
