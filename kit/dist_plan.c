@@ -52,7 +52,7 @@ bool pg_backend_startable(const char *requested, PgStart start, char *why, size_
         if (start == PG_START_MPIRUN ? BACKENDS[i].mpirun : BACKENDS[i].store) return true;
         if (start == PG_START_STORE)
             snprintf(why, why_len, "--backend %s needs mpirun (or srun) to start the job; a job started from a "
-                     "rendezvous store (RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs %s", req, names);
+                     "rendezvous store (RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) takes --backend %s", req, names);
         else
             snprintf(why, why_len, "--backend %s is for jobs started from a rendezvous store without mpirun "
                      "(lesson 07); under mpirun use %s", req, names);
