@@ -420,18 +420,9 @@ static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
 }
 #endif
 
-// Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree for in-place calls, the only kind the
-// kit makes: reduce to rank 0, then broadcast back, so the whole buffer crosses the root's links about
-// 2 log2(N) times. Its ring sends each rank 2(N-1)/N of the buffer, the traffic blocking MPI_Allreduce
-// has, and ran at that call's speed in bench/results-allreduce.md. The choice is made here, through
-// MPI_T, so that every launch (scripts/launch.sh, a plain mpirun, srun) gets it with no environment or
-// file to carry. A value someone set (OMPI_MCA_coll_libnbc_iallreduce_algorithm, an MCA parameter file)
-// is left alone: only libnbc's own default, 0 ("ignore" = let libnbc decide), is replaced. Another MPI has
-// no such variable, and nothing is changed.
-// Only on 2 ranks: there each element is one addition, a + b, and IEEE addition commutes, so the ring gives
-// the tree's bits. From 3 ranks on, the ring's summation order of an element depends on which of the N
-// chunks it falls in, i.e. on the buffer's length, and bucketed gradients would no longer equal the flat
-// all-reduce bit for bit (tests/mpi_dist.c checks that they do).
+// Asks Open MPI's non-blocking all-reduce for its ring (2(N-1)/N of the buffer per rank) instead of its binomial
+// tree, on 2 ranks only, where both give the same bits; a value someone set is left alone. Why and how:
+// kit/README.md ("The all-reduce algorithm").
 static void mpi_prefer_ring_iallreduce(void) {
     int provided = 0, index = 0, count = 0, world = 0;
     if (MPI_Comm_size(MPI_COMM_WORLD, &world) != MPI_SUCCESS || world != 2) return;

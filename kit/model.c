@@ -238,23 +238,9 @@ static void plan_layers(Model *m) {
 
 // ---------------------------------------------------------------- memory plan
 //
-// plan_layers gives every activation its own slot. Training needs far less, and activations are most of
-// a training run's memory (ResNet-9 at batch 128: about 1.2 GB of the 1.5 GB before this plan), so:
-//
-//  1. In-place ReLU: a ReLU whose input is read by nobody else, and whose input layer's backward does not
-//     read its own output (BN, conv, add and linear read their INPUT), overwrites that input. ReLU's
-//     backward needs only its own output, so nothing needed later is lost.
-//  2. Fused BN + ReLU (CPU): such a BN and its ReLU run as one op (batchnorm_relu_*), one pass over the
-//     activations each way; the BN output's gradient is never materialised.
-//  3. Gradient slots reused: the gradient of activation i is alive in backward from the first step that
-//     writes into it (its last consumer) down to the step that reads it (layer i itself). Slots whose
-//     lifetimes do not overlap share memory (first fit), and each is zeroed when it comes alive rather
-//     than all at the start.
-//  4. A fused BN whose input (a conv's output) has no other consumer writes that input's gradient over
-//     its ReLU's output gradient, in the same slot: the op reads all of dy (its channel sums) before it
-//     writes dx element by element, and overwriting gives what accumulating into zeros would.
-//
-// None of this changes a number: every op computes the same values in the same order as before.
+// Activations are most of a training run's memory, so the plan shares them: in-place ReLU, fused BN + ReLU on
+// the CPU, gradient slots reused once dead, a fused BN's dx over its ReLU's dy. None of it changes a number;
+// kit/README.md ("The model's memory plan") gives the four rules and why each is safe.
 
 // Which layers read activation i in forward: its consumers, counted, and the last one.
 static void layer_consumers(const Model *m, int i, int *count, int *last) {

@@ -1,22 +1,9 @@
 // kit/ops_cpu.c: the CPU implementations of kit/ops.h (float32, NCHW).
 //
-// Determinism: every loop is split statically, so with the same thread count a run is bit for bit
-// the same as the last one (lesson 04 resumes a run and expects identical weights). A dynamic schedule
-// would balance better on a busy machine, but would change which thread sums which images into dW.
-//
-// Threading policy (one rule, so the two thread pools never fight over the 2..N cores):
-//   all parallelism comes from OpenMP in this file; OpenBLAS is kept single-threaded and is called
-//   from inside the OpenMP regions, each thread on its own slice of the `work` buffer.
-//   (A multi-threaded OpenBLAS call inside an OpenMP region would start threads x threads workers.)
-//
-// Convolution is im2col + GEMM, the teaching path:
-//   im2col copies every receptive field of an image into one column of a (C*R*R, P*Q) matrix, so the
-//   convolution becomes ONE matrix product  y (K, P*Q) = w (K, C*R*R) @ col (C*R*R, P*Q).
-//   Late layers have tiny images (4x4 = 16 columns), which makes that product skinny and slow, so a
-//   thread puts a GROUP of images side by side: col (C*R*R, G*P*Q), and the GEMM writes (K, G*P*Q),
-//   which is then scattered back into NCHW. Threads take groups of images in parallel.
-//   3x3, stride 1, pad 1 layers with enough channels take Winograd F(2x2, 3x3) instead, for the output and
-//   both gradients (kit/winograd.c: 2.25x fewer multiplies); KIT_WINOGRAD=0 keeps them on this path.
+// Every loop is split statically (the same thread count gives the same bits: lesson 04 resumes a run and
+// expects identical weights); all parallelism is OpenMP's, OpenBLAS stays single-threaded inside. Convolution
+// is im2col + GEMM over groups of images, or Winograd F(2x2, 3x3) (kit/winograd.c) for 3x3 stride-1 layers.
+// Why each: kit/README.md ("The CPU ops").
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>

@@ -32,15 +32,9 @@ bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
 }
 
-// The forward also needs maps of 8 x 8 or more. Each call transforms every filter anew (16 floats per
-// (input, output) channel pair: 16 MB for a 512 -> 512 layer), a cost spread over the images' tiles. At 4 x 4
-// (4 tiles an image) one image cannot pay for it: ResNet-9's batch-1 inference took 19.5 ms with its 4 x 4
-// layers on Winograd, 10.7 ms without (bench/README.md). With the blocked filter transform below, a 512 -> 512
-// 4 x 4 layer still takes 3.3-3.7 ms on Winograd against 1.7 ms on im2col at batch 1 (2 threads); at batch 128
-// Winograd would save 20-45 ms of its forward (38 against 57-84 ms), which this rule gives up. A rule on the
-// shape alone, never on the batch size, so that an image's numbers do not depend on the batch it came in
-// (lesson 06 reproduces counts exactly). Backward (training only, batches of many images) keeps every eligible
-// layer.
+// The forward also needs maps of 8 x 8 or more: at 4 x 4 one image cannot pay for transforming every filter
+// anew. A rule on the shape alone, never the batch, so an image's numbers never depend on its batch
+// (kit/WINOGRAD.md, "Which layers").
 #define WINO_FWD_MIN_PIXELS 64
 
 bool winograd_forward_eligible(const Conv2dDims *s) {
