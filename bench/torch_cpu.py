@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/torch_cpu.py: PyTorch on the CPU running the kit's own architectures, for bench/results-cpu.md.
 
-The networks below replicate kit/model.c's layer tables exactly (build_table): same layers, widths,
+The networks (tools/torch_models.py) replicate kit/model.c's layer tables exactly: same layers, widths,
 kernel sizes, padding, bias only where no BN follows, no bias in BN-preceded convs; same batch, same
 thread count, same step (forward, mean cross-entropy, backward, SGD momentum 0.9 + Nesterov +
 weight decay 5e-4). PyTorch is used for measurement only; the kit never depends on it.
@@ -33,54 +33,19 @@ import cpu_share  # bench/cpu_share.py: the share of the machine other work took
 import torch
 import torch.nn as nn
 
-
-def conv_block(cin, cout, bn=True):
-    # kit: add_conv(..., bias = !bn) then BN then ReLU
-    layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=not bn)]
-    if bn:
-        layers.append(nn.BatchNorm2d(cout))
-    layers.append(nn.ReLU())
-    return layers
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from torch_models import build  # noqa: E402  tools/torch_models.py: the kit's architectures in PyTorch
 
 
-class Residual(nn.Module):
-    """x + block(block(x)), as kit/model.c residual()."""
-
-    def __init__(self, c):
-        super().__init__()
-        self.f = nn.Sequential(*conv_block(c, c), *conv_block(c, c))
-
-    def forward(self, x):
-        return x + self.f(x)
-
-
-def resnet9(w=64, classes=10):
-    return nn.Sequential(
-        *conv_block(3, w),                                    # prep
-        *conv_block(w, 2 * w), nn.MaxPool2d(2),               # stage 1
-        Residual(2 * w),
-        *conv_block(2 * w, 4 * w), nn.MaxPool2d(2),           # stage 2
-        *conv_block(4 * w, 8 * w), nn.MaxPool2d(2),           # stage 3
-        Residual(8 * w),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        nn.Linear(8 * w, classes))
-
-
-def fmnist(w=32, classes=10):
-    return nn.Sequential(
-        *conv_block(1, w), nn.MaxPool2d(2),
-        *conv_block(w, 2 * w), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(2 * w * 7 * 7, classes))
-
-
-MODELS = {"resnet9": (resnet9, (3, 32, 32)), "fmnist": (fmnist, (1, 28, 28))}
+# The input of each model in this bench: (C, H, W).
+MODELS = {"resnet9": (3, 32, 32), "fmnist": (1, 28, 28)}
 
 
 def torch_step_fn(name, batch):
     """The PyTorch training step for `name` at `batch`, ready to call (one step = what the kit does)."""
-    make, shape = MODELS[name]
+    shape = MODELS[name]
     torch.manual_seed(0)
-    model = make()
+    model = build(name, in_c=shape[0], size=shape[1])
     # weight decay on conv/linear weights only, as the kit (model.h: TensorView.decay)
     decay = [p for p in model.parameters() if p.dim() > 1]
     rest = [p for p in model.parameters() if p.dim() <= 1]

@@ -24,6 +24,7 @@ step's loss and accuracy back to the host every step, as every lesson's loop doe
 import argparse
 import datetime
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -45,35 +46,11 @@ def gpu_name():
         return "unknown (nvidia-smi failed)"
 
 
-def build_resnet9(nn, width=64, classes=10):
-    def block(cin, cout):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                             nn.ReLU(inplace=True))
-
-    class Residual(nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.body = nn.Sequential(block(c, c), block(c, c))
-
-        def forward(self, x):
-            return x + self.body(x)
-
-    w = width
-    return nn.Sequential(
-        block(3, w),                                        # prep
-        block(w, 2 * w), nn.MaxPool2d(2), Residual(2 * w),  # stage 1
-        block(2 * w, 4 * w), nn.MaxPool2d(2),               # stage 2
-        block(4 * w, 8 * w), nn.MaxPool2d(2), Residual(8 * w),  # stage 3
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8 * w, classes))
-
-
-def build_fmnist(nn, width=32, classes=10, size=32):
-    """kit/model.c's "fmnist": 2 x (conv 3x3 no bias + BN + ReLU + max-pool), then linear with bias."""
-    def block(cin, cout):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                             nn.ReLU(inplace=True), nn.MaxPool2d(2))
-    return nn.Sequential(block(3, width), block(width, 2 * width), nn.Flatten(),
-                         nn.Linear(2 * width * (size // 4) ** 2, classes))
+def build_twin(name):
+    """tools/torch_models.py's `name` (the kit's architecture) for 3 x 32 x 32 inputs, ReLUs in place."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    from torch_models import build
+    return build(name, in_c=3, size=32, inplace=True)
 
 
 def torch_pipeline(torch, model_name, batch, steps, prefetch):
@@ -84,7 +61,7 @@ def torch_pipeline(torch, model_name, batch, steps, prefetch):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(1)
     dev = torch.device("cuda", 0)
-    model = (build_resnet9(nn) if model_name == "resnet9" else build_fmnist(nn)).to(dev)
+    model = build_twin(model_name).to(dev)
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
     opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
@@ -141,7 +118,7 @@ def torch_throughput(torch, batch, steps, mode):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.manual_seed(1)
     dev = torch.device("cuda", 0)
-    model = build_resnet9(nn).to(dev)
+    model = build_twin("resnet9").to(dev)
     x = torch.randn(batch, 3, 32, 32, device=dev)
     y = torch.arange(batch, device=dev) % 10
     if mode == "bf16-cl":

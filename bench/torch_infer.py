@@ -6,7 +6,7 @@
 Prints one line like the kit's lesson 06 program (`bench: ... p50_ms=... p99_ms=... images_per_s=...`):
 batch-1 latency (p50, p99 of `runs` forwards after `warmup`, from a host tensor to the arg-max class) and
 batch-256 throughput (back-to-back batches for at least `seconds`), in eval mode under torch.inference_mode().
-The network is kit/model.c's table rebuilt in PyTorch (bench/torch_cpu.py's resnet9 and fmnist, and tiny-bn here);
+The network is kit/model.c's table rebuilt in PyTorch (tools/torch_models.py);
 the tensors go in by layer order (tools/ckpt_torch.py), as tests/test_ckpt_torch.py checks. Only this bench needs PyTorch; the kit never does.
 """
 import argparse
@@ -16,34 +16,21 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
-sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 
 from ckpt_read import read_checkpoint  # noqa: E402
 from ckpt_torch import load_into  # noqa: E402
-from torch_cpu import conv_block, fmnist, resnet9  # noqa: E402
-
-
-def tiny_bn(w=16, classes=10, in_c=3):
-    """kit/model.c build_tiny_common with BN: two conv-BN-ReLU-pool blocks (w/2, w channels), global average pool."""
-    return nn.Sequential(*conv_block(in_c, w // 2), nn.MaxPool2d(2), *conv_block(w // 2, w), nn.MaxPool2d(2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, classes))
+from torch_models import ARCHS, build as build_twin  # noqa: E402
 
 
 def build(ck):
     h = ck["header"]
     name, w, classes = h["model"], h["width"], h["classes"]
-    if name == "resnet9":
-        model = resnet9(w=w, classes=classes)
-    elif name == "fmnist":
-        model = fmnist(w=w, classes=classes)
-    elif name == "tiny-bn":
-        model = tiny_bn(w=w, classes=classes, in_c=h["in_c"])
-    else:
-        sys.exit(f"torch_infer: no PyTorch twin of the kit's {name} here")
+    if name not in ARCHS:
+        sys.exit(f"torch_infer: no PyTorch twin of the kit's {name} (tools/torch_models.py)")
+    model = build_twin(name, w=w, classes=classes, in_c=h["in_c"], size=h["in_h"])
     try:
         load_into(model, ck)
     except ValueError as e:

@@ -1,10 +1,13 @@
 // kit/buckets.c: gradient buckets, the engine behind DDP's overlap of communication with backward
-// (see buckets.h). The plan is in dist_plan.c; this file tracks readiness and runs the all-reduces.
+// (see buckets.h): each step, which views are ready, and the all-reduces of the buckets (planned by
+// buckets_plan.c).
 #include "kit/buckets.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "kit/buckets_internal.h"
+#include "kit/buckets_plan.h"
 #include "kit/check.h"
 #include "kit/dist_internal.h"
 
@@ -22,13 +25,6 @@ struct GradBuckets {
     PgRequest *req;        // (n_buckets)
     int next_start;        // buckets [0, next_start) have been started this step
 };
-
-static const TensorView *g_views;  // qsort has no context argument in C11
-static int by_view_offset(const void *a, const void *b) {
-    const TensorView *va = &g_views[*(const int *)a], *vb = &g_views[*(const int *)b];
-    if (va->offset != vb->offset) return (va->offset > vb->offset) - (va->offset < vb->offset);
-    return (va->count > vb->count) - (va->count < vb->count);  // empty views first
-}
 
 static void reset_step(GradBuckets *gb) {
     memset(gb->view_ready, 0, (size_t)gb->n_views * sizeof(bool));
@@ -50,10 +46,7 @@ GradBuckets *buckets_create(ProcessGroup *pg, float *grads, const TensorView *vi
     gb->buckets = xcalloc(nv, sizeof *gb->buckets);
     gb->view_bucket = xcalloc(nv, sizeof *gb->view_bucket);
     gb->n_buckets = buckets_plan(views, n_views, total, bucket_bytes, gb->buckets, gb->view_bucket);
-    gb->by_offset = xcalloc(nv, sizeof *gb->by_offset);
-    for (int i = 0; i < n_views; i++) gb->by_offset[i] = i;
-    g_views = views;
-    qsort(gb->by_offset, (size_t)n_views, sizeof(int), by_view_offset);
+    gb->by_offset = buckets_views_by_offset(views, n_views);
     gb->view_ready = xcalloc(nv, sizeof *gb->view_ready);
     gb->pending = xcalloc((size_t)gb->n_buckets, sizeof *gb->pending);
     gb->req = xcalloc((size_t)gb->n_buckets, sizeof *gb->req);
@@ -106,7 +99,8 @@ static int find_view_at(const GradBuckets *gb, size_t offset) {
     return lo < gb->n_views && gb->views[gb->by_offset[lo]].offset == offset ? lo : -1;
 }
 
-void buckets_mark_ready(GradBuckets *gb, size_t offset, size_t count) {
+void buckets_on_grads_ready(void *ctx, size_t offset, size_t count) {
+    GradBuckets *gb = ctx;
     if (count == 0) return;
     int pos = find_view_at(gb, offset);
     CHECKF(pos >= 0, "mark whole TensorViews: pass a view's offset and count", "float %zu is not the start of a parameter view", offset);
@@ -128,10 +122,6 @@ void buckets_mark_ready(GradBuckets *gb, size_t offset, size_t count) {
         gb->pending[gb->view_bucket[v]]--;
     }
     start_ready(gb, false);
-}
-
-void buckets_on_grads_ready(void *ctx, size_t offset, size_t count) {
-    buckets_mark_ready((GradBuckets *)ctx, offset, count);
 }
 
 void buckets_finish(GradBuckets *gb) {

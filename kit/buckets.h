@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "kit/buckets_plan.h"
 #include "kit/dist.h"
 #include "kit/model.h"
 
@@ -16,17 +17,6 @@
 extern "C" {
 #endif
 
-// Splits a flat gradient buffer into buckets of about bucket_bytes (25 MB by default, as PyTorch DDP),
-// each a contiguous range made of whole TensorViews, formed in REVERSE order of offset: backward
-// produces the last layers' gradients first, so bucket 0 (the end of the buffer) is ready first and
-// its all-reduce overlaps with the rest of backward. A view larger than bucket_bytes gets a bucket
-// of its own.
-#define PG_DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
-
-typedef struct {
-    size_t offset, count;  // floats, in the flat buffer
-    int n_views;           // whole views in it
-} GradBucket;
 
 typedef struct GradBuckets GradBuckets;
 

@@ -1,6 +1,7 @@
 // kit/check.c: the reporting side of the CHECK macros (see check.h).
 #include "kit/check.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -81,4 +82,26 @@ int check_reason(char *err, size_t errlen, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+void check_join(char *buf, size_t len, const char *sep, const char *s) {
+    size_t used = strlen(buf);
+    int n = snprintf(buf + used, len - used, "%s%s", used ? sep : "", s);
+    CHECKF(n >= 0 && (size_t)n < len - used, "make the buffer larger", "\"%s\" does not fit after \"%s\" (%zu bytes)",
+           s, buf, len);
+}
+
+const char *check_names(char *buf, size_t len, int n, const char *(*name)(int i)) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    CHECK_PTHREAD(pthread_mutex_lock(&lock));
+    if (!buf[0])
+        for (int i = 0; i < n; i++) check_join(buf, len, "|", name(i));
+    CHECK_PTHREAD(pthread_mutex_unlock(&lock));
+    return buf;
+}
+
+const char *check_text(int code, const CheckText *table, int n, const char *fallback) {
+    for (int i = 0; i < n; i++)
+        if (table[i].code == code) return table[i].text;
+    return fallback;
 }

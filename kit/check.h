@@ -31,6 +31,22 @@ void check_failf(const char *file, int line, const char *call, const char *hint,
 // not NULL) and returns -1, so that a reader can `return check_reason(err, errlen, "truncated at %zu", off);`.
 int check_reason(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+// Appends s to the string in buf (len bytes), after sep when buf is not empty: the lists of names that --help
+// and error messages build from the kit's tables. A list that does not fit is a bug: it stops with a report.
+void check_join(char *buf, size_t len, const char *sep, const char *s);
+// A library's error code and what to say about it: tables of these give the CHECK macros' HINT lines and
+// names (kit/cuda_check.h, kit/mpi_check.h). check_text returns the text of `code`, or fallback.
+typedef struct {
+    int code;
+    const char *text;
+} CheckText;
+const char *check_text(int code, const CheckText *table, int n, const char *fallback);
+#define CHECK_TEXT(code, table, fallback) check_text((int)(code), (table), (int)(sizeof(table) / sizeof((table)[0])), (fallback))
+
+// The n names of a table joined by '|' ("tiny|tiny-bn|fmnist|resnet9"), written into buf (len bytes, static, all
+// zero at first) by the first call and returned by every call; name(i) is the i-th. Safe from several threads.
+const char *check_names(char *buf, size_t len, int n, const char *(*name)(int i));
+
 // A condition that must hold. CHECK(n > 0, "the dataset is empty: did the download finish?")
 #define CHECK(cond, hint)                                                       \
     do {                                                                        \

@@ -18,7 +18,6 @@
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_DOUBLE, OPT_SEED, OPT_FLAG } OptType;
 
 static const char *device_choices(void) { return "auto|cpu|cuda|cuda-emu"; }
-static const char *backend_choices(void) { return "auto|mpi|nccl"; }
 
 // One row per option: adding an option is a TrainOptions field and a row here. Parsing, the range check,
 // the default, --help and the "does not apply to this lesson" error all come from the row.
@@ -65,8 +64,8 @@ static const CliOption OPTIONS[] = {
     {"metrics", "FILE", CLI_BASE, OPT_STRING, FIELD(metrics), NULL, 0, 0, NULL,
      "append one CSV row per epoch to FILE"},
     {"devices", "N", CLI_DP, OPT_INT, FIELD(devices), "2", 1, 64, NULL, "replicas driven by this process"},
-    {"backend", "NAME", CLI_DIST, OPT_STRING, FIELD(backend), "auto", 0, 0, backend_choices,
-     "; auto: nccl with one GPU per rank, else mpi"},
+    {"backend", "NAME", CLI_DIST, OPT_STRING, FIELD(backend), "auto", 0, 0, pg_backend_choices,
+     "; auto: nccl with one GPU per rank, else mpi\n(socket in a job started from a rendezvous store: lesson 07)"},
     {"bucket-mb", "X", CLI_DIST, OPT_DOUBLE, FIELD(bucket_mb), "25", 0.0, 4096.0, NULL,
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
     {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,

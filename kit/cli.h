@@ -27,7 +27,7 @@ typedef struct {
     bool nesterov;
     uint64_t seed;
     int devices;              // CLI_DP: replicas driven by one process
-    const char *backend;      // CLI_DIST: auto|mpi|nccl
+    const char *backend;      // CLI_DIST: auto|mpi|nccl|socket (pg_backend_choices, kit/dist_plan.h)
     double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)
     double timeout_s;         // CLI_DIST: collective timeout
     const char *checkpoint;      // CLI_CKPT: file to save to (overwritten at every save)

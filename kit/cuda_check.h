@@ -13,23 +13,20 @@ extern "C" {
 #endif
 
 // The usual causes of a CUDA error, in one line.
+#define CUDA_HINT_NO_GPU "no usable GPU or driver: run `nvidia-smi`; on a machine without a GPU use --device cpu"
+#define CUDA_HINT_BOUNDS "a kernel read or wrote out of bounds: rerun under `compute-sanitizer --tool memcheck`"
 static inline const char *cuda_hint(cudaError_t e) {
-    switch (e) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-        return "no usable GPU or driver: run `nvidia-smi`; on a machine without a GPU use --device cpu";
-    case cudaErrorMemoryAllocation:
-        return "the GPU is out of memory: lower --batch-size or --width, or check `nvidia-smi` for other processes";
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-        return "a kernel read or wrote out of bounds: rerun under `compute-sanitizer --tool memcheck`";
-    case cudaErrorInvalidDevice:
-        return "the device index is larger than the number of GPUs (CUDA_VISIBLE_DEVICES?)";
-    case cudaErrorNoKernelImageForDevice:
-        return "the binary has no code for this GPU: rebuild with CUDA_ARCH=<your sm number>";
-    default:
-        return "if this follows a kernel launch, run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel";
-    }
+    static const CheckText hints[] = {
+        {cudaErrorNoDevice, CUDA_HINT_NO_GPU},
+        {cudaErrorInsufficientDriver, CUDA_HINT_NO_GPU},
+        {cudaErrorMemoryAllocation,
+         "the GPU is out of memory: lower --batch-size or --width, or check `nvidia-smi` for other processes"},
+        {cudaErrorIllegalAddress, CUDA_HINT_BOUNDS},
+        {cudaErrorLaunchFailure, CUDA_HINT_BOUNDS},
+        {cudaErrorInvalidDevice, "the device index is larger than the number of GPUs (CUDA_VISIBLE_DEVICES?)"},
+        {cudaErrorNoKernelImageForDevice, "the binary has no code for this GPU: rebuild with CUDA_ARCH=<your sm number>"},
+    };
+    return CHECK_TEXT(e, hints, "if this follows a kernel launch, run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel");
 }
 
 #define CUDA_CHECK(call)                                                                  \
@@ -53,16 +50,14 @@ static inline const char *cuda_hint(cudaError_t e) {
 #define CUDA_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
 #endif
 
+#define CUBLAS_NAME(s) {s, #s}
 static inline const char *cublas_status_name(cublasStatus_t s) {
-    switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "cuBLAS error";
-    }
+    static const CheckText names[] = {
+        CUBLAS_NAME(CUBLAS_STATUS_NOT_INITIALIZED), CUBLAS_NAME(CUBLAS_STATUS_ALLOC_FAILED),
+        CUBLAS_NAME(CUBLAS_STATUS_INVALID_VALUE),   CUBLAS_NAME(CUBLAS_STATUS_ARCH_MISMATCH),
+        CUBLAS_NAME(CUBLAS_STATUS_EXECUTION_FAILED), CUBLAS_NAME(CUBLAS_STATUS_NOT_SUPPORTED),
+    };
+    return CHECK_TEXT(s, names, "cuBLAS error");
 }
 
 #define CUBLAS_CHECK(call)                                                                \

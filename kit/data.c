@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -564,17 +563,9 @@ const DatasetInfo *dataset_info(const char *name) {
     return NULL;
 }
 
-static char g_dataset_names[128];
-static void join_dataset_names(void) {
-    size_t used = 0;
-    for (int i = 0; i < N_DATASETS; i++)
-        used += (size_t)snprintf(g_dataset_names + used, sizeof g_dataset_names - used, "%s%s", i ? "|" : "",
-                                 DATASETS[i].name);
-    CHECK(used < sizeof g_dataset_names, "g_dataset_names is too small for the dataset table");
-}
+static const char *dataset_name(int i) { return DATASETS[i].name; }
 
 const char *dataset_names(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    CHECK_PTHREAD(pthread_once(&once, join_dataset_names));
-    return g_dataset_names;
+    static char names[128];
+    return check_names(names, sizeof names, N_DATASETS, dataset_name);
 }

@@ -3,9 +3,8 @@
 // Compiled with MPI's flags and -DKIT_MPI by mk/kit.mk when Open MPI is found; without MPI every
 // entry point says how to get it. The NCCL parts need KIT_NCCL (CUDA + NCCL found at build time).
 //
-// Why every wait polls: a blocking MPI_Allreduce or a spinning NCCL kernel never returns when a peer
-// rank dies or stalls, and a hung job costs a workshop its GPU hours. So every collective is started
-// non-blocking and completed by a loop that tests it and watches a deadline.
+// Every collective is started non-blocking and completed by a loop that tests it and watches a deadline:
+// a blocking call never returns when a peer dies or stalls (kit/README.md, "The process group's waits").
 #include "kit/dist_internal.h"
 
 #include <limits.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "kit/check.h"
+#include "kit/dist_socket.h"
 
 #ifdef KIT_NCCL
 #define KIT_NCCL_BUILT true
@@ -139,19 +139,9 @@ void pg_abort(ProcessGroup *pg, const char *msg) {
 
 // ---------------------------------------------------------------- waiting, and naming the missing rank
 //
-// A non-blocking collective that does not complete says nothing about WHICH rank is missing. So a rank that
-// has waited PG_NOTE_AFTER_S in collective #k tells every peer "I am waiting in #k" (one small message each,
-// on a communicator of its own), and listens for the peers' notes. When the deadline passes, it listens a
-// little longer (the notes of ranks that arrived in the last PG_NOTE_AFTER_S are still to come), and the
-// ranks that never said "#k" are the ones that did not join: stopped (SIGSTOP, a debugger), dead, or still
-// computing. Cost: nothing in a step whose collectives complete within PG_NOTE_AFTER_S (no note is sent);
-// after that, world - 1 messages of 8 bytes per rank and collective, and an MPI_Iprobe per poll.
-//
-// The default timeout (PG_DEFAULT_TIMEOUT_S, dist.h) is short enough that a stalled job ends within 30 s, as
-// the design asks: timeout + the grace period below + MPI_Abort's cleanup. The price is false timeouts: any
-// legitimate wait longer than that at a collective (one rank saving a large checkpoint or evaluating alone
-// while the others wait in the next all-reduce, a first CUDA step compiling kernels, an oversubscribed node)
-// ends the job with the same message. The message says so and names the fix: --timeout or KIT_PG_TIMEOUT.
+// A rank that has waited PG_NOTE_AFTER_S in collective #k tells every peer "I am waiting in #k"; at the
+// deadline, the ranks that never said so are the ones that did not join. kit/README.md ("The process group's
+// waits") gives the cost of these notes and of the default timeout.
 #define PG_NOTE_AFTER_S 1.0
 
 static double note_after(const ProcessGroup *pg) {
@@ -430,18 +420,9 @@ static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
 }
 #endif
 
-// Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree for in-place calls, the only kind the
-// kit makes: reduce to rank 0, then broadcast back, so the whole buffer crosses the root's links about
-// 2 log2(N) times. Its ring sends each rank 2(N-1)/N of the buffer, the traffic blocking MPI_Allreduce
-// has, and ran at that call's speed in bench/results-allreduce.md. The choice is made here, through
-// MPI_T, so that every launch (scripts/launch.sh, a plain mpirun, srun) gets it with no environment or
-// file to carry. A value someone set (OMPI_MCA_coll_libnbc_iallreduce_algorithm, an MCA parameter file)
-// is left alone: only libnbc's own default, 0 ("ignore" = let libnbc decide), is replaced. Another MPI has
-// no such variable, and nothing is changed.
-// Only on 2 ranks: there each element is one addition, a + b, and IEEE addition commutes, so the ring gives
-// the tree's bits. From 3 ranks on, the ring's summation order of an element depends on which of the N
-// chunks it falls in, i.e. on the buffer's length, and bucketed gradients would no longer equal the flat
-// all-reduce bit for bit (tests/mpi_dist.c checks that they do).
+// Asks Open MPI's non-blocking all-reduce for its ring (2(N-1)/N of the buffer per rank) instead of its binomial
+// tree, on 2 ranks only, where both give the same bits; a value someone set is left alone. Why and how:
+// kit/README.md ("The all-reduce algorithm").
 static void mpi_prefer_ring_iallreduce(void) {
     int provided = 0, index = 0, count = 0, world = 0;
     if (MPI_Comm_size(MPI_COMM_WORLD, &world) != MPI_SUCCESS || world != 2) return;
@@ -488,8 +469,8 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     MPI_CHECK(MPI_Comm_free(&node));
 
     char why[512];
-    if (!pg_choose_backend(backend, dev, device_cuda_built() && KIT_NCCL_BUILT, ranks_per_gpu, &pg->backend,
-                           why, sizeof why)) {
+    if (!pg_choose_backend(backend, PG_START_MPIRUN, dev, device_cuda_built() && KIT_NCCL_BUILT, ranks_per_gpu,
+                           &pg->backend, why, sizeof why)) {
         // Every rank reached the same verdict (the inputs were agreed on above): one message, clean exit.
         if (pg->rank == 0) fprintf(stderr, "error: %s\n", why);
         MPI_Finalize();
@@ -535,11 +516,8 @@ static int socket_ranks_per_gpu(ProcessGroup *pg, const char *node) {
 
 ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device dev, double timeout_s) {
     const char *req = backend ? backend : "auto";
-    bool nccl_asked = strcmp(req, "nccl") == 0 && dev == DEVICE_CUDA;
-    if (strcmp(req, "auto") != 0 && strcmp(req, "socket") != 0 && !nccl_asked)
-        die("--backend %s needs mpirun (or srun) to start the job; a job started from a rendezvous store "
-            "(RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) runs on the kit's socket backend (--backend auto), "
-            "or on NCCL with --device cuda", req);
+    char why[512];
+    if (!pg_backend_startable(req, PG_START_STORE, why, sizeof why)) die("%s", why);
     ProcessGroup *pg = xcalloc(1, sizeof *pg);
     pg->rank = peers->rank;
     pg->world = peers->world;
@@ -561,19 +539,20 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
         check_failf(__FILE__, __LINE__, "sockgroup_create", "every rank must start within the timeout and reach rank 0's "
                     "address (KIT_SOCKET_IFNAME picks the interface rank 0 publishes; a firewall may block the port)",
                     "%s", err);
-    char why[512] = "host sums over TCP, around rank 0";
+    // The sockets carry the host-side collectives; on GPUs, as under mpirun, NCCL takes the rest when every
+    // rank has a GPU of its own (its unique id came through the store).
+    snprintf(why, sizeof why, "host sums over TCP, around rank 0");
+    if (strcmp(req, "socket") != 0) {
+        int ranks_per_gpu = 0;
 #ifdef KIT_CUDA
-    if (dev == DEVICE_CUDA && strcmp(req, "socket") != 0) {
-        // As under mpirun: NCCL when every rank has a GPU of its own; its unique id came through the store.
+        if (dev == DEVICE_CUDA) ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
+#endif
         PgBackend choice;
-        int ranks_per_gpu = socket_ranks_per_gpu(pg, peers->node);
-        if (!pg_choose_backend(req, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, why, sizeof why))
-            die("%s", why);  // every rank reached the same verdict from the same gathered ids
-        if (choice != PG_BACKEND_NCCL && strncmp(why, "auto: mpi", 9) == 0) {  // here the fallback is the sockets
-            char said[512];
-            snprintf(said, sizeof said, "auto: socket%.480s", why + 9);
-            snprintf(why, sizeof why, "%s", said);
-        }
+        char verdict[512];
+        if (!pg_choose_backend(req, PG_START_STORE, dev, KIT_NCCL_BUILT, ranks_per_gpu, &choice, verdict,
+                               sizeof verdict))
+            die("%s", verdict);  // every rank reached the same verdict from the same gathered ids
+        if (dev == DEVICE_CUDA) snprintf(why, sizeof why, "%s", verdict);
         if (choice == PG_BACKEND_NCCL) {
             CHECK(peers->nccl_id != NULL, "on GPUs rank 0's NCCL unique id must reach every rank through the store "
                                           "(pg_nccl_unique_id on rank 0, then the bootstrap) before pg_init_socket");
@@ -585,7 +564,6 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
 #endif
         }
     }
-#endif
     if (pg->rank == 0)
         printf("process group: %d rank%s, backend %s (started from a rendezvous store, without mpirun: %s), device %s, "
                "timeout %.0f s\n", pg->world, pg->world == 1 ? "" : "s", pg_backend_name(pg->backend), why,
@@ -835,8 +813,3 @@ void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char
 void pg_allreduce_sum(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_SUM); }
 void pg_allreduce_avg(ProcessGroup *pg, float *buf, size_t n) { pg_allreduce(pg, buf, n, PG_AVG); }
 
-static void pg_bn_allreduce_sum(double *host_buf, int count, void *ctx) {
-    pg_allreduce_sum_double_host((ProcessGroup *)ctx, host_buf, count);
-}
-
-BatchNormSync pg_batchnorm_sync(ProcessGroup *pg) { return (BatchNormSync){pg_bn_allreduce_sum, pg}; }

@@ -1,6 +1,7 @@
 // kit/dist.h: the process group (lessons 03-05): one process per rank, collectives over MPI or NCCL.
-// Gradient buckets, which overlap the all-reduce with backward, are in kit/buckets.h; the pieces only the
-// kit and its tests use are in kit/dist_internal.h.
+// Gradient buckets, which overlap the all-reduce with backward, are in kit/buckets.h; the backend table and
+// the other decisions that need no MPI in kit/dist_plan.h (included here); the non-blocking all-reduce that only
+// the kit and its tests use in kit/dist_internal.h.
 //
 //   ProcessGroup *pg = pg_init(&argc, &argv, "auto", dev, 60.0);   // MPI_Init, rank, GPU by local rank
 //   pg_allreduce_avg(pg, m->grads, m->n_params);                   // one call over the flat buffer
@@ -11,14 +12,18 @@
 //         anywhere, including several ranks sharing one GPU). CPU runs always use it.
 //   nccl  device buffers, one rank per GPU. Several ranks on one GPU are refused with a message naming
 //         `--backend mpi` (NCCL would deadlock or fail on them).
-//   auto  nccl when the device is CUDA, NCCL is built in and every rank has its own GPU; mpi otherwise.
+//   socket host buffers over TCP, for jobs started from a rendezvous store without mpirun (pg_init_socket,
+//         lesson 07); under mpirun it is refused, as mpi is from a store.
+//   auto  nccl when the device is CUDA, NCCL is built in and every rank has its own GPU; otherwise mpi under
+//         mpirun, socket from a store.
+// kit/dist_plan.c holds the table of these names (pg_backend_choices) and the choice (pg_choose_backend).
 //
 // Buffers given to a collective live on the pg's device, except where a name says "host".
 //
 // Timeouts: every wait polls with a deadline (pg's timeout_s). When a peer rank dies or stalls, the
 // others print one line (rank, collective and its number, size, seconds waited, and WHICH ranks did not
-// join it) and abort the job with a non-zero exit status, instead of hanging. The environment variable KIT_PG_TIMEOUT (seconds) overrides the
-// value given to pg_init.
+// join it) and abort the job with a non-zero exit status, instead of hanging. The environment variable
+// KIT_PG_TIMEOUT (seconds) overrides the value given to pg_init.
 //
 // This header does not include <mpi.h>: only kit/dist.c needs MPI's flags, and a program that does
 // not call pg_* does not link MPI at all.
@@ -30,13 +35,11 @@
 #include <stdint.h>
 
 #include "kit/device.h"
-#include "kit/ops.h"
+#include "kit/dist_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { PG_BACKEND_MPI = 0, PG_BACKEND_NCCL = 1, PG_BACKEND_SOCKET = 2 } PgBackend;
 
 typedef struct ProcessGroup ProcessGroup;
 
@@ -79,7 +82,6 @@ int pg_local_rank(const ProcessGroup *pg);
 int pg_local_world(const ProcessGroup *pg);  // processes on this node
 Device pg_device(const ProcessGroup *pg);
 PgBackend pg_backend(const ProcessGroup *pg);
-const char *pg_backend_name(PgBackend b);    // "mpi", "nccl" or "socket"
 double pg_timeout(const ProcessGroup *pg);
 
 // Prints `msg` (when not NULL) prefixed with "rank R: " and aborts every rank (MPI_Abort): for errors
@@ -104,9 +106,6 @@ bool pg_identical(ProcessGroup *pg, const float *buf, size_t n);
 // Like pg_identical, but when they differ rank 0 prints every rank's hash under the name `what`
 // ("parameters after step 12") and the job stops with a non-zero exit status.
 void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what);
-
-// The SyncBN hook for BatchNormSync (ops.h): all-reduces the statistics over this process group.
-BatchNormSync pg_batchnorm_sync(ProcessGroup *pg);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,65 @@
-// kit/dist_plan.c: the parts of the process group that need neither MPI nor a GPU (see dist_internal.h):
-// the backend decision, bucket planning and buffer hashing. Kept apart from dist.c so the unit tests
+// kit/dist_plan.c: the parts of the process group that need neither MPI nor a GPU (see dist_plan.h): the
+// backend table and choice, buffer hashing, the stalled-rank report. Kept apart from dist.c so the unit tests
 // can check them without mpirun, and so they link without MPI.
+#include "kit/dist_plan.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "kit/check.h"
-#include "kit/dist_internal.h"
+
+// The one table of backend names: --backend's choices, the checks and the messages all come from it.
+static const struct {
+    const char *name;
+    bool mpirun, store;  // which starts can run it (PgStart)
+} BACKENDS[] = {
+    {"auto", true, true},
+    {"mpi", true, false},
+    {"nccl", true, true},
+    {"socket", false, true},
+};
+#define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
 const char *pg_backend_name(PgBackend b) {
     return b == PG_BACKEND_NCCL ? "nccl" : b == PG_BACKEND_SOCKET ? "socket" : "mpi";
+}
+
+static const char *backend_at(int i) { return BACKENDS[i].name; }
+
+const char *pg_backend_choices(void) {
+    static char names[64];
+    return check_names(names, sizeof names, N_BACKENDS, backend_at);
+}
+
+// "auto, mpi or nccl": the names a start can run, for messages.
+static void startable_names(PgStart start, char *out, size_t len) {
+    const char *names[N_BACKENDS];
+    int n = 0;
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (start == PG_START_MPIRUN ? BACKENDS[i].mpirun : BACKENDS[i].store) names[n++] = BACKENDS[i].name;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) check_join(out, len, i == n - 1 ? " or " : ", ", names[i]);
+}
+
+bool pg_backend_startable(const char *requested, PgStart start, char *why, size_t why_len) {
+    const char *req = requested ? requested : "auto";
+    char names[64];
+    startable_names(start, names, sizeof names);
+    for (int i = 0; i < N_BACKENDS; i++) {
+        if (strcmp(req, BACKENDS[i].name) != 0) continue;
+        if (start == PG_START_MPIRUN ? BACKENDS[i].mpirun : BACKENDS[i].store) return true;
+        if (start == PG_START_STORE)
+            snprintf(why, why_len, "--backend %s needs mpirun (or srun) to start the job; a job started from a "
+                     "rendezvous store (RANK/WORLD_SIZE/MASTER_ADDR, torchrun-style) takes --backend %s", req, names);
+        else
+            snprintf(why, why_len, "--backend %s is for jobs started from a rendezvous store without mpirun "
+                     "(lesson 07); under mpirun use %s", req, names);
+        return false;
+    }
+    snprintf(why, why_len, "unknown backend '%s': use %s", req, names);
+    return false;
 }
 
 // Why NCCL cannot run here, or NULL when it can.
@@ -28,19 +77,16 @@ static const char *nccl_blocker(Device dev, bool nccl_built, int ranks_per_gpu, 
     return NULL;
 }
 
-bool pg_choose_backend(const char *requested, Device dev, bool nccl_built, int ranks_per_gpu,
+bool pg_choose_backend(const char *requested, PgStart start, Device dev, bool nccl_built, int ranks_per_gpu,
                        PgBackend *out, char *why, size_t why_len) {
-    char detail[256];
     const char *req = requested ? requested : "auto";
+    if (!pg_backend_startable(req, start, why, why_len)) return false;
+    const PgBackend host = start == PG_START_MPIRUN ? PG_BACKEND_MPI : PG_BACKEND_SOCKET;
+    char detail[256];
     const char *blocker = nccl_blocker(dev, nccl_built, ranks_per_gpu, detail, sizeof detail);
-    if (strcmp(req, "mpi") == 0) {
-        *out = PG_BACKEND_MPI;
-        snprintf(why, why_len, "asked for with --backend mpi");
-        return true;
-    }
     if (strcmp(req, "nccl") == 0) {
         if (blocker) {
-            snprintf(why, why_len, "--backend nccl refused: %s. Use --backend mpi.", blocker);
+            snprintf(why, why_len, "--backend nccl refused: %s. Use --backend %s.", blocker, pg_backend_name(host));
             return false;
         }
         *out = PG_BACKEND_NCCL;
@@ -48,13 +94,14 @@ bool pg_choose_backend(const char *requested, Device dev, bool nccl_built, int r
         return true;
     }
     if (strcmp(req, "auto") == 0) {
-        *out = blocker ? PG_BACKEND_MPI : PG_BACKEND_NCCL;
-        if (blocker) snprintf(why, why_len, "auto: mpi, because %s", blocker);
+        *out = blocker ? host : PG_BACKEND_NCCL;
+        if (blocker) snprintf(why, why_len, "auto: %s, because %s", pg_backend_name(host), blocker);
         else snprintf(why, why_len, "auto: nccl, every rank has a GPU of its own");
         return true;
     }
-    snprintf(why, why_len, "unknown backend '%s': use auto, mpi or nccl", req);
-    return false;
+    *out = host;  // "mpi" under mpirun, "socket" from a store: pg_backend_startable let no other through
+    snprintf(why, why_len, "asked for with --backend %s", req);
+    return true;
 }
 
 int pg_max_duplicates(const char *ids, int n, size_t stride) {
@@ -90,59 +137,6 @@ uint32_t pg_hash_floats(Device d, const float *buf, size_t n) {
     }
     free(host);
     return (uint32_t)crc;
-}
-
-// ---------------------------------------------------------------- bucket plan
-
-static const TensorView *sort_views;
-static int by_offset(const void *a, const void *b) {
-    size_t oa = sort_views[*(const int *)a].offset, ob = sort_views[*(const int *)b].offset;
-    return (oa > ob) - (oa < ob);
-}
-
-// Indices of the views in increasing offset; checks they tile [0, total) exactly.
-static int *views_in_offset_order(const TensorView *views, int n_views, size_t total) {
-    int *order = xmalloc((size_t)(n_views > 0 ? n_views : 1) * sizeof(int));
-    for (int i = 0; i < n_views; i++) order[i] = i;
-    sort_views = views;
-    qsort(order, (size_t)n_views, sizeof(int), by_offset);
-    size_t end = 0;
-    for (int i = 0; i < n_views; i++) {
-        const TensorView *v = &views[order[i]];
-        CHECKF(v->offset == end, "the views must cut the gradient buffer with no gap or overlap",
-               "view '%s' starts at float %zu, but the views before it end at %zu", v->name, v->offset, end);
-        end = v->offset + v->count;
-    }
-    CHECKF(end == total, "pass Model.n_params as the total", "the views cover %zu floats but the buffer has %zu", end,
-           total);
-    return order;
-}
-
-int buckets_plan(const TensorView *views, int n_views, size_t total, size_t bucket_bytes,
-                 GradBucket *buckets, int *view_bucket) {
-    CHECK(n_views > 0, "the model has no parameters to reduce");
-    if (bucket_bytes == 0) bucket_bytes = PG_DEFAULT_BUCKET_BYTES;
-    size_t cap = bucket_bytes / sizeof(float);
-    if (cap == 0) cap = 1;
-    int *order = views_in_offset_order(views, n_views, total);
-    int nb = 0;
-    // Walk from the end of the buffer: the last layers' gradients come first in backward.
-    for (int i = n_views - 1; i >= 0; i--) {
-        const TensorView *v = &views[order[i]];
-        GradBucket *cur = nb > 0 ? &buckets[nb - 1] : NULL;
-        if (!cur || (cur->count > 0 && cur->count + v->count > cap)) {
-            cur = &buckets[nb++];
-            cur->offset = v->offset + v->count;
-            cur->count = 0;
-            cur->n_views = 0;
-        }
-        cur->offset = v->offset;  // the bucket grows downwards
-        cur->count += v->count;
-        cur->n_views++;
-        view_bucket[order[i]] = nb - 1;
-    }
-    free(order);
-    return nb;
 }
 
 // ---------------------------------------------------------------- who is missing from a collective

@@ -1,16 +1,12 @@
 // kit/dist_socket.c: the process group's socket backend (lesson 07), for CPU ranks started WITHOUT mpirun
 // (torchrun-style: RANK, WORLD_SIZE, MASTER_ADDR in the environment, peers found through kit/store.h).
 //
-// Why not MPI there: Open MPI (4.1) cannot join processes it did not start. Each one started alone is an MPI
-// "singleton", and MPI_Comm_join / MPI_Comm_connect between singletons needs an ompi-server daemon that the
-// job would have to start and advertise first: the very launcher torchrun-style jobs do without. So the
-// kit carries this small backend: every rank keeps one TCP connection to rank 0 (a star), and rank 0 does
-// the arithmetic. Simple and deterministic, not fast: rank 0 moves (world - 1) times the buffer each way,
-// where a ring (the lesson's exercise; NCCL and MPI inside) moves 2 (world - 1) / world of it per rank.
+// Every rank keeps one TCP connection to rank 0 (a star), and rank 0 does the arithmetic: simple and
+// deterministic, not fast. Why not MPI there, and what the star costs: kit/README.md ("The socket backend").
 //
 // The sum is formed on rank 0 in rank order, ((x0 + x1) + x2) + ...: on 2 ranks that is bit for bit what
 // MPI's all-reduce gives (a + b == b + a in IEEE arithmetic); on more ranks the order may differ from MPI's.
-#include "kit/dist_internal.h"
+#include "kit/dist_socket.h"
 
 #include <stdio.h>
 #include <stdlib.h>

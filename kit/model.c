@@ -2,7 +2,6 @@
 #include "kit/model.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,19 +95,11 @@ static int arch_find(const char *name) {
     return -1;
 }
 
-static char g_model_names[128];
-static void join_model_names(void) {
-    size_t used = 0;
-    for (int i = 0; i < N_ARCHS; i++)
-        used += (size_t)snprintf(g_model_names + used, sizeof g_model_names - used, "%s%s", i ? "|" : "",
-                                 ARCHS[i].name);
-    CHECK(used < sizeof g_model_names, "g_model_names is too small for the model table");
-}
+static const char *arch_name(int i) { return ARCHS[i].name; }
 
 const char *model_names(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    CHECK_PTHREAD(pthread_once(&once, join_model_names));
-    return g_model_names;
+    static char names[128];
+    return check_names(names, sizeof names, N_ARCHS, arch_name);
 }
 
 bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes) {
@@ -247,23 +238,9 @@ static void plan_layers(Model *m) {
 
 // ---------------------------------------------------------------- memory plan
 //
-// plan_layers gives every activation its own slot. Training needs far less, and activations are most of
-// a training run's memory (ResNet-9 at batch 128: about 1.2 GB of the 1.5 GB before this plan), so:
-//
-//  1. In-place ReLU: a ReLU whose input is read by nobody else, and whose input layer's backward does not
-//     read its own output (BN, conv, add and linear read their INPUT), overwrites that input. ReLU's
-//     backward needs only its own output, so nothing needed later is lost.
-//  2. Fused BN + ReLU (CPU): such a BN and its ReLU run as one op (batchnorm_relu_*), one pass over the
-//     activations each way; the BN output's gradient is never materialised.
-//  3. Gradient slots reused: the gradient of activation i is alive in backward from the first step that
-//     writes into it (its last consumer) down to the step that reads it (layer i itself). Slots whose
-//     lifetimes do not overlap share memory (first fit), and each is zeroed when it comes alive rather
-//     than all at the start.
-//  4. A fused BN whose input (a conv's output) has no other consumer writes that input's gradient over
-//     its ReLU's output gradient, in the same slot: the op reads all of dy (its channel sums) before it
-//     writes dx element by element, and overwriting gives what accumulating into zeros would.
-//
-// None of this changes a number: every op computes the same values in the same order as before.
+// Activations are most of a training run's memory, so the plan shares them: in-place ReLU, fused BN + ReLU on
+// the CPU, gradient slots reused once dead, a fused BN's dx over its ReLU's dy. None of it changes a number;
+// kit/README.md ("The model's memory plan") gives the four rules and why each is safe.
 
 // Which layers read activation i in forward: its consumers, counted, and the last one.
 static void layer_consumers(const Model *m, int i, int *count, int *last) {
@@ -305,6 +282,14 @@ static size_t grad_slot(const Model *m, const bool *placed, int i, size_t size) 
     return off;
 }
 
+// Lesson 05's SyncBN (Model.bn_ops): a replacement batch norm on the CPU, or NULL for the kit's own.
+static const BatchNormLayerOps *bn_replacement(const Model *m) {
+    return m->bn_ops && m->bn_ops->forward_train && m->device == DEVICE_CPU ? m->bn_ops : NULL;
+}
+
+// The all-reduce the kit's own batch norm calls (Model.bn_ops->sync), or NULL: the local batch's statistics.
+static const BatchNormSync *bn_sync(const Model *m) { return m->bn_ops ? &m->bn_ops->sync : NULL; }
+
 static void plan_memory(Model *m) {
     const int L = m->n_layers;
     for (int i = 0; i < L; i++) m->layers[i].fused_relu = m->layers[i].grad_in_place = false;  // a re-plan
@@ -317,8 +302,9 @@ static void plan_memory(Model *m) {
         const bool in_place = uses == 1 && output_unread_by_own_backward(m->layers[l->in].kind);
         if (in_place) {
             l->act_offset = m->layers[l->in].act_offset;
-            // Fused BN + ReLU is the kit's own CPU batch norm: not with replacement BN ops (model_set_bn_ops).
-            m->layers[l->in].fused_relu = m->device == DEVICE_CPU && m->layers[l->in].kind == LAYER_BN && !m->bn_ops;
+            // Fused BN + ReLU is the kit's own CPU batch norm: not with a replacement one (model_set_bn_ops).
+            m->layers[l->in].fused_relu = m->device == DEVICE_CPU && m->layers[l->in].kind == LAYER_BN &&
+                                          !bn_replacement(m);
             continue;
         }
         l->act_offset = act;
@@ -393,6 +379,8 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
 }
 
 void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
+    CHECK(!ops || (ops->forward_train == NULL) == (ops->backward == NULL),
+          "a replacement batch norm gives forward_train and backward, or neither (the kit's own, with `sync`)");
     m->bn_ops = ops;
     // The fused CPU BN + ReLU would bypass `ops`, and its memory plan gives a fused BN's output gradient no slot
     // of its own: plan again (with or without fusion) and re-allocate the arena, which holds nothing between steps.
@@ -544,15 +532,15 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
             if (train && l->fused_relu) {  // the ReLU after it is done here (plan_memory)
                 float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
                 batchnorm_relu_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
-                                             m->bn_sync, m->work);
+                                             bn_sync(m), m->work);
             } else if (train) {
                 float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-                if (m->bn_ops)  // lesson 05: the learner's SyncBN (Model.bn_ops)
-                    m->bn_ops->forward_train(m->bn_ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean,
-                                             run_var);
+                const BatchNormLayerOps *ops = bn_replacement(m);
+                if (ops)  // lesson 05: the learner's SyncBN
+                    ops->forward_train(ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var);
                 else
                     batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
-                                            m->bn_sync, m->work);
+                                            bn_sync(m), m->work);
             } else {
                 batchnorm_forward_eval(d, &bd, in, gamma, beta, run_mean, run_var, out);
             }
@@ -608,14 +596,15 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
                 layer_consumers(m, i, &uses, &relu);
                 batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out,
                                         dact_ptr(m, relu), dx, view_mut(m->grads, m, l->weight),
-                                        view_mut(m->grads, m, l->bias_view), m->bn_sync, m->work);
-            } else if (m->bn_ops) {  // lesson 05: the learner's SyncBN (Model.bn_ops; never fused)
-                m->bn_ops->backward(m->bn_ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy,
-                                    dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
+                                        view_mut(m->grads, m, l->bias_view), bn_sync(m), m->work);
+            } else if (bn_replacement(m)) {  // lesson 05: the learner's SyncBN (never fused)
+                const BatchNormLayerOps *ops = bn_replacement(m);
+                ops->backward(ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
+                              view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
             } else {
                 batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
                                    view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
-                                   m->bn_sync, m->work);
+                                   bn_sync(m), m->work);
             }
             break;
         }
@@ -641,12 +630,6 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
 }
 
 // ---------------------------------------------------------------- inspection
-
-const TensorView *model_find_view(const Model *m, const char *name) {
-    for (int i = 0; i < m->n_views; i++)
-        if (strcmp(m->views[i].name, name) == 0) return &m->views[i];
-    return NULL;
-}
 
 static const char *layer_kind_name(LayerKind k) {
     static const char *names[] = {[LAYER_CONV] = "conv",       [LAYER_BN] = "bn",   [LAYER_RELU] = "relu",

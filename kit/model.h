@@ -75,15 +75,19 @@ typedef struct {
     int classes;
 } ModelConfig;
 
-// The BN layer's training-mode forward and backward, replaceable (Model.bn_ops): the arguments of
-// batchnorm_forward_train and batchnorm_backward (kit/ops.h) without the device, the sync hook and the
-// scratch, which an implementation brings in its ctx.
+// Lesson 05's one hook into the BN layers in training mode (Model.bn_ops, installed by model_set_bn_ops):
+//   forward_train, backward: a replacement batch norm, called on the CPU: the arguments of
+//     batchnorm_forward_train and batchnorm_backward (kit/ops.h) without the device, the sync hook and the
+//     scratch, which an implementation brings in its ctx. NULL (both): the kit's own batch norm.
+//   sync: the all-reduce of the statistics that the kit's own batch norm calls wherever it runs instead (on a
+//     GPU always; on the CPU when forward_train is NULL). A NULL sync.allreduce_sum: the local batch's statistics.
 typedef struct {
     void (*forward_train)(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
                           float *y, float *mean, float *invstd, float *running_mean, float *running_var);
     void (*backward)(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
                      const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta);
     void *ctx;
+    BatchNormSync sync;
 } BatchNormLayerOps;
 
 #define MODEL_MAX_LAYERS 64
@@ -124,10 +128,7 @@ typedef struct {
     float *host_loss; // (max_batch) in host memory: loss and pred copied back for the metrics, allocated
     int *host_pred;   // (max_batch) once here rather than once per batch
 
-    // Lesson 05 sets this to all-reduce BN statistics across ranks (SyncBN). NULL: plain BN.
-    const BatchNormSync *bn_sync;
-    // Lesson 05's dispatch point: when set, BN layers in training mode call these instead of the kit's ops
-    // (lesson 05's syncbn_convert installs the learner's SyncBN here on the CPU). NULL: the kit's ops.
+    // Lesson 05's SyncBN (BatchNormLayerOps above; syncbn_convert installs it). NULL: plain BN, the kit's own.
     // Set it with model_set_bn_ops, never directly: the memory plan depends on it.
     const BatchNormLayerOps *bn_ops;
 
@@ -170,13 +171,11 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n);
 
 void model_zero_grad(Model *m);
 
-// Installs replacement training-mode BN ops (Model.bn_ops; NULL: the kit's own again). The activation arena is
-// re-planned and re-allocated (the CPU's fused BN + ReLU is the kit's BN, so it is off while `ops` are in):
-// call it between steps, never during one.
+// Installs lesson 05's hook into the BN layers (Model.bn_ops; NULL: plain BN again). The activation arena is
+// re-planned and re-allocated (the CPU's fused BN + ReLU is the kit's BN, so it is off while a replacement is
+// in): call it between steps, never during one.
 void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops);
 
-// The view with this name, or NULL.
-const TensorView *model_find_view(const Model *m, const char *name);
 // Prints the layer table and parameter count.
 void model_print(const Model *m, FILE *out);
 // Multiply-accumulates of one forward pass per sample (for FLOP/s figures). Backward is about 2x.

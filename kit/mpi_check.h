@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kit/check.h"
+
 #ifdef KIT_NCCL
 // nccl.h declares a few functions as f() instead of f(void): not our warning to fix.
 #pragma GCC diagnostic push
@@ -53,24 +55,22 @@ static inline void mpi_check_fail_(const char *file, int line, const char *call,
     } while (0)
 
 #ifdef KIT_NCCL
+// The usual causes of an NCCL error, in one line.
+#define NCCL_HINT_DISAGREE                                                                              \
+    "ranks disagree on the call (different collectives, sizes or order), or two ranks share a GPU (use " \
+    "--backend mpi for that)"
 static inline const char *nccl_hint(ncclResult_t r) {
-    switch (r) {
-    case ncclUnhandledCudaError:
-        return "a CUDA call inside NCCL failed: check `nvidia-smi`, and that each rank uses its own GPU";
-    case ncclSystemError:
-        return "a system call failed (sockets, shared memory): in containers give /dev/shm room "
-               "(docker --shm-size=1g); NCCL_DEBUG=INFO says more";
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-        return "ranks disagree on the call (different collectives, sizes or order), or two ranks share a "
-               "GPU (use --backend mpi for that)";
-    case ncclRemoteError:
-        return "a peer rank failed or was killed: look for its error above";
-    case ncclInternalError:
-        return "an NCCL internal error: rerun with NCCL_DEBUG=INFO";
-    default:
-        return "rerun with NCCL_DEBUG=INFO for details";
-    }
+    static const CheckText hints[] = {
+        {ncclUnhandledCudaError,
+         "a CUDA call inside NCCL failed: check `nvidia-smi`, and that each rank uses its own GPU"},
+        {ncclSystemError, "a system call failed (sockets, shared memory): in containers give /dev/shm room "
+                          "(docker --shm-size=1g); NCCL_DEBUG=INFO says more"},
+        {ncclInvalidArgument, NCCL_HINT_DISAGREE},
+        {ncclInvalidUsage, NCCL_HINT_DISAGREE},
+        {ncclRemoteError, "a peer rank failed or was killed: look for its error above"},
+        {ncclInternalError, "an NCCL internal error: rerun with NCCL_DEBUG=INFO"},
+    };
+    return CHECK_TEXT(r, hints, "rerun with NCCL_DEBUG=INFO for details");
 }
 
 // ncclInProgress counts as success: it is what a non-blocking communicator (pg_init makes one) returns

@@ -183,11 +183,3 @@ void sgd_update(Device d, size_t n, float *param, const float *grad, float *velo
     CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     sgd_update_cpu(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
 }
-
-void scale_inplace(Device d, size_t n, float *x, float alpha) {
-#ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) { scale_inplace_cuda(n, x, alpha); return; }
-#endif
-    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
-    scale_inplace_cpu(n, x, alpha);
-}

@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "kit/device.h"
+#include "kit/ops_dims.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,15 +27,6 @@ extern "C" {
 // x (N, C, H, W) * w (K, C, R, R) + b (K) -> y (N, K, P, Q)
 // with P = (H + 2*pad - R) / stride + 1, Q = (W + 2*pad - R) / stride + 1.
 // Teaching path: im2col of one image into a (C*R*R, P*Q) matrix, then one GEMM per image.
-typedef struct {
-    int n, c, h, w;  // input
-    int k, r;        // output channels, square kernel size
-    int stride, pad;
-} Conv2dDims;
-
-// Inline, so that the per-device files (ops_cpu.c, cuda/conv.cu) need nothing from the dispatcher ops.c.
-static inline int conv2d_out_h(const Conv2dDims *s) { return (s->h + 2 * s->pad - s->r) / s->stride + 1; }
-static inline int conv2d_out_w(const Conv2dDims *s) { return (s->w + 2 * s->pad - s->r) / s->stride + 1; }
 size_t conv2d_work_floats(Device d, const Conv2dDims *s);
 void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *b,
                     float *y, float *work);
@@ -46,24 +38,6 @@ void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float 
 // Training mode normalises with the batch statistics over (N, H, W) and updates the running
 // statistics: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
 // Eval mode normalises with the running statistics.
-typedef struct {
-    int n, c, hw;      // x is (N, C, HW)
-    float eps;         // 1e-5
-    float momentum;    // 0.1
-} BatchNormDims;
-
-// The hook lesson 05 (SyncBN) fills in: all-reduce (sum) of `count` doubles, in place, on the HOST.
-// Forward reduces [sum(x) per channel (C), sum(x*x) per channel (C), element count (1)];
-// backward reduces [sum(dy) per channel (C), sum(dy * xhat) per channel (C), element count (1)]
-// (the input gradient needs the global count), and only when dx is wanted (not NULL).
-// dgamma and dbeta stay LOCAL sums: DDP's gradient all-reduce averages them like every other parameter.
-// The CPU ops run OpenBLAS single-threaded and split work over images with OpenMP instead.
-// NULL hook: statistics of the local batch only (plain BN).
-typedef struct {
-    void (*allreduce_sum)(double *host_buf, int count, void *ctx);
-    void *ctx;
-} BatchNormSync;
-
 size_t batchnorm_work_floats(Device d, const BatchNormDims *s);
 // mean, invstd (C): saved for backward. running_mean, running_var (C): updated in place.
 void batchnorm_forward_train(Device d, const BatchNormDims *s, const float *x, const float *gamma,
@@ -140,9 +114,6 @@ void argmax_rows(Device d, int n, int k, const float *logits, int *pred);
 //   param -= lr * step
 void sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
                 float momentum, float weight_decay, int nesterov);
-
-// ---------------------------------------------------------------- small helpers
-void scale_inplace(Device d, size_t n, float *x, float alpha);  // x *= alpha
 
 #ifdef __cplusplus
 }

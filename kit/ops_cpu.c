@@ -1,22 +1,9 @@
 // kit/ops_cpu.c: the CPU implementations of kit/ops.h (float32, NCHW).
 //
-// Determinism: every loop is split statically, so with the same thread count a run is bit for bit
-// the same as the last one (lesson 04 resumes a run and expects identical weights). A dynamic schedule
-// would balance better on a busy machine, but would change which thread sums which images into dW.
-//
-// Threading policy (one rule, so the two thread pools never fight over the 2..N cores):
-//   all parallelism comes from OpenMP in this file; OpenBLAS is kept single-threaded and is called
-//   from inside the OpenMP regions, each thread on its own slice of the `work` buffer.
-//   (A multi-threaded OpenBLAS call inside an OpenMP region would start threads x threads workers.)
-//
-// Convolution is im2col + GEMM, the teaching path:
-//   im2col copies every receptive field of an image into one column of a (C*R*R, P*Q) matrix, so the
-//   convolution becomes ONE matrix product  y (K, P*Q) = w (K, C*R*R) @ col (C*R*R, P*Q).
-//   Late layers have tiny images (4x4 = 16 columns), which makes that product skinny and slow, so a
-//   thread puts a GROUP of images side by side: col (C*R*R, G*P*Q), and the GEMM writes (K, G*P*Q),
-//   which is then scattered back into NCHW. Threads take groups of images in parallel.
-//   3x3, stride 1, pad 1 layers with enough channels take Winograd F(2x2, 3x3) instead, for the output and
-//   both gradients (kit/winograd.c: 2.25x fewer multiplies); KIT_WINOGRAD=0 keeps them on this path.
+// Every loop is split statically (the same thread count gives the same bits: lesson 04 resumes a run and
+// expects identical weights); all parallelism is OpenMP's, OpenBLAS stays single-threaded inside. Convolution
+// is im2col + GEMM over groups of images, or Winograd F(2x2, 3x3) (kit/winograd.c) for 3x3 stride-1 layers.
+// Why each: kit/README.md ("The CPU ops").
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -57,6 +44,16 @@ typedef struct {
     size_t col_floats;    // per thread: (C*R*R, G*P*Q)
     size_t stage_floats;  // per thread: (K, G*P*Q), only when G > 1 (the GEMM output before scatter)
 } ConvPlan;
+
+// Thread t's slice of `work`: its im2col matrix (col_floats), then its staging (stage_floats).
+static float *conv_thread_col(const ConvPlan *pl, float *work, int t) {
+    return work + (size_t)t * (pl->col_floats + pl->stage_floats);
+}
+
+// The images of the group that starts at image n0: G, or fewer for the last group.
+static int conv_group_images(const Conv2dDims *s, const ConvPlan *pl, int n0) {
+    return s->n - n0 < pl->group ? s->n - n0 : pl->group;
+}
 
 static void conv_check_dims(const Conv2dDims *s) {
     CHECK(s->n > 0 && s->c > 0 && s->h > 0 && s->w > 0 && s->k > 0 && s->r > 0,
@@ -273,12 +270,12 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
 #pragma omp parallel num_threads(pl.threads)
     {
         const int t = omp_get_thread_num();
-        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *col = conv_thread_col(&pl, work, t);
         float *stage = col + pl.col_floats;
 #pragma omp for schedule(static)
         for (int ch = 0; ch < pl.chunks; ch++) {
             const int n0 = ch * pl.group;
-            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int g = conv_group_images(s, &pl, n0);
             const int cols = (int)((size_t)g * pl.pq);
             const float *xg = x + n0 * x_img;
             if (!pl.direct) im2col_group(s, &pl, xg, g, col);
@@ -351,11 +348,11 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
     blas_single_thread();
     const int K = s->k;
     const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq, wn = (size_t)K * pl.crr;
-    float *partials = work + (size_t)pl.threads * (pl.col_floats + pl.stage_floats);
+    float *partials = conv_thread_col(&pl, work, pl.threads);  // past every thread's slice
 #pragma omp parallel num_threads(pl.threads)
     {
         const int t = omp_get_thread_num();
-        float *col = work + (size_t)t * (pl.col_floats + pl.stage_floats);
+        float *col = conv_thread_col(&pl, work, t);
         float *stage = col + pl.col_floats;
         float *dwt = NULL;
         if (dw) {
@@ -365,7 +362,7 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
 #pragma omp for schedule(static)
         for (int ch = 0; ch < pl.chunks; ch++) {
             const int n0 = ch * pl.group;
-            const int g = s->n - n0 < pl.group ? s->n - n0 : pl.group;
+            const int g = conv_group_images(s, &pl, n0);
             const int cols = (int)((size_t)g * pl.pq);
             const float *xg = x + n0 * x_img;
             // dY of the group as one (K, g*P*Q) matrix: the image's own slice when g == 1, else gathered.
@@ -657,11 +654,6 @@ void add_forward_cpu(size_t n, const float *a, const float *b, float *y) {
 void add_inplace_cpu(size_t n, float *dst, const float *src) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
-}
-
-void scale_inplace_cpu(size_t n, float *x, float alpha) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
 // ================================================================ pooling

@@ -4,7 +4,9 @@
 #ifndef KIT_OPS_IMPL_H
 #define KIT_OPS_IMPL_H
 
-#include "kit/ops.h"
+#include <stddef.h>
+
+#include "kit/ops_dims.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,7 +36,6 @@ void cross_entropy_forward_cpu(int n, int k, const float *logits, const int *lab
 void cross_entropy_backward_cpu(int n, int k, const float *logits, const int *labels, float smoothing, float scale, float *dlogits);
 void argmax_rows_cpu(int n, int k, const float *logits, int *pred);
 void sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum, float weight_decay, int nesterov);
-void scale_inplace_cpu(size_t n, float *x, float alpha);
 
 // ---- CUDA (kit/cuda/*.cu; compiled only when nvcc is found)
 size_t conv2d_work_floats_cuda(const Conv2dDims *s);
@@ -58,7 +59,6 @@ void cross_entropy_forward_cuda(int n, int k, const float *logits, const int *la
 void cross_entropy_backward_cuda(int n, int k, const float *logits, const int *labels, float smoothing, float scale, float *dlogits);
 void argmax_rows_cuda(int n, int k, const float *logits, int *pred);
 void sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum, float weight_decay, int nesterov);
-void scale_inplace_cuda(size_t n, float *x, float alpha);
 
 #ifdef __cplusplus
 }

@@ -1,41 +1,8 @@
-// kit/winograd.c: Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1 convolutions of the CPU path.
-//
-// Why: im2col + GEMM spends 9 multiply-adds per input channel on each output pixel. Winograd's minimal
-// filtering algorithm (Lavin & Gray 2016) computes a 2x2 block of outputs from a 4x4 input tile with 16
-// multiplies per channel instead of 36: 2.25x fewer, and those 16 are batched into 16 GEMMs that
-// OpenBLAS runs at full speed. For a 2x2 output block Y of one channel pair, with input tile d (4x4) and
-// filter g (3x3):
-//     Y = A^T [ (G g G^T) .* (B^T d B) ] A
-//   B^T = [1  0 -1  0]    G = [ 1    0    0 ]    A^T = [1  1  1  0]
-//         [0  1  1  0]        [1/2  1/2  1/2]          [0  1 -1 -1]
-//         [0 -1  1  0]        [1/2 -1/2  1/2]
-//         [0  1  0 -1]        [ 0    0    1 ]
-// (a cross-correlation, as the kit's and PyTorch's conv). Summing over input channels happens between the
-// transforms: for each of the 16 positions e of the 4x4 transformed tile,
-//     M[e] (K, T) = U[e] (K, C) @ V[e] (C, T),   U = G g G^T per (k, c),  V = B^T d B per (c, tile)
-// one GEMM per e over every tile T of a group of images, then Y = A^T M A per (k, tile).
-//
-// The input gradient is the same computation: dx = a 3x3, pad 1 convolution of dy with the filter rotated
-// by 180 degrees and its K and C swapped (w'[c][k][i][j] = w[k][c][2-i][2-j]), so winograd_backward_data
-// runs the same routine with U built from w'. The weight gradient is the adjoint of the forward (at the end
-// of this file): dw = G^T [sum over tiles (A dY A^T) .* V] G, again 16 GEMMs, whose sums run over the tiles.
-//
-// Accuracy (float32, u = 2^-24). Direct conv sums 9C products: |error| <= gamma_9C * sum|w||x|. Here each
-// output goes through at most 4 roundings in G g G^T (2 additions per row, twice; the 1/2 is exact),
-// 2 in B^T d B, 1 in the product, C - 1 in the GEMM's sum over channels, 4 in A^T M A and 1 for the bias
-// or the accumulation into dx: C + 11 in all, and the same argument as for a dot product (Higham 3.5) gives
-//     |error| <= gamma_(C+11) * S,  S = the same algorithm run on |A^T|, |G|, |B^T|, |w|, |x|.
-// S is where the coefficients amplify. With every |x| and |w| equal, S per channel pair is 64 of them
-// against the direct conv's 9 terms: 64/9 = 7.1x (the 1-D F(2,3) has 8 vs 3, and 2-D squares it). S also
-// holds products that cancel exactly and are absent from the direct sum (x[2] g[0] for y[0] in 1-D), so
-// element by element S / sum|w||x| reaches 10-20 for random data (tests/test_ops.c prints it). Against
-// direct conv's gamma_9C the bound is then ~7-15x larger per term over C + 11 roundings instead of 9C:
-// 64 (C + 11) u vs 81 C u for equal terms, ~1e-5 relative for C = 512. The weight gradient's sum runs over
-// the N * tiles tiles instead of N*H*W positions (4x fewer roundings), with the same growth of S, through
-// n*tiles + 9 roundings (counted in tests/test_ops.c). tests/test_ops.c checks all three bounds.
-//
-// Threading and determinism as in ops_cpu.c: OpenMP splits groups of images statically, OpenBLAS stays
-// single-threaded inside, each thread owns its slice of `work`; the same thread count gives the same bits.
+// kit/winograd.c: Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1 convolutions of the CPU path: a 2x2 block of
+// outputs from a 4x4 input tile, Y = A^T [(G g G^T) .* (B^T d B)] A, with 16 multiplies per channel pair instead
+// of 36, batched into 16 GEMMs per group of images. The input gradient is the same routine with the filter
+// rotated and K, C swapped; the weight gradient is its adjoint. The derivation, the error bound (about 7-15x
+// the direct conv's per term, checked by tests/test_ops.c) and the threading rules are in kit/WINOGRAD.md.
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -65,15 +32,9 @@ bool winograd_eligible(const Conv2dDims *s) {
     return s->r == 3 && s->stride == 1 && s->pad == 1 && s->c >= WINO_MIN_CHANNELS && s->k >= WINO_MIN_CHANNELS;
 }
 
-// The forward also needs maps of 8 x 8 or more. Each call transforms every filter anew (16 floats per
-// (input, output) channel pair: 16 MB for a 512 -> 512 layer), a cost spread over the images' tiles. At 4 x 4
-// (4 tiles an image) one image cannot pay for it: ResNet-9's batch-1 inference took 19.5 ms with its 4 x 4
-// layers on Winograd, 10.7 ms without (bench/README.md). With the blocked filter transform below, a 512 -> 512
-// 4 x 4 layer still takes 3.3-3.7 ms on Winograd against 1.7 ms on im2col at batch 1 (2 threads); at batch 128
-// Winograd would save 20-45 ms of its forward (38 against 57-84 ms), which this rule gives up. A rule on the
-// shape alone, never on the batch size, so that an image's numbers do not depend on the batch it came in
-// (lesson 06 reproduces counts exactly). Backward (training only, batches of many images) keeps every eligible
-// layer.
+// The forward also needs maps of 8 x 8 or more: at 4 x 4 one image cannot pay for transforming every filter
+// anew. A rule on the shape alone, never the batch, so an image's numbers never depend on its batch
+// (kit/WINOGRAD.md, "Which layers").
 #define WINO_FWD_MIN_PIXELS 64
 
 bool winograd_forward_eligible(const Conv2dDims *s) {

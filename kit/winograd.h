@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kit/ops.h"
+#include "kit/ops_dims.h"
 
 #ifdef __cplusplus
 extern "C" {

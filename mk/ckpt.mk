@@ -2,7 +2,7 @@
 # the tool lesson 04's extra checks compare checkpoints with (tests/lesson04/run-tests.sh, from mk/lessons.mk).
 #
 #   make test-ckpt-python   the numpy reader (tools/ckpt_read.py) and a kit checkpoint loaded into PyTorch
-#                           (bench/torch_cpu.py's resnet9) giving the kit's eval logits; the PyTorch part is
+#                           (tools/torch_models.py's resnet9) giving the kit's eval logits; the PyTorch part is
 #                           skipped, saying so, without torch; the whole target without numpy
 #   make fuzz               libFuzzer (clang, ASan + UBSan) over ckpt_decode and the dataset readers,
 #                           FUZZ_SECONDS each (default 60), corpus kept in tests/fuzz/corpus/

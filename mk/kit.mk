@@ -4,7 +4,9 @@
 #   tests/test_*.c          -> $(BUILD)/tests/test_*        cmocka, one binary per file
 #   tests/mpi_*.c           -> $(BUILD)/tests/mpi_*         the process group's tests, run under mpirun
 #
-#   make test-kit             every tests/test_*.c but the CUDA one, each with a time limit
+#   make test-kit             the layer check of kit/ (tools/include_graph.py --check: no include or call pointing
+#                             up kit/README.md's layer order, no cycle), then every tests/test_*.c but the CUDA
+#                             one, each with a time limit
 #   make test-cuda            CUDA ops against the CPU ops (tests/test_cuda.c); skips cleanly without a GPU
 #   make test-cuda-memcheck   the same under compute-sanitizer (memcheck, racecheck, synccheck; on a GPU machine)
 #   make test-dist            the process group on world sizes 1..4 (oversubscribed when needed)
@@ -64,6 +66,7 @@ HELP_TARGETS += test-kit test-cuda test-cuda-memcheck test-dist deps
 kit: $(KIT_LIB)
 
 test-kit: $(KIT_TESTS)
+	@python3 tools/include_graph.py --check
 	@tests/run-tests.sh $(KIT_TESTS)
 
 test-cuda: $(CUDA_TEST)

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kit/check.h"
+#include "kit/buckets_internal.h"
 #include "kit/dist_internal.h"
 #include "kit/model.h"
 #include "kit/rng.h"
@@ -148,8 +149,7 @@ static void check_double_host(void) {
     int rank = pg_rank(pg), world = pg_world(pg);
     double v[5];
     for (int i = 0; i < 5; i++) v[i] = 0.25 * (rank + 1) + i;
-    BatchNormSync sync = pg_batchnorm_sync(pg);
-    sync.allreduce_sum(v, 5, sync.ctx);
+    pg_allreduce_sum_double_host(pg, v, 5);
     for (int i = 0; i < 5; i++) {
         double want = 0.25 * world * (world + 1) / 2.0 + (double)i * world;
         EXPECT(v[i] == want, "double all-reduce [%d] = %.17g, want %.17g", i, v[i], want);
@@ -196,7 +196,7 @@ static void bucketed(const TensorView *views, int nv, size_t total, size_t bucke
     for (int step = 0; step < 2; step++) {  // twice: the engine must reset between steps
         device_copy_to(dev, g, host_grads, total * sizeof(float));
         buckets_begin(gb);
-        for (int k = 0; k < n_marked; k++) buckets_mark_ready(gb, views[order[k]].offset, views[order[k]].count);
+        for (int k = 0; k < n_marked; k++) buckets_on_grads_ready(gb, views[order[k]].offset, views[order[k]].count);
         buckets_finish(gb);
     }
     from_device(out, g, total);
@@ -382,10 +382,10 @@ static void case_failure(const char *which) {
         GradBuckets *gb = buckets_create(pg, g, views, nv, total, 4096);
         buckets_begin(gb);
         if (strcmp(which, "mark-twice") == 0) {
-            buckets_mark_ready(gb, views[3].offset, views[3].count);
-            buckets_mark_ready(gb, views[3].offset, views[3].count);
+            buckets_on_grads_ready(gb, views[3].offset, views[3].count);
+            buckets_on_grads_ready(gb, views[3].offset, views[3].count);
         } else {
-            buckets_mark_ready(gb, views[3].offset, views[3].count + 1);  // ends inside view 4
+            buckets_on_grads_ready(gb, views[3].offset, views[3].count + 1);  // ends inside view 4
         }
     } else if (pg_rank(pg) == last && strcmp(which, "exit") == 0) {
         fprintf(stderr, "rank %d: exiting with status 3 on purpose\n", last);

@@ -100,12 +100,55 @@ static void test_die_truncates_long_message(void **state) {
     assert_int_equal(r.text[len - 1], '\n');
 }
 
+// ---------------------------------------------------------------- lists and tables of names
+
+static const char *fruit(int i) {
+    static const char *names[] = {"apple", "pear", "fig"};
+    return names[i];
+}
+
+static void test_names_joined_once(void **state) {
+    (void)state;
+    static char names[32];
+    const char *a = check_names(names, sizeof names, 3, fruit);
+    assert_string_equal(a, "apple|pear|fig");
+    assert_ptr_equal(check_names(names, sizeof names, 3, fruit), names);  // built once, the same buffer after
+    char list[32] = "";
+    check_join(list, sizeof list, ", ", "a");  // no separator before the first
+    check_join(list, sizeof list, " or ", "b");
+    assert_string_equal(list, "a or b");
+}
+
+static void call_join_overflow(void) {
+    char small[8] = "abcd";
+    check_join(small, sizeof small, "|", "efgh");
+}
+
+// A list that does not fit is a bug in the kit: a report, never a cut list.
+static void test_join_overflow_reports(void **state) {
+    (void)state;
+    Report r = run_child(call_join_overflow);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.text, "\"efgh\" does not fit"));
+}
+
+static void test_text_table(void **state) {
+    (void)state;
+    static const CheckText table[] = {{3, "three"}, {7, "seven"}};
+    assert_string_equal(CHECK_TEXT(7, table, "other"), "seven");
+    assert_string_equal(CHECK_TEXT(3, table, "other"), "three");
+    assert_string_equal(CHECK_TEXT(4, table, "other"), "other");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_die_one_line_one_write),
         cmocka_unit_test(test_check_report_one_write),
         cmocka_unit_test(test_checkf_names_the_condition),
         cmocka_unit_test(test_die_truncates_long_message),
+        cmocka_unit_test(test_names_joined_once),
+        cmocka_unit_test(test_join_overflow_reports),
+        cmocka_unit_test(test_text_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

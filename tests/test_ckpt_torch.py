@@ -6,7 +6,7 @@
 1. The C program trains the kit's resnet9 (width 8) a few steps, saves model.ckpt, and writes its own eval-mode
    logits on 500 synthetic test images.
 2. tools/ckpt_read.py (numpy only) reads the file; a copy with one flipped byte in a tensor is refused.
-3. The tensors go into bench/torch_cpu.py's resnet9 through tools/ckpt_torch.py, by layer order (the kit says
+3. The tensors go into tools/torch_models.py's resnet9 through tools/ckpt_torch.py, by layer order (the kit says
    "03.conv.weight", PyTorch "3.weight" or "7.f.0.weight": the mapping is by position among conv/BN/linear
    layers, with no wrapper prefix to strip), and PyTorch in eval mode must give the kit's logits and the same
    accuracy.
@@ -22,7 +22,6 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import numpy as np  # noqa: E402
 
@@ -71,7 +70,7 @@ def main():
         try:
             import torch
             from ckpt_torch import load_into
-            from torch_cpu import resnet9
+            from torch_models import resnet9
         except ImportError as e:
             print(f"SKIP: PyTorch part: {e} (Debian: apt install python3-torch; or pip install torch)")
             return 0

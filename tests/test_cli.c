@@ -87,7 +87,7 @@ static void test_mistakes_are_usage_errors(void **state) {
         check_error(CLI_BASE, argc, a[i], 2, why[i]);
     }
     char *b[] = {"train", "--backend", "gloo", NULL};
-    check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi or nccl, got 'gloo'");
+    check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi, nccl or socket, got 'gloo'");
 }
 
 // --metrics to a place that cannot be written is an error at start-up (exit 2), not after the first epoch; a

@@ -1,4 +1,4 @@
-// tests/test_cuda.c: invariant 2 of the design: every CUDA op equals the CPU op (kit/ops_cpu.c) on random
+// tests/test_cuda.c: every CUDA op equals the CPU op (kit/ops_cpu.c) on random
 // inputs, within stated tolerances; and a training step of a whole model does too.
 //
 // Every test skips, saying why, when no GPU is usable (machines without one, CPU-only builds).
@@ -349,9 +349,6 @@ static void test_relu_add_scale(void **state) {
     assert_gpu_close(gy, y, n, EXACT);
     add_inplace(CPU, n, dx, dy);
     add_inplace(GPU, n, gdx, gdy);
-    assert_gpu_close(gdx, dx, n, EXACT);
-    scale_inplace(CPU, n, dx, 0.37f);
-    scale_inplace(GPU, n, gdx, 0.37f);
     assert_gpu_close(gdx, dx, n, EXACT);
 
     float *hp[] = {x, b, dy, dx, y};

@@ -6,12 +6,13 @@
 
 #include "tests/testutil.h"
 
-#include "kit/dist_internal.h"
+#include "kit/buckets_plan.h"
+#include "kit/dist_plan.h"
 
 // ---------------------------------------------------------------- backend choice
 
 static bool choose(const char *req, Device dev, bool nccl_built, int ranks_per_gpu, PgBackend *out, char *why) {
-    return pg_choose_backend(req, dev, nccl_built, ranks_per_gpu, out, why, 512);
+    return pg_choose_backend(req, PG_START_MPIRUN, dev, nccl_built, ranks_per_gpu, out, why, 512);
 }
 
 static void test_backend_mpi_always_possible(void **state) {
@@ -70,6 +71,32 @@ static void test_backend_unknown_name(void **state) {
     PgBackend b;
     assert_false(choose("gloo", DEVICE_CPU, false, 0, &b, why));
     assert_non_null(strstr(why, "gloo"));
+}
+
+// The one table: --backend's choices, and which start runs which backend.
+static void test_backend_table_and_starts(void **state) {
+    (void)state;
+    assert_string_equal(pg_backend_choices(), "auto|mpi|nccl|socket");
+    char why[512] = "";
+    PgBackend b = PG_BACKEND_NCCL;
+    // socket is for store-started jobs: refused under mpirun, with the names mpirun can run.
+    assert_false(choose("socket", DEVICE_CPU, false, 0, &b, why));
+    assert_non_null(strstr(why, "rendezvous store"));
+    assert_non_null(strstr(why, "auto, mpi or nccl"));
+    assert_true(pg_choose_backend("socket", PG_START_STORE, DEVICE_CPU, false, 0, &b, why, sizeof why));
+    assert_int_equal(b, PG_BACKEND_SOCKET);
+    // mpi needs mpirun.
+    assert_false(pg_choose_backend("mpi", PG_START_STORE, DEVICE_CPU, false, 0, &b, why, sizeof why));
+    assert_non_null(strstr(why, "needs mpirun"));
+    assert_non_null(strstr(why, "auto, nccl or socket"));
+    // From a store, auto falls back to the sockets (and says so), and a refused NCCL names them.
+    assert_true(pg_choose_backend("auto", PG_START_STORE, DEVICE_CUDA, true, 2, &b, why, sizeof why));
+    assert_int_equal(b, PG_BACKEND_SOCKET);
+    assert_non_null(strstr(why, "auto: socket, because 2 ranks share one GPU"));
+    assert_false(pg_choose_backend("nccl", PG_START_STORE, DEVICE_CPU, true, 0, &b, why, sizeof why));
+    assert_non_null(strstr(why, "--backend socket"));
+    assert_true(pg_choose_backend("auto", PG_START_STORE, DEVICE_CUDA, true, 1, &b, why, sizeof why));
+    assert_int_equal(b, PG_BACKEND_NCCL);
 }
 
 static void test_max_duplicates(void **state) {
@@ -260,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_backend_nccl_refused_when_ranks_share_a_gpu),
         cmocka_unit_test(test_backend_nccl_refused_without_gpu_or_build),
         cmocka_unit_test(test_backend_unknown_name),
+        cmocka_unit_test(test_backend_table_and_starts),
         cmocka_unit_test(test_max_duplicates),
         cmocka_unit_test(test_plan_reverse_order_and_whole_views),
         cmocka_unit_test(test_plan_default_is_one_bucket_for_small_models),

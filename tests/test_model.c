@@ -25,16 +25,15 @@ static void test_views_tile_the_buffer(void **state) {
     size_t w = 8, convs = 9 * (3 * w + w * 2 * w + 2 * (2 * w * 2 * w) + 2 * w * 4 * w + 4 * w * 8 * w + 2 * (8 * w * 8 * w));
     size_t bns = 2 * (w + 2 * w + 2 * 2 * w + 4 * w + 8 * w + 2 * 8 * w);
     assert_int_equal(m->n_params, convs + bns + 8 * w * 10 + 10);
-    const TensorView *v = model_find_view(m, "00.conv.weight");
-    assert_non_null(v);
+    const TensorView *v = &m->views[m->layers[0].weight];
+    assert_string_equal(v->name, "00.conv.weight");
     assert_int_equal(v->ndim, 4);
     assert_int_equal(v->shape[0], 8);
     assert_int_equal(v->shape[1], 3);
     assert_true(v->decay);
-    v = model_find_view(m, "01.bn.weight");
-    assert_non_null(v);
+    v = &m->views[m->layers[1].weight];
+    assert_string_equal(v->name, "01.bn.weight");
     assert_false(v->decay);
-    assert_null(model_find_view(m, "no.such.tensor"));
     model_free(m);
 }
 
@@ -43,13 +42,15 @@ static void test_init_is_deterministic(void **state) {
     Model *a = make("tiny-bn", 0, 3, 32, 2, 5), *b = make("tiny-bn", 0, 3, 32, 2, 5), *c = make("tiny-bn", 0, 3, 32, 2, 6);
     assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
     assert_memory_not_equal(a->params, c->params, a->n_params * sizeof(float));
-    const TensorView *g = model_find_view(a, "01.bn.weight"), *bb = model_find_view(a, "01.bn.bias");
+    const TensorView *g = &a->views[a->layers[1].weight], *bb = &a->views[a->layers[1].bias_view];
+    assert_string_equal(g->name, "01.bn.weight");
+    assert_string_equal(bb->name, "01.bn.bias");
     for (size_t i = 0; i < g->count; i++) {
         assert_true(a->params[g->offset + i] == 1.0f);
         assert_true(a->params[bb->offset + i] == 0.0f);
     }
     // Conv weights lie within PyTorch's bound 1/sqrt(fan_in) and are not all equal.
-    const TensorView *w = model_find_view(a, "00.conv.weight");
+    const TensorView *w = &a->views[a->layers[0].weight];
     float bound = 1.0f / sqrtf(3 * 9), lo = 1, hi = -1;
     for (size_t i = 0; i < w->count; i++) {
         float x = a->params[w->offset + i];

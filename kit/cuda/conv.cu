@@ -51,6 +51,22 @@ ConvPlan conv_plan(const Conv2dDims *s) {
     return pl;
 }
 
+// The chunk of images [n0, n0 + nc) of one pass, and its halves of `work`: cols (CRR, L) then tmp (K, L),
+// with L = nc * PQ columns.
+struct ConvChunk {
+    int nc, L;
+    float *cols, *tmp;
+};
+
+ConvChunk conv_chunk(const Conv2dDims *s, const ConvPlan &pl, int n0, float *work) {
+    ConvChunk c;
+    c.nc = s->n - n0 < pl.chunk ? s->n - n0 : pl.chunk;
+    c.L = c.nc * pl.pq;
+    c.cols = work;
+    c.tmp = work + (size_t)pl.crr * c.L;
+    return c;
+}
+
 // cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image).
 __global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x, float *cols) {
     size_t L = (size_t)nc * pl.pq;
@@ -148,9 +164,9 @@ extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const f
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq;
     const float one = 1.0f, zero = 0.0f;
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
-        int nc = s->n - n0 < pl.chunk ? s->n - n0 : pl.chunk;
-        int L = nc * pl.pq;
-        float *cols = work, *tmp = work + (size_t)pl.crr * L;
+        const ConvChunk c = conv_chunk(s, pl, n0, work);
+        const int nc = c.nc, L = c.L;
+        float *cols = c.cols, *tmp = c.tmp;
         KIT_LAUNCH(im2col_kernel, (size_t)pl.crr * L, *s, pl, nc, x + n0 * in_image, cols);
         // Row-major: tmp (K, L) = w (K, CRR) @ cols (CRR, L).
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, L, s->k, pl.crr, &one, cols, L, w, pl.crr,
@@ -173,9 +189,9 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq;
     const float one = 1.0f, zero = 0.0f;
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
-        int nc = s->n - n0 < pl.chunk ? s->n - n0 : pl.chunk;
-        int L = nc * pl.pq;
-        float *cols = work, *tmp = work + (size_t)pl.crr * L;
+        const ConvChunk c = conv_chunk(s, pl, n0, work);
+        const int nc = c.nc, L = c.L;
+        float *cols = c.cols, *tmp = c.tmp;
         KIT_LAUNCH(conv_dy_gather_kernel, (size_t)s->k * L, s->k, pl, nc, dy + n0 * out_image, tmp);
         if (dw) {
             KIT_LAUNCH(im2col_kernel, (size_t)pl.crr * L, *s, pl, nc, x + n0 * in_image, cols);

@@ -3,7 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kit/cuda/cuda_internal.h"
+#include "kit/cuda/cuda_context.h"
+#include "kit/cuda_check.h"
 
 namespace {
 
@@ -93,8 +94,6 @@ cublasHandle_t cuda_cublas(void) {
     apply_math_mode(g);
     return g.blas;
 }
-
-bool cuda_tf32_enabled(void) { return tf32_wanted(); }
 
 void cuda_set_tf32(bool on) { g_tf32.store(on ? 1 : 0); }
 

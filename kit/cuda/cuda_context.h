@@ -28,14 +28,13 @@ extern "C" {
 
 // This thread's compute stream on its current GPU (see above).
 cudaStream_t cuda_stream(void);
-// This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), math mode per cuda_tf32_*.
+// This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), math mode per cuda_set_tf32.
 cublasHandle_t cuda_cublas(void);
 
 // TF32 tensor cores for the kit's SGEMMs (conv, linear): OFF by default, so results are float32 and
 // match the CPU within the tests' tolerances. KIT_TF32=1 in the environment turns it on at start-up;
 // cuda_set_tf32() switches it for the whole process (every thread's handle picks it up on its next op).
 // With TF32 the products keep 10 mantissa bits: expect relative differences around 1e-3 against the CPU.
-bool cuda_tf32_enabled(void);
 void cuda_set_tf32(bool on);
 
 // Host scratch of at least `count` doubles for this thread (the BN sync hook's buffer). It grows when

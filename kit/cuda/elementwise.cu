@@ -33,10 +33,6 @@ __global__ void add_inplace_kernel(size_t n, float *dst, const float *src) {
     KIT_GRID_LOOP(i, n) { dst[i] += src[i]; }
 }
 
-__global__ void scale_inplace_kernel(size_t n, float *x, float alpha) {
-    KIT_GRID_LOOP(i, n) { x[i] *= alpha; }
-}
-
 extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
     KIT_LAUNCH(add_forward_kernel, n, n, a, b, y);
 }
@@ -44,10 +40,6 @@ extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float
 extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
     if (!dst) return;  // a NULL gradient is "not needed" (ops.h)
     KIT_LAUNCH(add_inplace_kernel, n, n, dst, src);
-}
-
-extern "C" void scale_inplace_cuda(size_t n, float *x, float alpha) {
-    KIT_LAUNCH(scale_inplace_kernel, n, n, x, alpha);
 }
 
 // ---------------------------------------------------------------- SGD with momentum (PyTorch's form)

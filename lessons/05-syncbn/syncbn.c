@@ -8,7 +8,7 @@
 //
 // The kit's model calls syncbn_forward_train and syncbn_backward for every BN layer once syncbn_convert has
 // installed them (Model.bn_ops). On a GPU the kit's own CUDA batch norm runs instead, with syncbn_allreduce as
-// its all-reduce (Model.bn_sync): the same arithmetic, which the autograder compares yours against on the CPU.
+// its all-reduce (Model.bn_ops->sync): the same arithmetic, which the autograder compares yours against on the CPU.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,6 @@ static void syncbn_hook(double *host_buf, int n, void *ctx) { syncbn_allreduce((
 void syncbn_free(SyncBn *sb, Model *m) {
     if (!sb) return;
     if (m && m->bn_ops == &sb->ops) model_set_bn_ops(m, NULL);
-    if (m && m->bn_sync == &sb->hook) m->bn_sync = NULL;
     free(sb->buf);
     free(sb);
 }
@@ -101,9 +100,9 @@ void syncbn_backward(void *ctx, const BatchNormDims *s, const float *x, const fl
 // TODO 5: make every BN layer of m use SyncBN over pg, and return the SyncBn that they use:
 //   - the all-reduce buffer, sized for the widest BN layer of the model (m->layers[i].kind == LAYER_BN,
 //     its channels in .c): 2C + 1 doubles;
-//   - on the CPU (m->device), the model's BN layers call sb->ops: your syncbn_forward_train and
-//     syncbn_backward, with sb as their ctx (Model.bn_ops, set through model_set_bn_ops);
-//   - on a GPU, the kit's CUDA batch norm with sb->hook as its all-reduce (Model.bn_sync): the hook calls
+//   - sb->ops, installed with model_set_bn_ops (Model.bn_ops): on the CPU the model's BN layers call your
+//     syncbn_forward_train and syncbn_backward, with sb as their ctx;
+//   - on a GPU the kit's CUDA batch norm runs, with sb->ops.sync as its all-reduce: syncbn_hook calls
 //     syncbn_allreduce, so the communication is counted the same way.
 //   Call it on every rank, BEFORE the initial broadcast and before the gradient buckets (train.c): README
 //   section 5 says why.

@@ -21,8 +21,8 @@ typedef struct {
     ProcessGroup *pg;
     double *buf;            // (2 * max_c + 1) the host buffer of the all-reduces (doubles: see README 2)
     int max_c;              // the widest BN layer of the model
-    BatchNormLayerOps ops;  // the CPU path: syncbn_forward_train / syncbn_backward (installed in Model.bn_ops)
-    BatchNormSync hook;     // the GPU path: the kit's CUDA batch norm with this all-reduce (Model.bn_sync)
+    BatchNormLayerOps ops;  // installed in Model.bn_ops: syncbn_forward_train / syncbn_backward on the CPU; on a
+                            // GPU the kit's CUDA batch norm with ops.sync (syncbn_allreduce) as its all-reduce
     // Communication, counted by syncbn_allreduce (given): how many all-reduces, how many bytes, how long.
     long long allreduces;
     double bytes, seconds;
