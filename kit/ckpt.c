@@ -414,11 +414,6 @@ static int write_atomic_pieces(const char *path, const Piece *pieces, int n_piec
     return 0;
 }
 
-int ckpt_write_atomic(const char *path, const void *buf, size_t n, char *err, size_t errlen) {
-    Piece one = {buf, n};
-    return write_atomic_pieces(path, &one, 1, err, errlen);
-}
-
 int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen) {
     Parts f;
     encode_parts(m, st, &f);
@@ -428,6 +423,49 @@ int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, 
     int rc = write_atomic_pieces(path, pieces, CKPT_GROUPS + 2, err, errlen);
     parts_free(&f);
     return rc;
+}
+
+// ---------------------------------------------------------------- before the first save
+
+// Creates a file in folder the way a save does (a new name next to the checkpoint) and removes it again.
+static int probe_folder(const char *folder, const char *opt, const char *value, char *err, size_t errlen) {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.ckpt-probe-%ld.tmp", folder, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return check_reason(err, errlen, "%s '%s' cannot be written: no file can be created in the folder '%s': %s",
+                            opt, value, folder, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    if (dir) {
+        if (!*dir) return check_reason(err, errlen, "--checkpoint-dir is empty: name a folder");
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return check_reason(err, errlen, "--checkpoint-dir '%s' is not a folder (a file of that name exists)", dir);
+        } else if (errno != ENOENT || mkdir(dir, 0755) != 0) {
+            return check_reason(err, errlen, "--checkpoint-dir '%s': cannot create the folder: %s%s", dir,
+                                strerror(errno), errno == ENOENT ? " (create its parent folder first)" : "");
+        }
+        return probe_folder(dir, "--checkpoint-dir", dir, err, errlen);
+    }
+    if (file) {
+        if (!*file) return check_reason(err, errlen, "--checkpoint is empty: name a file");
+        if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
+            return check_reason(err, errlen, "--checkpoint '%s' is a folder: name a file (e.g. %s/run.ckpt), or use "
+                                "--checkpoint-dir", file, file);
+        char folder[4096];
+        dir_of(file, folder, sizeof folder);
+        if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+            return check_reason(err, errlen, "--checkpoint '%s' cannot be written: its folder '%s' does not exist "
+                                "(create it first)", file, folder);
+        return probe_folder(folder, "--checkpoint", file, err, errlen);
+    }
+    return 0;
 }
 
 // ---------------------------------------------------------------- decoding

@@ -86,7 +86,7 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 // PyTorch: {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
 //           "epoch": epoch, "step": step, "sampler_epoch": epoch, "rng": torch.get_rng_state(), ...}
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
-                       int steps_per_epoch, Metrics epoch_local) {
+                       const LrSchedule *sched, int steps_per_epoch, Metrics epoch_local) {
     CkptState st;
     memset(&st, 0, sizeof st);
     st.model = m->cfg;

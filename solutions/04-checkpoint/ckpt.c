@@ -133,7 +133,7 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 // PyTorch: {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
 //           "epoch": epoch, "step": step, "sampler_epoch": epoch, "rng": torch.get_rng_state(), ...}
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
-                       int steps_per_epoch, Metrics epoch_local) {
+                       const LrSchedule *sched, int steps_per_epoch, Metrics epoch_local) {
     CkptState st;
     memset(&st, 0, sizeof st);
     st.model = m->cfg;
@@ -147,13 +147,12 @@ CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, 
     st.batch_in_epoch = run->batch_in_epoch;
     st.step = run->step;
     st.seed = o->seed;
-    LrSchedule s = train_schedule(o, steps_per_epoch);
     SgdConfig opt = train_sgd_config(o);
-    st.peak_lr = s.peak_lr;
-    st.final_lr = s.final_lr;
-    st.warmup_steps = s.warmup_steps;
-    st.total_steps = s.total_steps;
-    st.decay = (int)s.decay;
+    st.peak_lr = sched->peak_lr;
+    st.final_lr = sched->final_lr;
+    st.warmup_steps = sched->warmup_steps;
+    st.total_steps = sched->total_steps;
+    st.decay = (int)sched->decay;
     st.momentum = opt.momentum;
     st.weight_decay = opt.weight_decay;
     st.nesterov = opt.nesterov;

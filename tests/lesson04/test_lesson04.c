@@ -324,8 +324,8 @@ static void test_capture_and_restore(void **state) {
     RunState run = {.epoch = 1, .batch_in_epoch = 17, .step = 95, .carry = {.loss_sum = 10.5, .correct = 40, .count = 64},
                     .images = 4992, .last_loss = 0.625, .test_acc = 0.875};
     Metrics local = {.loss_sum = 1.0 + rank, .correct = 10 + rank, .count = 32};  // this rank's part of the epoch
-    CkptState st = ckpt_capture(pg, &o, m, &run, 78, local);
     LrSchedule s = train_schedule(&o, 78);
+    CkptState st = ckpt_capture(pg, &o, m, &run, &s, 78, local);
     SgdConfig opt = train_sgd_config(&o);
     double want_loss = 10.5 + world + world * (world - 1) / 2.0;  // carry + sum over ranks of (1 + rank)
     long want_correct = 40 + 10L * world + world * (world - 1) / 2, want_count = 64 + 32L * world;
