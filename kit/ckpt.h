@@ -126,7 +126,12 @@ int ckpt_load(const char *path, Model *m, CkptState *st, char *err, size_t errle
 const CkptTensor *ckpt_find(const Ckpt *ck, CkptGroup g, const char *name);
 void ckpt_tensor_data(const Ckpt *ck, const CkptTensor *t, float *out);
 
-const char *ckpt_group_name(CkptGroup g);  // "params", "momentum", "buffers"
+const char *ckpt_group_name(CkptGroup g);
+
+// A name read from a file (tensor, model, dataset) made safe to print on one line: bytes outside printable
+// ASCII and the backslash become \xNN and \\. Returns out. CKPT_ESCAPED_LEN holds any 48-byte name escaped.
+enum { CKPT_ESCAPED_LEN = 4 * 48 + 1 };
+const char *ckpt_escape(const char *s, char *out, size_t outlen);  // "params", "momentum", "buffers"
 
 // ---------------------------------------------------------------- a folder of checkpoints
 

@@ -266,6 +266,11 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         snprintf(msg, sizeof msg, "--metrics '%%s' cannot be written: %s", why);
         usage_error(msg, o->metrics);
     }
+    // An empty path is a slip of a script (an unset variable): '' would name the root folder or nothing at all.
+    if (o->checkpoint && !*o->checkpoint) usage_error("--checkpoint '%s' is empty: name a file", o->checkpoint);
+    if (o->checkpoint_dir && !*o->checkpoint_dir)
+        usage_error("--checkpoint-dir '%s' is empty: name a folder", o->checkpoint_dir);
+    if (o->resume && !*o->resume) usage_error("--resume '%s' is empty: name a checkpoint file, or auto", o->resume);
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");

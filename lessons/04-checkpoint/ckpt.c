@@ -80,9 +80,10 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 //     and the position ARE the random state, on every rank;
 //   - the schedule and the optimizer: train_schedule(o, steps_per_epoch) and train_sgd_config(o)
 //     (kit/train.h) give the values; copy them field by field;
-//   - the metrics so far: run->images, run->last_loss, run->test_acc, and the epoch in progress summed over
-//     ALL ranks: run->carry (before this session) plus epoch_local added up over the ranks
-//     (ddp_global_metrics, lesson 03). That is a collective: every rank calls ckpt_capture.
+//   - the metrics so far: run->last_loss, run->test_acc, the epoch in progress summed over ALL ranks:
+//     run->carry (before this session) plus epoch_local added up over the ranks (ddp_global_metrics,
+//     lesson 03; a collective: every rank calls ckpt_capture), and st.images, every image trained on since
+//     the start: run->images counts the finished epochs only.
 // PyTorch: {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
 //           "epoch": epoch, "step": step, "sampler_epoch": epoch, "rng": torch.get_rng_state(), ...}
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,

@@ -149,7 +149,8 @@ static int check_resumable(const CkptState *st, const DdpRun *r, char *err, size
                  ": resume with the same value (another value is another run)", opt_name, saved, now);            \
         return -1;                                                                                                \
     }
-    SAME(strcmp(st->dataset, o->dataset) == 0, "--dataset", "%s", st->dataset, o->dataset);
+    char name[CKPT_ESCAPED_LEN];  // the file's bytes: printed escaped
+    SAME(strcmp(st->dataset, o->dataset) == 0, "--dataset", "%s", ckpt_escape(st->dataset, name, sizeof name), o->dataset);
     SAME(st->global_batch == o->batch_size, "--batch-size", "%d", st->global_batch, o->batch_size);
     SAME(st->epochs == o->epochs, "--epochs", "%d", st->epochs, o->epochs);
     SAME(st->seed == o->seed, "--seed", "%llu", (unsigned long long)st->seed, (unsigned long long)o->seed);

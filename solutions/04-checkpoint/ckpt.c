@@ -127,9 +127,10 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 //     and the position ARE the random state, on every rank;
 //   - the schedule and the optimizer: train_schedule(o, steps_per_epoch) and train_sgd_config(o)
 //     (kit/train.h) give the values; copy them field by field;
-//   - the metrics so far: run->images, run->last_loss, run->test_acc, and the epoch in progress summed over
-//     ALL ranks: run->carry (before this session) plus epoch_local added up over the ranks
-//     (ddp_global_metrics, lesson 03). That is a collective: every rank calls ckpt_capture.
+//   - the metrics so far: run->last_loss, run->test_acc, the epoch in progress summed over ALL ranks:
+//     run->carry (before this session) plus epoch_local added up over the ranks (ddp_global_metrics,
+//     lesson 03; a collective: every rank calls ckpt_capture), and st.images, every image trained on since
+//     the start: run->images counts the finished epochs only.
 // PyTorch: {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
 //           "epoch": epoch, "step": step, "sampler_epoch": epoch, "rng": torch.get_rng_state(), ...}
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
@@ -160,7 +161,7 @@ CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, 
     st.loss_sum = run->carry.loss_sum + epoch.loss_sum;
     st.correct = run->carry.correct + epoch.correct;
     st.count = run->carry.count + epoch.count;
-    st.images = run->images;
+    st.images = run->images + st.count;  // since the start: the finished epochs and the one in progress
     st.last_loss = run->last_loss;
     st.test_acc = run->test_acc;
     // STARTER: (void)run;
@@ -179,7 +180,7 @@ RunState ckpt_restore(const CkptState *st) {
     run.batch_in_epoch = st->batch_in_epoch;
     run.step = st->step;
     run.carry = (Metrics){.loss_sum = st->loss_sum, .correct = (long)st->correct, .count = (long)st->count};
-    run.images = st->images;
+    run.images = st->images - st->count;  // the finished epochs: the epoch's end adds the carry back
     run.last_loss = st->last_loss;
     run.test_acc = st->test_acc;
     // STARTER: (void)st;  // starts again from step 0
