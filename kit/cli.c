@@ -71,6 +71,9 @@ static const CliOption OPTIONS[] = {
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
     {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,
      "seconds a collective may wait for a peer before the job stops"},
+    {"keep-last-batch", NULL, CLI_DIST, OPT_FLAG, FIELD(keep_last_batch), NULL, 0, 0, NULL,
+     "train on the last, short batch of every epoch too; the shards are\npadded to equal length from the epoch's start "
+     "(PyTorch's\nDistributedSampler(drop_last=False)); default: both dropped"},
     {"checkpoint", "FILE", CLI_CKPT | CLI_INFER, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
      "training: save to FILE at the end of every epoch (and every\n--save-every steps); inference: the checkpoint to load"},
     {"checkpoint-dir", "DIR", CLI_CKPT, OPT_STRING, FIELD(checkpoint_dir), NULL, 0, 0, NULL,
