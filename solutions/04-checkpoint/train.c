@@ -106,28 +106,9 @@ static bool after_epoch(void *ctx, DdpRun *r) {
     return false;
 }
 
-// The later lesson's model_built, then a check that it changed the model alike on every rank: a rank left with
-// plain BN while the others run SyncBN makes their collectives differ, which MPI reports steps later as a
-// truncated message. This names the ranks instead.
 static void model_built(void *ctx, ProcessGroup *pg, Model *m) {
     const RunHooks *h = ((CkptRun *)ctx)->hooks;
-    if (!h->model_built) return;
-    h->model_built(h->ctx, pg, m);
-    int world = pg_world(pg), synced = 0;
-    double *is_sync = xcalloc((size_t)world, sizeof *is_sync);  // (world) 1: this rank's BN layers are synchronised
-    is_sync[pg_rank(pg)] = m->bn_ops != NULL || m->bn_sync != NULL ? 1.0 : 0.0;
-    pg_allreduce_sum_double_host(pg, is_sync, world);
-    for (int r = 0; r < world; r++) synced += is_sync[r] != 0.0;
-    if (synced != 0 && synced != world) {
-        if (pg_rank(pg) == 0) {
-            fprintf(stderr, "error: after model_built the ranks' BN layers differ:");
-            for (int r = 0; r < world; r++) fprintf(stderr, " rank %d %s;", r, is_sync[r] != 0.0 ? "SyncBN" : "plain BN");
-            fprintf(stderr, "\n  HINT: the hook must convert the model on EVERY rank\n");
-        }
-        pg_barrier(pg);  // rank 0's message first
-        die("rank %d: the model is not converted like the other ranks' (see rank 0's error)", pg_rank(pg));
-    }
-    free(is_sync);
+    if (h->model_built) h->model_built(h->ctx, pg, m);
 }
 
 // ---------------------------------------------------------------- before the first step
