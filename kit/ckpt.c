@@ -414,11 +414,6 @@ static int write_atomic_pieces(const char *path, const Piece *pieces, int n_piec
     return 0;
 }
 
-int ckpt_write_atomic(const char *path, const void *buf, size_t n, char *err, size_t errlen) {
-    Piece one = {buf, n};
-    return write_atomic_pieces(path, &one, 1, err, errlen);
-}
-
 int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen) {
     Parts f;
     encode_parts(m, st, &f);
@@ -430,30 +425,92 @@ int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, 
     return rc;
 }
 
+// ---------------------------------------------------------------- before the first save
+
+// Creates a file in folder the way a save does (a new name next to the checkpoint) and removes it again.
+static int probe_folder(const char *folder, const char *opt, const char *value, char *err, size_t errlen) {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.ckpt-probe-%ld.tmp", folder, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return check_reason(err, errlen, "%s '%s' cannot be written: no file can be created in the folder '%s': %s",
+                            opt, value, folder, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    if (dir) {
+        if (!*dir) return check_reason(err, errlen, "--checkpoint-dir is empty: name a folder");
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return check_reason(err, errlen, "--checkpoint-dir '%s' is not a folder (a file of that name exists)", dir);
+        } else if (errno != ENOENT || mkdir(dir, 0755) != 0) {
+            int saved = errno;
+            char parent[4096];
+            dir_of(dir, parent, sizeof parent);
+            bool no_parent = stat(parent, &st) != 0 || !S_ISDIR(st.st_mode);
+            return check_reason(err, errlen, "--checkpoint-dir '%s': cannot create the folder: %s%s", dir,
+                                strerror(saved), no_parent ? " (its parent folder does not exist: create it first)" : "");
+        }
+        return probe_folder(dir, "--checkpoint-dir", dir, err, errlen);
+    }
+    if (file) {
+        if (!*file) return check_reason(err, errlen, "--checkpoint is empty: name a file");
+        if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
+            return check_reason(err, errlen, "--checkpoint '%s' is a folder: name a file (e.g. %s/run.ckpt), or use "
+                                "--checkpoint-dir", file, file);
+        char folder[4096];
+        dir_of(file, folder, sizeof folder);
+        if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+            return check_reason(err, errlen, "--checkpoint '%s' cannot be written: its folder '%s' does not exist "
+                                "(create it first)", file, folder);
+        return probe_folder(folder, "--checkpoint", file, err, errlen);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- names from a file, printed
+
+const char *ckpt_escape(const char *s, char *out, size_t outlen) {
+    size_t at = 0;
+    for (; *s && at + 5 < outlen; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7f && c != '\\') out[at++] = (char)c;
+        else at += (size_t)snprintf(out + at, outlen - at, c == '\\' ? "\\\\" : "\\x%02x", c);
+    }
+    if (outlen) out[at < outlen ? at : outlen - 1] = '\0';
+    return out;
+}
+
 // ---------------------------------------------------------------- decoding
 
 static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
 
 // The table entry must be a sane f32 tensor inside the data section with a matching byte count.
 static int check_entry(const CkptTensor *t, int i, const Layout *l, char *err, size_t errlen) {
+    char name[CKPT_ESCAPED_LEN];  // the file's bytes: a crafted name must not print control characters
+    ckpt_escape(t->name, name, sizeof name);
     if ((unsigned)t->group >= CKPT_GROUPS)
-        return check_reason(err, errlen, "tensor table entry %d (%s): unknown group %u", i, t->name, (unsigned)t->group);
+        return check_reason(err, errlen, "tensor table entry %d (%s): unknown group %u", i, name, (unsigned)t->group);
     if (t->dtype != CKPT_F32)
-        return check_reason(err, errlen, "tensor %s: unknown dtype %u (this kit reads f32 = 0)", t->name, (unsigned)t->dtype);
+        return check_reason(err, errlen, "tensor %s: unknown dtype %u (this kit reads f32 = 0)", name, (unsigned)t->dtype);
     if (t->ndim < 1 || t->ndim > 4)
-        return check_reason(err, errlen, "tensor %s: %d dimensions (1..4 expected)", t->name, t->ndim);
+        return check_reason(err, errlen, "tensor %s: %d dimensions (1..4 expected)", name, t->ndim);
     uint64_t count = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] <= 0 || mul_overflows(count, (uint64_t)t->shape[d], &count))
-            return check_reason(err, errlen, "tensor %s: bad shape (dimension %d is %d)", t->name, d, t->shape[d]);
+            return check_reason(err, errlen, "tensor %s: bad shape (dimension %d is %d)", name, d, t->shape[d]);
     }
     uint64_t nbytes, end;
     if (mul_overflows(count, sizeof(float), &nbytes) || nbytes != t->nbytes)
-        return check_reason(err, errlen, "tensor %s: %llu bytes for %llu floats", t->name, (unsigned long long)t->nbytes,
+        return check_reason(err, errlen, "tensor %s: %llu bytes for %llu floats", name, (unsigned long long)t->nbytes,
                     (unsigned long long)count);
     if (t->offset < l->data_offset || __builtin_add_overflow(t->offset, t->nbytes, &end) ||
         end > l->data_offset + l->data_bytes)
-        return check_reason(err, errlen, "tensor %s: bytes [%llu, +%llu) lie outside the data section [%llu, +%llu)", t->name,
+        return check_reason(err, errlen, "tensor %s: bytes [%llu, +%llu) lie outside the data section [%llu, +%llu)", name,
                     (unsigned long long)t->offset, (unsigned long long)t->nbytes,
                     (unsigned long long)l->data_offset, (unsigned long long)l->data_bytes);
     return 0;
@@ -512,9 +569,11 @@ int ckpt_decode(Ckpt *ck, const void *buf, size_t n, char *err, size_t errlen) {
             return check_reason(err, errlen, "tensor table entry %d: the name is not NUL-terminated", i);
         }
         int bad = check_entry(t, i, &l, err, errlen);
-        if (!bad && crc_differs(crc_of(0, p + t->offset, t->nbytes), t->crc))
-            bad = check_reason(err, errlen, "tensor %s (%s): CRC mismatch: its data is corrupt", t->name,
-                       ckpt_group_name(t->group));
+        if (!bad && crc_differs(crc_of(0, p + t->offset, t->nbytes), t->crc)) {
+            char name[CKPT_ESCAPED_LEN];
+            bad = check_reason(err, errlen, "tensor %s (%s): CRC mismatch: its data is corrupt",
+                               ckpt_escape(t->name, name, sizeof name), ckpt_group_name(t->group));
+        }
         if (bad) {
             free(ck->tensors);
             ck->tensors = NULL;
@@ -597,12 +656,14 @@ static void shape_str(char *out, size_t len, int ndim, const int *shape) {
 int ckpt_check_model(const Ckpt *ck, const Model *m, char *err, size_t errlen) {
     const ModelConfig *a = &ck->state.model, *b = &m->cfg;
     if (strcmp(a->name, b->name) != 0 || a->width != b->width || a->in_c != b->in_c || a->in_h != b->in_h ||
-        a->in_w != b->in_w || a->classes != b->classes)
+        a->in_w != b->in_w || a->classes != b->classes) {
+        char name[CKPT_ESCAPED_LEN];
         return check_reason(err, errlen,
                     "model mismatch: the checkpoint holds %s (width %d, input %dx%dx%d, %d classes), this program "
                     "built %s (width %d, input %dx%dx%d, %d classes)",
-                    a->name, a->width, a->in_c, a->in_h, a->in_w, a->classes, b->name, b->width, b->in_c, b->in_h,
-                    b->in_w, b->classes);
+                    ckpt_escape(a->name, name, sizeof name), a->width, a->in_c, a->in_h, a->in_w, a->classes,
+                    b->name, b->width, b->in_c, b->in_h, b->in_w, b->classes);
+    }
     GroupSrc g[CKPT_GROUPS];
     model_groups(m, g);
     for (int k = 0; k < CKPT_GROUPS; k++) {

@@ -93,13 +93,15 @@ typedef struct {
 // Returns a malloc'd buffer (free it) of *bytes bytes.
 uint8_t *ckpt_encode(const Model *m, const CkptState *st, size_t *bytes);
 
-// Writes buf to path atomically and durably: PATH.tmp in the same folder, write, fsync, close, rename over
-// PATH, fsync of the folder. Returns 0, or -1 with the failing step and errno's text in err (and PATH.tmp
-// removed). PATH is never seen half written.
-int ckpt_write_atomic(const char *path, const void *buf, size_t n, char *err, size_t errlen);
-
-// ckpt_encode + ckpt_write_atomic.
+// ckpt_encode, written atomically and durably: PATH.tmp in the same folder, write, fsync, close, rename over
+// PATH, fsync of the folder (for tools and tests; a training program saves through lesson 04's
+// ckpt_write_file, which the learner writes). Returns 0, or -1 with the failing step and errno's text in err.
 int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen);
+
+// Before the first step: can checkpoints be saved to `file` (--checkpoint) or in `dir` (--checkpoint-dir,
+// created when missing; its parent must exist)? Either may be NULL. Tries what a save does: creates a file in
+// the folder, and removes it. Returns 0, or -1 with one line in err naming the option and the reason.
+int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen);
 
 // ---------------------------------------------------------------- reading
 
@@ -124,7 +126,12 @@ int ckpt_load(const char *path, Model *m, CkptState *st, char *err, size_t errle
 const CkptTensor *ckpt_find(const Ckpt *ck, CkptGroup g, const char *name);
 void ckpt_tensor_data(const Ckpt *ck, const CkptTensor *t, float *out);
 
-const char *ckpt_group_name(CkptGroup g);  // "params", "momentum", "buffers"
+const char *ckpt_group_name(CkptGroup g);
+
+// A name read from a file (tensor, model, dataset) made safe to print on one line: bytes outside printable
+// ASCII and the backslash become \xNN and \\. Returns out. CKPT_ESCAPED_LEN holds any 48-byte name escaped.
+enum { CKPT_ESCAPED_LEN = 4 * 48 + 1 };
+const char *ckpt_escape(const char *s, char *out, size_t outlen);  // "params", "momentum", "buffers"
 
 // ---------------------------------------------------------------- a folder of checkpoints
 

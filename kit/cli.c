@@ -70,6 +70,9 @@ static const CliOption OPTIONS[] = {
      "all-reduce gradients in buckets of X MB during backward;\n0 = one all-reduce of the whole buffer after backward"},
     {"timeout", "S", CLI_DIST, OPT_DOUBLE, FIELD(timeout_s), TEXT_OF(PG_DEFAULT_TIMEOUT_S), 0.1, 86400.0, NULL,
      "seconds a collective may wait for a peer before the job stops"},
+    {"keep-last-batch", NULL, CLI_DIST, OPT_FLAG, FIELD(keep_last_batch), NULL, 0, 0, NULL,
+     "train on the last, short batch of every epoch too; the shards are\npadded to equal length from the epoch's start "
+     "(PyTorch's\nDistributedSampler(drop_last=False)); default: both dropped"},
     {"checkpoint", "FILE", CLI_CKPT | CLI_INFER, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
      "training: save to FILE at the end of every epoch (and every\n--save-every steps); inference: the checkpoint to load"},
     {"checkpoint-dir", "DIR", CLI_CKPT, OPT_STRING, FIELD(checkpoint_dir), NULL, 0, 0, NULL,
@@ -265,6 +268,11 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
         snprintf(msg, sizeof msg, "--metrics '%%s' cannot be written: %s", why);
         usage_error(msg, o->metrics);
     }
+    // An empty path is a slip of a script (an unset variable): '' would name the root folder or nothing at all.
+    if (o->checkpoint && !*o->checkpoint) usage_error("--checkpoint '%s' is empty: name a file", o->checkpoint);
+    if (o->checkpoint_dir && !*o->checkpoint_dir)
+        usage_error("--checkpoint-dir '%s' is empty: name a folder", o->checkpoint_dir);
+    if (o->resume && !*o->resume) usage_error("--resume '%s' is empty: name a checkpoint file, or auto", o->resume);
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");

@@ -114,6 +114,8 @@ void sampler_init(Sampler *s, int n, int rank, int world, uint64_t seed, Sampler
 // It is rng_shuffle of 0..n-1 with rng_make(seed, SAMPLER_STREAM_TAG | epoch). PAD appends the first
 // entries of that permutation again (cycling when n < world) up to ceil(n / world) * world; DROP keeps
 // the first floor(n / world) * world; rank r then takes positions r, r + world, r + 2 * world, ...
+// PAD and DROP are torch.utils.data.DistributedSampler's drop_last=False and True on that permutation
+// (tests/test_sampler.c compares the shards with the real one when torch is installed).
 #define SAMPLER_STREAM_TAG 0x5300000000000000ull
 void sampler_set_epoch(Sampler *s, int epoch);
 // How many indices this rank gets per epoch.

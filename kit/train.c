@@ -73,10 +73,13 @@ void train_data_open(TrainData *td, const TrainOptions *o, int rank, int world, 
     if (dataset_load(&td->train, o->dataset, o->data_dir, SPLIT_TRAIN, err, sizeof err) != 0 ||
         dataset_load(&td->test, o->dataset, o->data_dir, SPLIT_TEST, err, sizeof err) != 0)
         die("%s\n  HINT: run `datasets/get-data.sh` (or `make run`), or pass --data-dir", err);
-    sampler_init(&td->train_sampler, td->train.n, rank, world, o->seed, SAMPLER_TRAIN_DROP);
+    // PyTorch's DistributedSampler + DataLoader: drop_last=True for both by default; --keep-last-batch is their
+    // drop_last=False (the shards padded to equal length, the short last batch trained on).
+    bool keep = o->keep_last_batch;
+    sampler_init(&td->train_sampler, td->train.n, rank, world, o->seed, keep ? SAMPLER_TRAIN_PAD : SAMPLER_TRAIN_DROP);
     sampler_init(&td->test_sampler, td->test.n, rank, world, o->seed, SAMPLER_EVAL);
     const Augment *aug = &dataset_info(o->dataset)->train_augment;  // the dataset table (kit/data.c)
-    td->train_loader = loader_create(&td->train, &td->train_sampler, local_batch, true, aug, o->seed);
+    td->train_loader = loader_create(&td->train, &td->train_sampler, local_batch, !keep, aug, o->seed);
     td->test_loader = loader_create(&td->test, &td->test_sampler, local_batch, false, NULL, o->seed);
     if (loader_batches_per_epoch(td->train_loader) == 0)
         die("a batch of %d per rank is more than this rank's share of the training set (%d images)", local_batch,

@@ -51,7 +51,9 @@ typedef struct {
 } TrainData;
 
 // Loads o->dataset from o->data_dir (a clear error and exit 1 when it cannot), shards the training set
-// (shuffled each epoch, the tail dropped so every rank takes the same number of steps) and the test set
+// (shuffled each epoch, the tail dropped so every rank takes the same number of steps; with
+// o->keep_last_batch the shards padded to equal length instead and the short last batch trained on, as
+// PyTorch's DistributedSampler and DataLoader with drop_last=False) and the test set
 // (every sample exactly once over all ranks), and makes loaders of local_batch images. The training
 // split gets the dataset's augmentation (DatasetInfo.train_augment: crop + flip for CIFAR).
 void train_data_open(TrainData *td, const TrainOptions *o, int rank, int world, int local_batch);

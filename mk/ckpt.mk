@@ -90,3 +90,6 @@ bench-ckpt: $(BENCH_CKPT)
 ifneq ($(filter 04-checkpoint,$(LESSONS_GRADED)),)
 test-lesson04: $(CKPT_COMPARE)
 endif
+ifneq ($(filter 05-syncbn,$(LESSONS_GRADED)),)
+test-lesson05: $(CKPT_COMPARE)
+endif

@@ -5,6 +5,7 @@
 // device loads onto the other (when a GPU is present).
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -282,6 +283,76 @@ static void test_other_model_refused(void **state) {
     model_free(a);
 }
 
+// A crafted file with consistent CRCs: the names it carries (a tensor's, the model's) reach the refusal escaped,
+// one line without control bytes, whatever bytes they hold.
+static void test_names_from_the_file_are_escaped(void **state) {
+    Model *a = filled_model(1);
+    CkptState s = some_state(a, 3);
+    size_t n;
+    char err[512];
+    for (int what = 0; what < 2; what++) {
+        uint8_t *buf = ckpt_encode(a, &s, &n);
+        if (what == 0) {  // a tensor name with a newline and a terminal escape, and a dtype the kit does not read
+            uint8_t *e = buf + HEADER;
+            memcpy(e, "00.conv\n\x1b[2Jweight\\", 20);
+            set_le32(e + 52, 7);
+            set_le32(buf + 216, (uint32_t)crc32(0, buf + HEADER, n_tensors_of(buf) * ENTRY));
+        } else {  // the model's name in the header (16, char[24])
+            memcpy(buf + 16, "tiny\r\x07", 7);
+        }
+        set_le32(buf + HEADER - 4, (uint32_t)crc32(0, buf, HEADER - 4));
+        set_le32(buf + n - TRAILER + 8, (uint32_t)crc32(0, buf, (uInt)(n - TRAILER)));
+        Ckpt ck;
+        int rc = ckpt_decode(&ck, buf, n, err, sizeof err);
+        if (what == 1) {
+            assert_int_equal(rc, 0);
+            rc = ckpt_check_model(&ck, a, err, sizeof err);
+            ckpt_free(&ck);
+        }
+        assert_int_equal(rc, -1);
+        for (const char *p = err; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) fail_msg("a control byte 0x%02x in '%s'", *p, err);
+        const char *want = what == 0 ? "tensor 00.conv\\x0a\\x1b[2Jweight\\\\: unknown dtype 7" : "holds tiny\\x0d\\x07 ";
+        if (!strstr(err, want)) fail_msg("'%s' does not say '%s'", err, want);
+        free(buf);
+    }
+    model_free(a);
+}
+
+// Before the first step: the places a training run will save to, checked the way a save writes.
+static void test_check_output(void **state) {
+    char file[400], dir[200], err[512];
+    path_in_dir(dir, sizeof dir, "runs");
+    assert_int_equal(ckpt_check_output(NULL, dir, err, sizeof err), 0);  // created
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(ckpt_check_output(NULL, dir, err, sizeof err), 0);  // exists: fine
+    DIR *d = opendir(dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 0);  // the probe file is gone
+    snprintf(file, sizeof file, "%s/run.ckpt", dir);
+    assert_int_equal(ckpt_check_output(file, NULL, err, sizeof err), 0);
+    assert_int_not_equal(access(file, F_OK), 0);  // nothing left behind
+    const struct { const char *file, *dir, *expect; } bad[] = {
+        {NULL, "", "--checkpoint-dir is empty"},
+        {"", NULL, "--checkpoint is empty"},
+        {NULL, "/nonexistent-parent/runs", "cannot create the folder"},
+        {"/nonexistent-parent/x.ckpt", NULL, "does not exist"},
+        {dir, NULL, "is a folder"},
+        {NULL, "/proc/version", "is not a folder"},
+        {"/proc/x.ckpt", NULL, "cannot be written"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (ckpt_check_output(bad[i].file, bad[i].dir, err, sizeof err) != -1 || !strstr(err, bad[i].expect))
+            fail_msg("file '%s' dir '%s': expected an error saying '%s', got '%s'", bad[i].file ? bad[i].file : "(none)",
+                     bad[i].dir ? bad[i].dir : "(none)", bad[i].expect, err);
+    }
+}
+
 static void test_save_errors(void **state) {
     Model *m = filled_model(1);
     CkptState s = some_state(m, 1);
@@ -419,6 +490,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_flipped_bit_in_each_section, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_magic_and_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names_from_the_file_are_escaped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_during_save_leaves_a_valid_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_skips_corrupt_and_prune, setup, teardown),

@@ -3,6 +3,9 @@
 // evaluation sampler that sees every sample exactly once.
 #include "tests/testutil.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,6 +168,70 @@ static void test_bad_arguments_exit(void **state) {
     }
 }
 
+// The real torch.utils.data.distributed.DistributedSampler (shuffle=False: positions 0..n-1, padded or cut by
+// drop_last, then every world-th from rank) against the kit's PAD/DROP shards of the same epoch. The kit
+// shuffles with its own generator, so its shard must be torch's positions read through the kit's permutation
+// (the world-1 shard: all n indices in the epoch's order). Skipped, saying why, when torch cannot be imported.
+static const char TORCH_SHARDS[] =
+    "python3 - 2>/dev/null <<'EOF'\n"
+    "import sys\n"
+    "try:\n"
+    "    from torch.utils.data.distributed import DistributedSampler\n"
+    "except Exception as e:\n"
+    "    print('SKIP', type(e).__name__, e); sys.exit(0)\n"
+    "for n in (1, 3, 10, 11, 13, 64, 101):\n"
+    "    for world in (1, 2, 3, 4, 5, 8):\n"
+    "        for drop in (0, 1):\n"
+    "            for rank in range(world):\n"
+    "                s = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False, drop_last=bool(drop))\n"
+    "                print(n, world, drop, rank, len(s), *list(s))\n"
+    "EOF\n";
+
+static void test_shards_equal_torch_distributed_sampler(void **state) {
+    FILE *p = popen(TORCH_SHARDS, "r");
+    assert_non_null(p);
+    char line[4096];
+    int compared = 0;
+    const uint64_t seed = 7;
+    const int epoch = 3;
+    while (fgets(line, sizeof line, p)) {
+        if (strncmp(line, "SKIP", 4) == 0) {
+            pclose(p);
+            line[strcspn(line, "\n")] = 0;
+            print_message("torch not importable (%s): the kit's PAD/DROP shards are not compared with PyTorch\n", line + 5);
+            skip();
+        }
+        char *at = line, *end;
+        int f[5];
+        for (int i = 0; i < 5; i++, at = end) f[i] = (int)strtol(at, &end, 10);
+        int n = f[0], world = f[1], drop = f[2], rank = f[3], len = f[4];
+        Sampler all, mine;
+        sampler_init(&all, n, 0, 1, seed, SAMPLER_TRAIN_DROP);
+        sampler_init(&mine, n, rank, world, seed, drop ? SAMPLER_TRAIN_DROP : SAMPLER_TRAIN_PAD);
+        sampler_set_epoch(&all, epoch);
+        sampler_set_epoch(&mine, epoch);
+        int *perm = malloc((size_t)n * sizeof *perm), *got = malloc((size_t)(len + n + 1) * sizeof *got);
+        assert_int_equal(sampler_indices(&all, perm), n);
+        if (sampler_len(&mine) != len)
+            fail_msg("n %d world %d rank %d drop_last=%d: the kit's shard has %d indices, torch's %d", n, world, rank,
+                     drop, sampler_len(&mine), len);
+        sampler_indices(&mine, got);
+        for (int k = 0; k < len; k++) {
+            int pos = (int)strtol(at, &end, 10);
+            at = end;
+            if (got[k] != perm[pos])
+                fail_msg("n %d world %d rank %d drop_last=%d: index %d of the shard is %d, torch's position %d -> %d", n,
+                         world, rank, drop, k, got[k], pos, perm[pos]);
+        }
+        free(perm);
+        free(got);
+        compared++;
+    }
+    int rc = pclose(p);
+    if (rc != 0 || compared == 0) fail_msg("the PyTorch script failed (status %d) after %d shards", rc, compared);
+    print_message("%d shards equal to torch's DistributedSampler (drop_last True and False)\n", compared);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pad_and_drop_sizes_and_cover),
@@ -172,6 +239,7 @@ int main(void) {
         cmocka_unit_test(test_order_by_seed_and_epoch),
         cmocka_unit_test(test_shards_disjoint),
         cmocka_unit_test(test_bad_arguments_exit),
+        cmocka_unit_test(test_shards_equal_torch_distributed_sampler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

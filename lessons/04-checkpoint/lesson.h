@@ -19,16 +19,6 @@
 extern "C" {
 #endif
 
-// Where a training run stands: everything besides the model's buffers that an exact resume needs.
-typedef struct {
-    int epoch;           // the epoch in progress, 0-based
-    int batch_in_epoch;  // batches of it already trained (the next batch to train)
-    long long step;      // optimizer steps done since the start: epoch * steps_per_epoch + batch_in_epoch
-    Metrics carry;       // the epoch in progress, summed over ALL ranks, before this process (re)started
-    long long images;    // images trained on since the start, all ranks
-    double last_loss, test_acc;  // of the last finished epoch
-} RunState;
-
 // What to save, where, and when.
 typedef struct {
     const char *file;    // --checkpoint FILE: overwritten at every save
@@ -39,10 +29,10 @@ typedef struct {
     char last_saved[1024];  // path of the last checkpoint written ("" before the first)
     long long last_saved_step;
     double save_seconds; // time spent saving, rank 0
-    const char *stopped_by;  // why train_run returned RUN_STOPPED
+    const char *stopped_by;  // why the training returned RUN_STOPPED
 } Checkpointer;
 
-// Why train_run returned.
+// Why the training returned.
 typedef enum {
     RUN_DONE,       // every epoch trained
     RUN_STOPPED,    // SIGTERM/SIGINT or --stop-at: a checkpoint was saved, resume from it
@@ -63,8 +53,9 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 
 // TODO 3: the checkpoint's description of this run: model, dataset, world, the position, the schedule, the
 // optimizer, and the metrics so far. epoch_local: this rank's sums over the epoch in progress (this session).
+// sched: the run's schedule (lesson 03's DdpRun.sched).
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
-                       int steps_per_epoch, Metrics epoch_local);
+                       const LrSchedule *sched, int steps_per_epoch, Metrics epoch_local);
 // TODO 3 (the other way): the run's position and metrics from a checkpoint.
 RunState ckpt_restore(const CkptState *st);
 
@@ -81,11 +72,6 @@ extern volatile sig_atomic_t g_stop_signal;
 
 // ---------------------------------------------------------------- given (train.c)
 
-// Lesson 03's training loop with checkpoints: resumes when o->resume is set, saves as the Checkpointer says,
-// stops on a signal, --stop-at or a non-finite loss. ddp->model: built and broadcast by the caller; *run: where to
-// start (zero for a fresh run), updated as training goes; log: begun by the caller (rank 0 prints).
-RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Ddp *ddp, Checkpointer *ck,
-                    RunState *run, TrainLog *log);
 // What a later lesson adds to this program, called by run_program_with at fixed points on every rank, ctx
 // first. Each may be NULL (nothing to add there). Lesson 05 converts the model to SyncBN with them.
 typedef struct {
@@ -99,7 +85,8 @@ typedef struct {
     void (*model_done)(void *ctx, Model *m);
 } RunHooks;
 
-// Everything main does after the process group: data, model, --resume, train_run, the report, with the hooks
+// Everything main does after the process group: lesson 03's loop (ddp_run_*) with saves, stops and --resume
+// added through its hooks (TrainHooks), and the later lesson's hooks
 // (NULL: none). Returns why it stopped; *model_out (when not NULL) gets the model (the caller frees it),
 // *resumed_from the step resumed from (-1: none).
 RunStatus run_program_with(ProcessGroup *pg, const TrainOptions *o, const RunHooks *hooks, Model **model_out,

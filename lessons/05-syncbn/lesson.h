@@ -34,13 +34,13 @@ void syncbn_allreduce(SyncBn *sb, double *buf, int n);
 
 // TODO 1 (with 3 and 4): training-mode forward of one BN layer, with the statistics of the GLOBAL batch.
 // x, y: (N, C, HW) this rank's part; mean, invstd: (C) out, kept for backward; running_mean, running_var: (C)
-// updated in place (TODO 3). One all-reduce of 2C + 1 doubles: [sum x (C), sum x^2 (C), count (1)].
+// updated in place (TODO 3). One syncbn_allreduce per call, of at most 2C + 1 doubles (sb->buf).
 void syncbn_forward_train(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
                           float *y, float *mean, float *invstd, float *running_mean, float *running_var);
 
 // TODO 2: backward of one BN layer. dgamma, dbeta (C): this rank's sums ADDED (DDP averages them with every
-// other parameter gradient); dx (N, C, HW): ADDED, with the global sums of dy and dy * xhat (one all-reduce of
-// 2C + 1 doubles). dx may be NULL (the model's input): then nothing global is needed.
+// other parameter gradient); dx (N, C, HW): ADDED, the global batch's (one syncbn_allreduce per call, of at
+// most 2C + 1 doubles). dx may be NULL (the model's input): then nothing global is needed.
 void syncbn_backward(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
                      const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta);
 

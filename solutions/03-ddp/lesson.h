@@ -36,8 +36,9 @@ ProcessGroup *ddp_setup(int *argc, char ***argv, const TrainOptions *o, Device d
 
 // TODO 3a: this rank's shard of the data, in batches of (global batch / world). Returns the local batch.
 int ddp_data_open(TrainData *td, const TrainOptions *o, const ProcessGroup *pg);
-// TODO 3b: starts a training epoch: a new shuffle, the same on every rank, different every epoch.
-void ddp_start_epoch(TrainData *td, int epoch);
+// TODO 3b: starts a training epoch at batch first_batch: a new shuffle, the same on every rank, different every
+// epoch.
+void ddp_start_epoch(TrainData *td, int epoch, int first_batch);
 
 // TODO 4: makes every replica equal to rank 0's: parameters AND buffers (BN running statistics).
 void ddp_broadcast_model(ProcessGroup *pg, Model *m);
@@ -56,8 +57,59 @@ Metrics ddp_evaluate(ProcessGroup *pg, Model *m, Loader *test_loader);
 // calls m->on_grads_ready as each layer's gradients are final). NULL when bucket_mb is 0: flat all-reduce.
 GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb);
 
-// Given (train.c, with TODO 6's is_main): the training on a started process group: data, replica, epochs,
-// report. Returns the model (the caller frees it). Lesson 07 trains through it.
+// ---------------------------------------------------------------- the training loop (given, train.c)
+
+// Where a training run stands. Lesson 03 trains from zero to the end; lesson 04 saves it and resumes from it.
+typedef struct {
+    int epoch;           // the epoch in progress, 0-based
+    int batch_in_epoch;  // batches of it already trained (the next batch to train)
+    long long step;      // optimizer steps done since the start: epoch * steps_per_epoch + batch_in_epoch
+    Metrics carry;       // the epoch in progress, summed over ALL ranks, before this process (re)started
+    long long images;    // images trained on since the start, all ranks
+    double last_loss, test_acc;  // of the last finished epoch
+} RunState;
+
+typedef struct DdpRun DdpRun;
+
+// What a later lesson adds to the loop, called on every rank at fixed points, ctx first. Each may be NULL.
+typedef struct {
+    void *ctx;
+    // after model_create, before the broadcast from rank 0 and the gradient buckets: change what the model is
+    void (*model_built)(void *ctx, ProcessGroup *pg, Model *m);
+    // after every complete step (r->run is the position after it): true stops the training there
+    bool (*after_step)(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch);
+    // after every epoch and its evaluation (r->run: the next epoch): true stops the training there
+    bool (*after_epoch)(void *ctx, DdpRun *r);
+} TrainHooks;
+
+// One rank's training run: what ddp_run_open makes and the loop uses.
+struct DdpRun {
+    ProcessGroup *pg;
+    const TrainOptions *o;
+    bool is_main;            // rank 0: the one that prints
+    TrainData data;          // this rank's shard
+    Ddp ddp;                 // the replica and its gradient all-reduce
+    int local_batch, steps_per_epoch;
+    SgdConfig opt;           // opt.lr: set before every step from sched
+    LrSchedule sched;        // the run's schedule, built once
+    TrainLog log;
+    RunState run;            // where the run stands: zero (a fresh run) after ddp_run_open
+    TrainHooks hooks;
+};
+
+// Data, model (hooks->model_built, then the broadcast and the buckets), optimizer, schedule; prints the setup.
+void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const TrainHooks *hooks);
+// One epoch from r->run (then its evaluation); false when a hook stopped it.
+bool ddp_run_epoch(DdpRun *r);
+// Every epoch from r->run to the last; false when a hook stopped it.
+bool ddp_run_epochs(DdpRun *r);
+// The communication report and the final line, `extra` (may be NULL) appended to "ranks=N backend=B".
+void ddp_run_report(DdpRun *r, const char *extra);
+// Frees the run's data and buckets; returns the model (the caller frees it).
+Model *ddp_run_close(DdpRun *r);
+
+// The training on a started process group: ddp_run_open, ddp_run_epochs, ddp_run_report. Returns the model
+// (the caller frees it). Lesson 07 trains through it.
 Model *ddp_train(ProcessGroup *pg, const TrainOptions *o);
 
 #ifdef __cplusplus

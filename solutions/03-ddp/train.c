@@ -84,14 +84,15 @@ int ddp_data_open(TrainData *td, const TrainOptions *o, const ProcessGroup *pg) 
     // END SOLUTION
 }
 
-// TODO 3b: start training epoch `epoch` on the loader (loader_start_epoch). The shuffle depends on
-//   (seed, epoch) only: every rank computes the same permutation, so the shards stay disjoint, and the
-//   order changes every epoch -- but only if the loader is told which epoch it is.
+// TODO 3b: start training epoch `epoch` on the loader (loader_start_epoch), at batch first_batch (0 when the
+//   epoch starts; lesson 04 resumes in the middle of one). The shuffle depends on (seed, epoch) only: every
+//   rank computes the same permutation, so the shards stay disjoint, and the order changes every epoch --
+//   but only if the loader is told which epoch it is.
 // PyTorch: sampler.set_epoch(epoch)   (forgetting it repeats epoch 0's order every epoch)
-void ddp_start_epoch(TrainData *td, int epoch) {
+void ddp_start_epoch(TrainData *td, int epoch, int first_batch) {
     // BEGIN SOLUTION
-    loader_start_epoch(td->train_loader, epoch, 0);
-    // STARTER: loader_start_epoch(td->train_loader, 0, 0);
+    loader_start_epoch(td->train_loader, epoch, first_batch);
+    // STARTER: loader_start_epoch(td->train_loader, 0, first_batch);
     // END SOLUTION
 }
 
@@ -188,79 +189,129 @@ GradBuckets *ddp_attach_buckets(ProcessGroup *pg, Model *m, double bucket_mb) {
     // END SOLUTION
 }
 
-// ---------------------------------------------------------------- the training
+// ---------------------------------------------------------------- the training loop
+// The one loop every later lesson trains through: lesson 04 adds checkpoints, lesson 05 SyncBN, lesson 07 a
+// start without mpirun, each through the hooks (TrainHooks, lesson.h) instead of a copy of the loop.
 
-// What every rank does once the process group is up: its shard of the data, its replica, the epochs, the report.
-// Returns the model (the caller frees it). Lesson 07 trains through it on a process group started without mpirun.
-Model *ddp_train(ProcessGroup *pg, const TrainOptions *o) {
+// Data, replica, optimizer and schedule of this rank; prints the setup (rank 0).
+void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const TrainHooks *hooks) {
+    memset(r, 0, sizeof *r);
+    r->pg = pg;
+    r->o = o;
+    if (hooks) r->hooks = *hooks;
     int world = pg_world(pg);
     Device dev = pg_device(pg);
     // TODO 6 (also): every rank computes, but only rank 0 prints, or N ranks print N copies of every line.
     // BEGIN SOLUTION
-    bool is_main = pg_rank(pg) == 0;
-    // STARTER: bool is_main = true;
+    r->is_main = pg_rank(pg) == 0;
+    // STARTER: r->is_main = true;
     // END SOLUTION
 
     // Data: this rank's shard of every epoch, in local batches.
-    TrainData data;
-    int local_batch = ddp_data_open(&data, o, pg);
+    r->local_batch = ddp_data_open(&r->data, o, pg);
 
     // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
     ModelConfig cfg;
-    model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
-    Model *m = model_create(&cfg, dev, local_batch, o->seed);
+    model_config(&cfg, o->model, o->width, r->data.train.c, r->data.train.h, r->data.train.w, r->data.train.classes);
+    Model *m = model_create(&cfg, dev, r->local_batch, o->seed);
+    if (r->hooks.model_built) r->hooks.model_built(r->hooks.ctx, pg, m);  // before the broadcast and the buckets see it
     ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
-    SgdConfig opt = train_sgd_config(o);
-    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = train_schedule(o, steps_per_epoch);  // warmup, then linear decay to 0
-    if (is_main) {
-        train_print_setup(&data, m);
+    r->ddp = (Ddp){.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
+    r->opt = train_sgd_config(o);
+    r->steps_per_epoch = loader_batches_per_epoch(r->data.train_loader);
+    r->sched = train_schedule(o, r->steps_per_epoch);  // warmup, then linear decay to 0: the run's one schedule
+    if (r->is_main) {
+        train_print_setup(&r->data, m);
         printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
-               world == 1 ? "" : "s", local_batch, local_batch * world, steps_per_epoch);
-        if (ddp.buckets)
+               world == 1 ? "" : "s", r->local_batch, r->local_batch * world, r->steps_per_epoch);
+        if (r->ddp.buckets)
             printf("gradients: all-reduced in %d bucket%s of up to %g MB, started during backward\n",
-                   buckets_count(ddp.buckets), buckets_count(ddp.buckets) == 1 ? "" : "s", o->bucket_mb);
+                   buckets_count(r->ddp.buckets), buckets_count(r->ddp.buckets) == 1 ? "" : "s", o->bucket_mb);
         else
             printf("gradients: one all-reduce of the flat buffer (%zu floats) after backward\n", m->n_params);
     }
+    // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
+    trainlog_begin(&r->log, o, r->data.train.name, dev, world, r->is_main);
+    r->log.last_loss = r->run.last_loss;
+}
 
-    TrainLog log;  // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
-    trainlog_begin(&log, o, data.train.name, dev, world, is_main);
-    for (int epoch = 0; epoch < o->epochs; epoch++) {
-        trainlog_epoch_begin(&log, epoch, steps_per_epoch);
-        ddp_start_epoch(&data, epoch);  // a new shuffle every epoch, the same on every rank
-        const Batch *b;
-        double wait;
-        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-            opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
-            Metrics r = ddp_step(&ddp, b, &opt, o->label_smoothing);
-            trainlog_step(&log, b->index, &r, wait);  // no communication per step: rank 0's own numbers
-        }
-
-        // The replicas must still be equal. Comparing hashes costs one tiny all-gather and catches a missed
-        // or mis-scaled all-reduce at once, with the hashes of every rank, instead of a slow drift.
-        char what[64];
-        snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
-        pg_check_identical(pg, m->params, m->n_params, what);
-
-        Metrics train = ddp_global_metrics(pg, log.local);
-        Metrics test = ddp_evaluate(pg, m, data.test_loader);
-        trainlog_epoch_end(&log, &train, &test, opt.lr);
-        if (is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, world);
+// The epoch r->run.epoch, from batch r->run.batch_in_epoch on, then its evaluation. Returns false when a hook
+// asked to stop (after a step or after the epoch), true when the next epoch may start.
+bool ddp_run_epoch(DdpRun *r) {
+    Model *m = r->ddp.model;
+    RunState *run = &r->run;
+    int epoch = run->epoch;
+    trainlog_epoch_begin(&r->log, epoch, r->steps_per_epoch);
+    ddp_start_epoch(&r->data, epoch, run->batch_in_epoch);  // a new shuffle every epoch, the same on every rank
+    const Batch *b;
+    double wait;
+    while ((b = loader_next(r->data.train_loader, &wait)) != NULL) {
+        r->opt.lr = lr_at(&r->sched, (int)run->step);  // the schedule sets this step's rate
+        Metrics batch = ddp_step(&r->ddp, b, &r->opt, r->o->label_smoothing);
+        trainlog_step(&r->log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
+        run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
+        run->step++;
+        if (r->hooks.after_step && r->hooks.after_step(r->hooks.ctx, r, b, &batch)) return false;
     }
-    if (is_main)  // exposed communication: waiting for the gradient all-reduce after backward
+
+    // The replicas must still be equal. Comparing hashes costs one tiny all-gather and catches a missed
+    // or mis-scaled all-reduce at once, with the hashes of every rank, instead of a slow drift.
+    char what[64];
+    snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
+    pg_check_identical(r->pg, m->params, m->n_params, what);
+
+    Metrics train = ddp_global_metrics(r->pg, r->log.local);
+    train.loss_sum += run->carry.loss_sum;  // the part of the epoch trained before this process started (04)
+    train.correct += run->carry.correct;
+    train.count += run->carry.count;
+    Metrics test = ddp_evaluate(r->pg, m, r->data.test_loader);
+    trainlog_epoch_end(&r->log, &train, &test, lr_at(&r->sched, (epoch + 1) * r->steps_per_epoch - 1));
+    if (r->is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, pg_world(r->pg));
+    *run = (RunState){.epoch = epoch + 1, .step = run->step, .images = run->images + train.count,
+                      .last_loss = r->log.last_loss, .test_acc = r->log.test_acc};
+    return !(r->hooks.after_epoch && r->hooks.after_epoch(r->hooks.ctx, r));
+}
+
+// Trains from r->run to the last epoch. Returns false when a hook stopped it.
+bool ddp_run_epochs(DdpRun *r) {
+    r->log.last_loss = r->run.last_loss;  // the final line is right even when nothing is left to train
+    r->log.test_acc = r->run.test_acc;
+    while (r->run.epoch < r->o->epochs)
+        if (!ddp_run_epoch(r)) return false;
+    return true;
+}
+
+// Exposed communication (rank 0's wait for the gradient all-reduce after backward), then the final line with
+// `extra` added to it.
+void ddp_run_report(DdpRun *r, const char *extra) {
+    const Ddp *d = &r->ddp;
+    if (r->is_main && d->compute_seconds + d->comm_seconds > 0)
         printf("ddp: rank 0 computed for %.1f s and waited %.1f s (%.0f%%) for the gradient all-reduce; with buckets,\n"
                "     the part that overlapped backward is hidden inside the computing time\n",
-               ddp.compute_seconds, ddp.comm_seconds, 100.0 * ddp.comm_seconds / (ddp.compute_seconds + ddp.comm_seconds));
-    char extra[64];
-    snprintf(extra, sizeof extra, "ranks=%d backend=%s", world, pg_backend_name(pg_backend(pg)));
-    trainlog_final(&log, extra);
+               d->compute_seconds, d->comm_seconds, 100.0 * d->comm_seconds / (d->compute_seconds + d->comm_seconds));
+    char line[256];
+    snprintf(line, sizeof line, "ranks=%d backend=%s%s%s", pg_world(r->pg), pg_backend_name(pg_backend(r->pg)),
+             extra ? " " : "", extra ? extra : "");
+    trainlog_final(&r->log, line);
+}
 
+// Frees what ddp_run_open made but the model, which it returns (the caller frees it).
+Model *ddp_run_close(DdpRun *r) {
+    Model *m = r->ddp.model;
     m->on_grads_ready = NULL;
-    buckets_free(ddp.buckets);
-    train_data_close(&data);
+    buckets_free(r->ddp.buckets);
+    train_data_close(&r->data);
     return m;
+}
+
+// What every rank does once the process group is up: open, every epoch, the report. Returns the model (the
+// caller frees it). Lesson 07 trains through it on a process group started without mpirun.
+Model *ddp_train(ProcessGroup *pg, const TrainOptions *o) {
+    DdpRun r;
+    ddp_run_open(&r, pg, o, NULL);
+    ddp_run_epochs(&r);
+    ddp_run_report(&r, NULL);
+    return ddp_run_close(&r);
 }
 
 // ---------------------------------------------------------------- main

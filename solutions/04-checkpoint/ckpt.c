@@ -79,17 +79,14 @@ int ckpt_write_file(const char *path, const void *buf, size_t n, char *err, size
 
 // ---------------------------------------------------------------- TODO 2: one writer, and everyone knows
 
-// TODO 2: save m and *st to `path`, as ONE file, written by rank 0 only.
-//   - The replicas are identical after the step (lesson 03), so every rank holds the same bytes: one writer
-//     is enough, and N writers to one path (a shared file system) corrupt each other or pay N times.
-//   - Rank 0 encodes (ckpt_encode, kit/ckpt.h: a malloc'd buffer, free it) and writes with TODO 1.
-//   - Nobody may return before the file is durable, and a failure must reach EVERY rank: if rank 0 cannot
-//     write (disk full), the others would otherwise train on, and a later SIGTERM would leave no checkpoint.
-//     So rank 0 tells the others its result with a collective that every rank calls, e.g. one double
-//     all-reduced with pg_allreduce_sum_double_host (rank 0 puts its status in, the others 0). That
-//     collective is also the wait: no rank gets past it before rank 0 has finished writing.
-//   - Return 0 everywhere on success; -1 everywhere on failure, with rank 0's reason in its err and, on the
-//     other ranks, a line saying rank 0 failed.
+// TODO 2: save m and *st to `path` as ONE file (its bytes: ckpt_encode, kit/ckpt.h; written by TODO 1).
+//   What must hold when this returns, on every rank:
+//   - exactly one process wrote the file, whatever the world size (N writers to one path on a shared file
+//     system corrupt each other, or pay N times): the replicas are identical, so any one holds the bytes;
+//   - the file is durable: no rank is past this call before the writer has finished;
+//   - every rank returns the same result: 0, or -1 when the writer failed (a full disk), with the reason in
+//     the writer's err and, on the others, a line saying which rank failed. A rank that trained on without
+//     knowing would leave no checkpoint at the next SIGTERM.
 // PyTorch: if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)
 //          dist.barrier()          (the barrier is the wait; the failure is usually NOT propagated)
 int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const CkptState *st, char *err,
@@ -118,22 +115,16 @@ int ckpt_save_rank0(ProcessGroup *pg, const char *path, const Model *m, const Ck
 // TODO 3: fill the checkpoint's description of the run. ckpt_encode stores the three buffers (weights,
 //   momentum, BN running statistics); everything else that decides what the next step computes is yours
 //   to put here. Ask of every field of CkptState (kit/ckpt.h): if the resumed run got it wrong, would the
-//   next step differ? The lesson text (section 4) walks through what breaks without each.
-//   - the model config (m->cfg), the dataset (o->dataset), the world size, the GLOBAL batch (o->batch_size),
-//     steps_per_epoch and o->epochs (with them, the schedule's total length);
-//   - the position: run->epoch, run->batch_in_epoch, run->step (the sampler and the learning rate follow
-//     from these);
-//   - the seed: the kit's random streams are functions of (seed, epoch, sample) (kit/rng.h), so the seed
-//     and the position ARE the random state, on every rank;
-//   - the schedule and the optimizer: train_schedule(o, steps_per_epoch) and train_sgd_config(o)
-//     (kit/train.h) give the values; copy them field by field;
-//   - the metrics so far: run->images, run->last_loss, run->test_acc, and the epoch in progress summed over
-//     ALL ranks: run->carry (before this session) plus epoch_local added up over the ranks
-//     (ddp_global_metrics, lesson 03). That is a collective: every rank calls ckpt_capture.
+//   next step differ, or the next epoch line? The lesson text (section 4) walks through what breaks without each.
+//   What must hold: a run resumed from it takes the same next step (the position, the random state, the
+//   schedule, the optimizer; kit/rng.h says what the random state is), and its epoch line and final line
+//   report the same numbers as an uninterrupted run: the metrics of the epoch in progress are those of ALL
+//   ranks, including what was trained before this process (re)started, and `images` counts every image
+//   trained on since the start. Every rank calls this function: what you need from the other ranks, ask here.
 // PyTorch: {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
 //           "epoch": epoch, "step": step, "sampler_epoch": epoch, "rng": torch.get_rng_state(), ...}
 CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, const RunState *run,
-                       int steps_per_epoch, Metrics epoch_local) {
+                       const LrSchedule *sched, int steps_per_epoch, Metrics epoch_local) {
     CkptState st;
     memset(&st, 0, sizeof st);
     st.model = m->cfg;
@@ -147,13 +138,12 @@ CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, 
     st.batch_in_epoch = run->batch_in_epoch;
     st.step = run->step;
     st.seed = o->seed;
-    LrSchedule s = train_schedule(o, steps_per_epoch);
     SgdConfig opt = train_sgd_config(o);
-    st.peak_lr = s.peak_lr;
-    st.final_lr = s.final_lr;
-    st.warmup_steps = s.warmup_steps;
-    st.total_steps = s.total_steps;
-    st.decay = (int)s.decay;
+    st.peak_lr = sched->peak_lr;
+    st.final_lr = sched->final_lr;
+    st.warmup_steps = sched->warmup_steps;
+    st.total_steps = sched->total_steps;
+    st.decay = (int)sched->decay;
     st.momentum = opt.momentum;
     st.weight_decay = opt.weight_decay;
     st.nesterov = opt.nesterov;
@@ -161,7 +151,7 @@ CkptState ckpt_capture(ProcessGroup *pg, const TrainOptions *o, const Model *m, 
     st.loss_sum = run->carry.loss_sum + epoch.loss_sum;
     st.correct = run->carry.correct + epoch.correct;
     st.count = run->carry.count + epoch.count;
-    st.images = run->images;
+    st.images = run->images + st.count;  // since the start: the finished epochs and the one in progress
     st.last_loss = run->last_loss;
     st.test_acc = run->test_acc;
     // STARTER: (void)run;
@@ -180,7 +170,7 @@ RunState ckpt_restore(const CkptState *st) {
     run.batch_in_epoch = st->batch_in_epoch;
     run.step = st->step;
     run.carry = (Metrics){.loss_sum = st->loss_sum, .correct = (long)st->correct, .count = (long)st->count};
-    run.images = st->images;
+    run.images = st->images - st->count;  // the finished epochs: the epoch's end adds the carry back
     run.last_loss = st->last_loss;
     run.test_acc = st->test_acc;
     // STARTER: (void)st;  // starts again from step 0
@@ -190,17 +180,14 @@ RunState ckpt_restore(const CkptState *st) {
 
 // ---------------------------------------------------------------- TODO 4: load on every rank
 
-// TODO 4: every rank loads the checkpoint into its own model, on its own device (ckpt_load, kit/ckpt.h:
-//   it checks the whole file and the model before touching anything, and copies onto m->device: the file
-//   holds no device, so a checkpoint written from GPU memory loads on a CPU rank and the reverse).
-//   - One rank may fail where another succeeds (a node without the file, a read error). Like TODO 2, the
-//     ranks must agree: count the failures over all ranks with one collective, and return -1 on EVERY
-//     rank when there is any (err: this rank's reason, or that another rank failed).
-//   - On success the replicas must be identical: check it (pg_check_identical, as lesson 03 does after
-//     each epoch) over the parameters -- ranks that read different files (node-local folders) stop here
-//     with every rank's hash instead of training apart.
-//   Every rank reading the same file costs N reads of the file system; the alternative, rank 0 reads and
-//   broadcasts (lesson 03's ddp_broadcast_model), costs one read plus a broadcast. Either is right.
+// TODO 4: every rank loads the checkpoint into its own model, on its own device (the kit reads and checks
+//   the file, and copies it onto any device: kit/ckpt.h). What must hold when this returns:
+//   - on success, every rank holds the checkpoint's model, and the replicas are identical: ranks that read
+//     different files (node-local folders gone out of step) must be refused here, not train apart;
+//   - on failure on ANY rank (a node without the file, a read error, different replicas), every rank returns
+//     -1 and leaves the step to the caller, with this rank's reason in err (or that another rank failed).
+//   Every rank reading the same file costs N reads of the file system; rank 0 reading and broadcasting
+//   (lesson 03's TODO 4) costs one read plus a broadcast. Either is right.
 // PyTorch: state = torch.load(path, map_location=f"cuda:{local_rank}"); model.module.load_state_dict(state)
 int ckpt_load_all(ProcessGroup *pg, const char *path, Model *m, CkptState *st, char *err, size_t errlen) {
     // BEGIN SOLUTION
@@ -212,7 +199,10 @@ int ckpt_load_all(ProcessGroup *pg, const char *path, Model *m, CkptState *st, c
             snprintf(err, errlen, "%s: %.0f other rank(s) could not load it (see their errors)", path, failed);
         return -1;
     }
-    pg_check_identical(pg, m->params, m->n_params, "parameters loaded from the checkpoint");
+    if (!pg_identical(pg, m->params, m->n_params)) {  // collective: every rank gets the same answer
+        snprintf(err, errlen, "%s: the ranks loaded different weights (did they read different files?)", path);
+        return -1;
+    }
     return 0;
     // STARTER: if (pg_rank(pg) != 0) return 0;  // only rank 0 loads: the others keep their fresh weights
     // STARTER: return ckpt_load(path, m, st, err, errlen);
@@ -226,11 +216,11 @@ volatile sig_atomic_t g_stop_signal = 0;
 // TODO 5: called by every rank after every step. Two reasons to stop:
 //   - SIGTERM (what Slurm sends before preempting a job) or SIGINT (Ctrl-C): the handler in train.c sets
 //     g_stop_signal, on the ranks the signal reached -- not necessarily all of them, nor at the same step.
-//   - the step's loss is NaN or Inf (batch->loss_sum; isfinite, <math.h>): the weights are poisoned from now
-//     on, and saving them would overwrite the last good checkpoint.
-//   Both must be decided the SAME way on every rank, or one rank stops while the others wait for it in the
-//   next all-reduce (and time out). Combine this rank's two flags with everyone's in ONE collective (two
-//   doubles, pg_allreduce_sum_double_host: a sum > 0 means "some rank") and set both outputs from the result.
+//   - the step's loss is NaN or Inf (batch->loss_sum): the weights are poisoned from now on, and saving them
+//     would overwrite the last good checkpoint.
+//   What must hold: every rank gets the same two answers after the same step (one rank stopping alone
+//   leaves the others waiting for it in the next all-reduce until the timeout), at the cost of one message
+//   per step, not two.
 // PyTorch: a signal handler sets a flag; stop = torch.tensor([flag]); dist.all_reduce(stop, op=MAX)
 void ckpt_stop_flags(ProcessGroup *pg, const Metrics *batch, bool *signalled, bool *nonfinite) {
     // BEGIN SOLUTION

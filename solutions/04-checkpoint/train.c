@@ -38,125 +38,132 @@ void checkpointer_path(const Checkpointer *ck, long long step, char *out, size_t
 
 static bool checkpointer_enabled(const Checkpointer *ck) { return ck->file || ck->dir; }
 
+// ---------------------------------------------------------------- saving: the loop's hooks
+
+// What the hooks share: where to save, and why the training stopped.
+typedef struct {
+    Checkpointer ck;
+    RunStatus status;
+    const RunHooks *hooks;  // the later lesson's (model_built is forwarded)
+} CkptRun;
+
 // Saves where the run stands. Every rank calls it (capturing the metrics is a collective). epoch_local: this
 // rank's sums over the epoch in progress.
-static int save_now(ProcessGroup *pg, const TrainOptions *o, const Model *m, Checkpointer *ck, const RunState *run,
-                    int steps_per_epoch, Metrics epoch_local, char *err, size_t errlen) {
-    CkptState st = ckpt_capture(pg, o, m, run, steps_per_epoch, epoch_local);
-    char path[1024];
-    checkpointer_path(ck, run->step, path, sizeof path);
+static int save_now(DdpRun *r, Checkpointer *ck, Metrics epoch_local) {
+    CkptState st = ckpt_capture(r->pg, r->o, r->ddp.model, &r->run, &r->sched, r->steps_per_epoch, epoch_local);
+    char path[1024], err[1024];
+    checkpointer_path(ck, r->run.step, path, sizeof path);
     double start = time_now();
-    if (ckpt_save_rank0(pg, path, m, &st, err, errlen) != 0) return -1;
+    if (ckpt_save_rank0(r->pg, path, r->ddp.model, &st, err, sizeof err) != 0) {
+        progress_end(&r->log.bar);
+        fprintf(stderr, "error: rank %d: checkpoint not saved: %s\n", pg_rank(r->pg), err);
+        return -1;
+    }
     ck->save_seconds += time_now() - start;
     snprintf(ck->last_saved, sizeof ck->last_saved, "%s", path);
-    ck->last_saved_step = run->step;
-    if (ck->dir && pg_rank(pg) == 0) ckpt_prune(ck->dir, ck->keep);
+    ck->last_saved_step = r->run.step;
+    if (ck->dir && r->is_main) ckpt_prune(ck->dir, ck->keep);
     return 0;
 }
 
-RunStatus train_run(ProcessGroup *pg, const TrainOptions *o, TrainData *data, Ddp *ddp, Checkpointer *ck,
-                    RunState *run, TrainLog *log) {
-    Model *m = ddp->model;
-    bool is_main = pg_rank(pg) == 0;
-    SgdConfig opt = train_sgd_config(o);
-    int steps_per_epoch = loader_batches_per_epoch(data->train_loader);
-    LrSchedule sched = train_schedule(o, steps_per_epoch);
-    char err[1024];
-    log->last_loss = run->last_loss;  // the final line is right even when nothing is left to train
-    log->test_acc = run->test_acc;
-    for (int epoch = run->epoch; epoch < o->epochs; epoch++) {
-        trainlog_epoch_begin(log, epoch, steps_per_epoch);
-        // Lesson 03's ddp_start_epoch, at the position: a resumed epoch goes on with the batch after the last
-        // one trained. The global batch k holds the same images for any world size (kit/data.h: rank r takes
-        // positions r, r + world, ... of the epoch's shuffle), so this also holds after an elastic resume.
-        loader_start_epoch(data->train_loader, epoch, run->batch_in_epoch);
-        const Batch *b;
-        double wait;
-        while ((b = loader_next(data->train_loader, &wait)) != NULL) {
-            opt.lr = lr_at(&sched, (int)run->step);  // the schedule sets this step's rate: from the restored step
-            Metrics batch = ddp_step(ddp, b, &opt, o->label_smoothing);
-            trainlog_step(log, b->index, &batch, wait);
-            run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
-            run->step++;
+// After every step: stop on a NaN (without saving), save when due, stop on a signal or --stop-at.
+static bool after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
+    CkptRun *c = ctx;
+    Checkpointer *ck = &c->ck;
+    bool signalled, nonfinite;
+    ckpt_stop_flags(r->pg, batch, &signalled, &nonfinite);
+    if (nonfinite) {  // before any save: the last good checkpoint must survive
+        progress_end(&r->log.bar);
+        if (r->is_main)
+            fprintf(stderr, "error: the loss is NaN or Inf at step %lld (epoch %d, batch %d): stopping without "
+                    "saving.\n  The last good checkpoint: %s (step %lld)\n  HINT: a lower --lr, or more --warmup-epochs\n",
+                    r->run.step, r->run.epoch + 1, b->index + 1, ck->last_saved[0] ? ck->last_saved : "none",
+                    ck->last_saved_step);
+        c->status = RUN_NONFINITE;
+        return true;
+    }
+    bool stop = signalled || (ck->stop_at > 0 && r->run.step >= ck->stop_at);
+    bool due = ck->save_every > 0 && r->run.step % ck->save_every == 0;
+    if ((stop || due) && checkpointer_enabled(ck) && save_now(r, ck, r->log.local) != 0) {
+        c->status = RUN_FAILED;
+        return true;
+    }
+    if (stop) {
+        progress_end(&r->log.bar);
+        ck->stopped_by = signalled ? "SIGTERM or SIGINT" : "--stop-at";
+        c->status = RUN_STOPPED;
+    }
+    return stop;
+}
 
-            bool signalled, nonfinite;
-            ckpt_stop_flags(pg, &batch, &signalled, &nonfinite);
-            if (nonfinite) {  // before any save: the last good checkpoint must survive
-                progress_end(&log->bar);
-                if (is_main)
-                    fprintf(stderr, "error: the loss is NaN or Inf at step %lld (epoch %d, batch %d): stopping without "
-                            "saving.\n  The last good checkpoint: %s (step %lld)\n  HINT: a lower --lr, or more --warmup-epochs\n",
-                            run->step, epoch + 1, b->index + 1, ck->last_saved[0] ? ck->last_saved : "none",
-                            ck->last_saved_step);
-                return RUN_NONFINITE;
-            }
-            bool stop = signalled || (o->stop_at > 0 && run->step >= o->stop_at);
-            bool due = ck->save_every > 0 && run->step % ck->save_every == 0;
-            if ((stop || due) && checkpointer_enabled(ck) &&
-                save_now(pg, o, m, ck, run, steps_per_epoch, log->local, err, sizeof err) != 0) {
-                progress_end(&log->bar);
-                fprintf(stderr, "error: rank %d: checkpoint not saved: %s\n", pg_rank(pg), err);
-                return RUN_FAILED;
-            }
-            if (stop) {
-                progress_end(&log->bar);
-                ck->stopped_by = signalled ? "SIGTERM or SIGINT" : "--stop-at";
-                return RUN_STOPPED;
-            }
-        }
+// After every epoch (its evaluation done): a save.
+static bool after_epoch(void *ctx, DdpRun *r) {
+    CkptRun *c = ctx;
+    if (checkpointer_enabled(&c->ck) && save_now(r, &c->ck, (Metrics){0, 0, 0}) != 0) {
+        c->status = RUN_FAILED;
+        return true;
+    }
+    return false;
+}
 
-        char what[64];
-        snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
-        pg_check_identical(pg, m->params, m->n_params, what);
-        Metrics train = ddp_global_metrics(pg, log->local);
-        train.loss_sum += run->carry.loss_sum;  // the part of the epoch trained before the resume
-        train.correct += run->carry.correct;
-        train.count += run->carry.count;
-        run->carry = (Metrics){0, 0, 0};
-        Metrics test = ddp_evaluate(pg, m, data->test_loader);
-        trainlog_epoch_end(log, &train, &test, lr_at(&sched, (epoch + 1) * steps_per_epoch - 1));
-        run->images += train.count;
-        run->last_loss = log->last_loss;
-        run->test_acc = log->test_acc;
-        run->epoch = epoch + 1;
-        run->batch_in_epoch = 0;
-        if (checkpointer_enabled(ck) && save_now(pg, o, m, ck, run, steps_per_epoch, (Metrics){0, 0, 0}, err,
-                                                 sizeof err) != 0) {
-            fprintf(stderr, "error: rank %d: checkpoint not saved: %s\n", pg_rank(pg), err);
-            return RUN_FAILED;
+static void model_built(void *ctx, ProcessGroup *pg, Model *m) {
+    const RunHooks *h = ((CkptRun *)ctx)->hooks;
+    if (h->model_built) h->model_built(h->ctx, pg, m);
+}
+
+// ---------------------------------------------------------------- before the first step
+
+// Every path this run will write, checked by rank 0 before the first step (a save that fails after an hour of
+// training loses the hour), its verdict shared with every rank. A fresh run (no --resume) does not write over
+// the checkpoints of another run in --checkpoint-dir: a user who lost a week of training would not forgive it.
+static int check_outputs(DdpRun *r, const Checkpointer *ck) {
+    char err[1200];
+    double bad = 0.0;
+    if (r->is_main && checkpointer_enabled(ck)) {
+        char newest[1024];
+        if (ckpt_check_output(ck->file, ck->dir, err, sizeof err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            bad = 1.0;
+        } else if (ck->dir && !r->o->resume && ckpt_find_latest(ck->dir, newest, sizeof newest, err, sizeof err) == 0) {
+            fprintf(stderr, "error: --checkpoint-dir %s holds the checkpoints of another run (the newest: %s): this fresh "
+                    "run would overwrite and prune them.\n  HINT: --resume auto continues that run; to start a new one, "
+                    "give another folder (or move those files away)\n", ck->dir, newest);
+            bad = 1.0;
         }
     }
-    return RUN_DONE;
+    pg_allreduce_sum_double_host(r->pg, &bad, 1);  // rank 0's verdict (the others add 0): every rank stops, or none
+    return bad != 0.0 ? -1 : 0;
 }
 
 // ---------------------------------------------------------------- resuming
 
 // A checkpoint continues THE SAME run: every option that changes what a step computes must match.
 // (The world size need not: the global batch and the data order do not depend on it.)
-static int check_resumable(const CkptState *st, const TrainOptions *o, int world, int steps_per_epoch, char *err,
-                           size_t errlen) {
-    SgdConfig opt = train_sgd_config(o);
-    LrSchedule s = train_schedule(o, steps_per_epoch);
+static int check_resumable(const CkptState *st, const DdpRun *r, char *err, size_t errlen) {
+    const TrainOptions *o = r->o;
+    const LrSchedule *s = &r->sched;
+    const SgdConfig *opt = &r->opt;
 #define SAME(cond, opt_name, fmt, saved, now)                                                                      \
     if (!(cond)) {                                                                                                \
         snprintf(err, errlen, "the checkpoint was trained with %s " fmt ", this run asks for " fmt                \
                  ": resume with the same value (another value is another run)", opt_name, saved, now);            \
         return -1;                                                                                                \
     }
-    SAME(strcmp(st->dataset, o->dataset) == 0, "--dataset", "%s", st->dataset, o->dataset);
+    char name[CKPT_ESCAPED_LEN];  // the file's bytes: printed escaped
+    SAME(strcmp(st->dataset, o->dataset) == 0, "--dataset", "%s", ckpt_escape(st->dataset, name, sizeof name), o->dataset);
     SAME(st->global_batch == o->batch_size, "--batch-size", "%d", st->global_batch, o->batch_size);
     SAME(st->epochs == o->epochs, "--epochs", "%d", st->epochs, o->epochs);
     SAME(st->seed == o->seed, "--seed", "%llu", (unsigned long long)st->seed, (unsigned long long)o->seed);
-    SAME(st->peak_lr == s.peak_lr, "--lr", "%g", (double)st->peak_lr, (double)s.peak_lr);
-    SAME(st->momentum == opt.momentum, "--momentum", "%g", (double)st->momentum, (double)opt.momentum);
-    SAME(st->weight_decay == opt.weight_decay, "--weight-decay", "%g", (double)st->weight_decay, (double)opt.weight_decay);
-    SAME(st->nesterov == (int)opt.nesterov, "--nesterov", "%d", st->nesterov, (int)opt.nesterov);
-    SAME(st->warmup_steps == s.warmup_steps, "a warmup of", "%d steps", st->warmup_steps, s.warmup_steps);
+    SAME(st->peak_lr == s->peak_lr, "--lr", "%g", (double)st->peak_lr, (double)s->peak_lr);
+    SAME(st->momentum == opt->momentum, "--momentum", "%g", (double)st->momentum, (double)opt->momentum);
+    SAME(st->weight_decay == opt->weight_decay, "--weight-decay", "%g", (double)st->weight_decay, (double)opt->weight_decay);
+    SAME(st->nesterov == (int)opt->nesterov, "--nesterov", "%d", st->nesterov, (int)opt->nesterov);
+    SAME(st->warmup_steps == s->warmup_steps, "a warmup of", "%d steps", st->warmup_steps, s->warmup_steps);
 #undef SAME
-    if (st->steps_per_epoch != steps_per_epoch) {
+    if (st->steps_per_epoch != r->steps_per_epoch) {
         snprintf(err, errlen, "the checkpoint has %d steps per epoch, %d ranks here make %d (the tail the sampler "
                  "drops depends on the world size): resume on a world size that divides the training set like the "
-                 "original", st->steps_per_epoch, world, steps_per_epoch);
+                 "original", st->steps_per_epoch, pg_world(r->pg), r->steps_per_epoch);
         return -1;
     }
     return 0;
@@ -175,108 +182,102 @@ static bool resume_path(const TrainOptions *o, char *out, size_t outlen, bool is
     return false;
 }
 
+// --resume: every rank loads the checkpoint and takes up its position. Returns 0 (also when there is nothing
+// to resume), or -1 on every rank when any rank cannot resume. *resumed_from: the step, -1 for none.
+static int resume(DdpRun *r, Checkpointer *ck, long long *resumed_from) {
+    *resumed_from = -1;
+    if (!r->o->resume) return 0;
+    char path[1024], err[1024];
+    double failed = 0.0;
+    if (resume_path(r->o, path, sizeof path, r->is_main)) {
+        CkptState st;
+        if (ckpt_load_all(r->pg, path, r->ddp.model, &st, err, sizeof err) != 0 ||
+            check_resumable(&st, r, err, sizeof err) != 0) {
+            fprintf(stderr, "error: rank %d: cannot resume: %s\n", pg_rank(r->pg), err);
+            failed = 1.0;
+        } else {
+            r->run = ckpt_restore(&st);
+            *resumed_from = st.step;
+            snprintf(ck->last_saved, sizeof ck->last_saved, "%s", path);
+            ck->last_saved_step = st.step;
+            if (r->is_main)
+                printf("resumed from %s: step %lld (epoch %d, batch %d of %d), saved by %d rank%s, now %d\n", path,
+                       st.step, st.epoch + 1, st.batch_in_epoch, st.steps_per_epoch, st.world,
+                       st.world == 1 ? "" : "s", pg_world(r->pg));
+        }
+    }
+    pg_allreduce_sum_double_host(r->pg, &failed, 1);  // one rank that cannot resume stops them all
+    return failed > 0.0 ? -1 : 0;
+}
+
+// ---------------------------------------------------------------- training, stopped by a signal
+
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Lesson 03's loop with the hooks; SIGTERM and SIGINT (when there is somewhere to save) ask for a save at the next
+// step boundary.
+static RunStatus train_with_signals(DdpRun *r, CkptRun *c) {
+    bool handle = checkpointer_enabled(&c->ck);
+    struct sigaction sa, old_term, old_int;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    if (handle) {
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
+    c->status = RUN_DONE;
+    ddp_run_epochs(r);
+    if (handle) {
+        // After a stop the checkpoint is saved and the program is on its way out, but a scheduler may send its
+        // SIGTERM again (Slurm does while it ends the job step): the handler stays, so that a repeated TERM
+        // during the teardown cannot turn a clean stop into a kill (exit 143, which the job script reads as a
+        // failure and does not requeue). A second Ctrl-C (SIGINT) still ends the program at once.
+        if (c->status != RUN_STOPPED) sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+    }
+    return c->status;
+}
+
+// The report of a run that finished or stopped.
+static void report(DdpRun *r, CkptRun *c, long long resumed_from) {
+    const Checkpointer *ck = &c->ck;
+    if (r->is_main && checkpointer_enabled(ck))
+        printf("checkpoints: %.2f s spent saving; the last: %s (step %lld)\n", ck->save_seconds, ck->last_saved,
+               ck->last_saved_step);
+    if (c->hooks->report) c->hooks->report(c->hooks->ctx, &r->ddp, r->run.step - (resumed_from > 0 ? resumed_from : 0));
+    if (c->status == RUN_DONE) {
+        char extra[64] = "resumed_from=none";
+        if (resumed_from >= 0) snprintf(extra, sizeof extra, "resumed_from=%lld", resumed_from);
+        ddp_run_report(r, extra);
+    } else if (r->is_main) {
+        printf("stopped after step %lld by %s; checkpoint %s\n", r->run.step, ck->stopped_by,
+               ck->last_saved[0] ? ck->last_saved : "none (no --checkpoint or --checkpoint-dir)");
+        printf("resume with the same command and: --resume %s\n", ck->dir ? "auto" : ck->last_saved);
+    }
+}
+
+// ---------------------------------------------------------------- the program
 
 RunStatus run_program_with(ProcessGroup *pg, const TrainOptions *o, const RunHooks *hooks, Model **model_out,
                            long long *resumed_from) {
     RunHooks none = {0};
-    if (!hooks) hooks = &none;
-    int rank = pg_rank(pg), world = pg_world(pg);
-    bool is_main = rank == 0;
-    Device dev = pg_device(pg);
-    TrainData data;
-    int local_batch = ddp_data_open(&data, o, pg);
-    ModelConfig cfg;
-    model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
-    Model *m = model_create(&cfg, dev, local_batch, o->seed);
-    if (hooks->model_built) hooks->model_built(hooks->ctx, pg, m);  // before the broadcast and the buckets see it
-    ddp_broadcast_model(pg, m);
-    Ddp ddp = {.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
-    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    Checkpointer ck = {.file = o->checkpoint, .dir = o->checkpoint_dir, .keep = o->keep, .save_every = o->save_every,
-                       .stop_at = o->stop_at, .last_saved_step = -1};
-    if (is_main) {
-        train_print_setup(&data, m);
-        printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
-               world == 1 ? "" : "s", local_batch, local_batch * world, steps_per_epoch);
-    }
-
-    RunState run;
-    memset(&run, 0, sizeof run);
-    *resumed_from = -1;
-    RunStatus status = RUN_DONE;
-    char path[1024], err[1024];
-    if (ck.dir && is_main && mkdir(ck.dir, 0755) != 0 && errno != EEXIST)  // rank 0 is the only writer
-        fprintf(stderr, "warning: cannot create the checkpoint folder %s: %s\n", ck.dir, strerror(errno));
-    if (o->resume && resume_path(o, path, sizeof path, is_main)) {
-        CkptState st;
-        if (ckpt_load_all(pg, path, m, &st, err, sizeof err) != 0 ||
-            check_resumable(&st, o, world, steps_per_epoch, err, sizeof err) != 0) {
-            fprintf(stderr, "error: rank %d: cannot resume: %s\n", rank, err);
-            status = RUN_FAILED;
-        } else {
-            run = ckpt_restore(&st);
-            *resumed_from = st.step;
-            snprintf(ck.last_saved, sizeof ck.last_saved, "%s", path);
-            ck.last_saved_step = st.step;
-            if (is_main)
-                printf("resumed from %s: step %lld (epoch %d, batch %d of %d), saved by %d rank%s, now %d\n", path,
-                       st.step, st.epoch + 1, st.batch_in_epoch, st.steps_per_epoch, st.world,
-                       st.world == 1 ? "" : "s", world);
-        }
-    }
-
-    if (o->resume) {  // one rank that cannot resume stops them all (the others would wait for it)
-        double failed = status == RUN_FAILED ? 1.0 : 0.0;
-        pg_allreduce_sum_double_host(pg, &failed, 1);
-        if (failed > 0.0) status = RUN_FAILED;
-    }
-
-    TrainLog log;
-    trainlog_begin(&log, o, data.train.name, dev, world, is_main);
-    if (status == RUN_DONE) {
-        struct sigaction sa, old_term, old_int;  // a signal asks for a save at the next step boundary
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        if (checkpointer_enabled(&ck)) {
-            sigaction(SIGTERM, &sa, &old_term);
-            sigaction(SIGINT, &sa, &old_int);
-        }
-        status = train_run(pg, o, &data, &ddp, &ck, &run, &log);
-        if (checkpointer_enabled(&ck)) {
-            // After a stop the checkpoint is saved and the program is on its way out, but a scheduler may send its
-            // SIGTERM again (Slurm does while it ends the job step): the handler stays, so that a repeated TERM
-            // during the teardown cannot turn a clean stop into a kill (exit 143, which the job script reads as a
-            // failure and does not requeue). A second Ctrl-C (SIGINT) still ends the program at once.
-            if (status != RUN_STOPPED) sigaction(SIGTERM, &old_term, NULL);
-            sigaction(SIGINT, &old_int, NULL);
-        }
-    }
-    if (status == RUN_DONE || status == RUN_STOPPED) {
-        char extra[128], from[32] = "none";
-        if (*resumed_from >= 0) snprintf(from, sizeof from, "%lld", *resumed_from);
-        snprintf(extra, sizeof extra, "ranks=%d backend=%s resumed_from=%s", world, pg_backend_name(pg_backend(pg)),
-                 from);
-        if (is_main && checkpointer_enabled(&ck))
-            printf("checkpoints: %.2f s spent saving; the last: %s (step %lld)\n", ck.save_seconds, ck.last_saved,
-                   ck.last_saved_step);
-        if (hooks->report) hooks->report(hooks->ctx, &ddp, run.step - (*resumed_from > 0 ? *resumed_from : 0));
-        if (status == RUN_DONE) trainlog_final(&log, extra);
-    }
-    if (status == RUN_STOPPED && is_main) {
-        printf("stopped after step %lld by %s; checkpoint %s\n", run.step, ck.stopped_by,
-               ck.last_saved[0] ? ck.last_saved : "none (no --checkpoint or --checkpoint-dir)");
-        printf("resume with the same command and: --resume %s\n", ck.dir ? "auto" : ck.last_saved);
+    CkptRun c = {.ck = {.file = o->checkpoint, .dir = o->checkpoint_dir, .keep = o->keep, .save_every = o->save_every,
+                        .stop_at = o->stop_at, .last_saved_step = -1},
+                 .hooks = hooks ? hooks : &none};
+    TrainHooks loop = {.ctx = &c, .model_built = model_built, .after_step = after_step, .after_epoch = after_epoch};
+    DdpRun r;
+    ddp_run_open(&r, pg, o, &loop);  // lesson 03: data, model, optimizer, schedule
+    RunStatus status = RUN_FAILED;
+    if (check_outputs(&r, &c.ck) == 0 && resume(&r, &c.ck, resumed_from) == 0) {
+        status = train_with_signals(&r, &c);
+        if (status == RUN_DONE || status == RUN_STOPPED) report(&r, &c, *resumed_from);
     }
     fflush(stdout);
-
-    m->on_grads_ready = NULL;
-    buckets_free(ddp.buckets);
-    if (hooks->model_done) hooks->model_done(hooks->ctx, m);
+    Model *m = ddp_run_close(&r);
+    if (c.hooks->model_done) c.hooks->model_done(c.hooks->ctx, m);
     if (model_out) *model_out = m;
     else model_free(m);
-    train_data_close(&data);
     return status;
 }
 

@@ -1,7 +1,7 @@
 // syncbn.c: lesson 05, batch norm over the GLOBAL batch of a data-parallel run. What you write is marked TODO:
 //
-//   TODO 1  syncbn_forward_train   local sums -> ONE all-reduce of 2C + 1 doubles -> the global mean and variance
-//   TODO 2  syncbn_backward        the all-reduce of sum(dy) and sum(dy * xhat) that makes dx the global one
+//   TODO 1  syncbn_forward_train   the global batch's mean and variance, with one message per layer
+//   TODO 2  syncbn_backward        the input gradient of the global batch's normalisation
 //   TODO 3  syncbn_update_running  running statistics from the global batch: identical on every rank
 //   TODO 4  (in TODO 1 and 2)      ranks may hold different numbers of images: the count is all-reduced too
 //   TODO 5  syncbn_convert         one call puts SyncBN into every BN layer of a model
@@ -39,10 +39,11 @@ void syncbn_free(SyncBn *sb, Model *m) {
 
 // ---------------------------------------------------------------- TODO 3: running statistics
 
-// TODO 3: PyTorch's rule: running = (1 - momentum) * running + momentum * batch, where the batch variance kept
-//   is the UNBIASED one (var_biased * count / (count - 1)) and count is the number of values over ALL ranks.
-//   Computed from global numbers, the result is the same on every rank: eval mode then needs no
-//   communication, and the checkpoint that rank 0 saves holds every rank's statistics.
+// TODO 3: the running statistics that eval mode will use, updated from this step's batch statistics.
+//   What must hold: after the step they are what ONE process on the global batch would keep with PyTorch's
+//   rule (momentum, and the variance PyTorch keeps there: README section 2 says which one, and why the count
+//   matters), and therefore the same on every rank without any communication: eval mode then needs none, and
+//   the checkpoint that rank 0 saves holds every rank's statistics.
 void syncbn_update_running(float momentum, double mean, double var_biased, double count, float *running_mean,
                            float *running_var) {
     // BEGIN SOLUTION
@@ -55,17 +56,18 @@ void syncbn_update_running(float momentum, double mean, double var_biased, doubl
 
 // ---------------------------------------------------------------- TODO 1 + 4: forward
 
-// TODO 1: y = gamma * (x - mean) * invstd + beta per channel, with mean and invstd = 1 / sqrt(var + eps) of
-//   the values of the channel over (N, HW) on EVERY rank. Plan:
-//   - per channel c, this rank's sum of x and sum of x^2, in sb->buf: [sum x (C), sum x^2 (C), count (1)]
-//     (the layout of the kit's hook, kit/ops.h). Mind what these sums do to the variance E[x^2] - E[x]^2 when
-//     the mean is large against the spread: README section 2 (the autograder tries mean 1e3, std 1e-2).
-//   - ONE syncbn_allreduce of the 2C + 1 values: one message per layer, not three.
-//   - mean and the biased variance (what normalises the batch, as PyTorch) from the global sums; a rounding
-//     can make a constant channel's variance a hair below 0.
-//   - keep mean and invstd for backward, update the running statistics (TODO 3), then normalise x.
-// TODO 4: the count is part of the all-reduce: the last batch of an epoch may leave ranks with different
-//   numbers of images, so world * (N * HW) is not the global count.
+// TODO 1: normalise x per channel with the mean and variance of the channel's values over (N, HW) on EVERY
+//   rank -- the global batch -- as BN in one process on that batch would (README section 2: y, mean, invstd
+//   and the variance it uses). Keep mean and invstd for backward, and update the running statistics (TODO 3).
+//   What must hold:
+//   - one syncbn_allreduce per call: the statistics of a layer travel in one message (sb->buf has room for
+//     2C + 1 doubles: what could each rank add up locally so that one sum over the ranks gives both the mean
+//     and the variance, and the count?);
+//   - the variance is right even when the mean is large against the spread (the autograder tries mean 1e3,
+//     std 1e-2: README section 2), and never negative: rounding can leave a constant channel's a hair below 0;
+//   - the result is the same on every rank.
+// TODO 4: ranks may hold different numbers of images (the last, short batch of an epoch): the global count is
+//   not world times this rank's.
 void syncbn_forward_train(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *beta,
                           float *y, float *mean, float *invstd, float *running_mean, float *running_var) {
     SyncBn *sb = ctx;
@@ -122,14 +124,16 @@ void syncbn_forward_train(void *ctx, const BatchNormDims *s, const float *x, con
 
 // ---------------------------------------------------------------- TODO 2: backward
 
-// TODO 2: with xhat = (x - mean) * invstd and M values per channel over ALL ranks:
-//     dbeta  += sum dy                 dgamma += sum dy * xhat        (this rank's sums: see lesson.h)
-//     dx     += gamma * invstd * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M)
-//   The two sums in dx are over the global batch: every image's normalisation depended on every other
-//   image's values through the mean and variance, on every rank. One syncbn_allreduce of
-//   [sum dy (C), sum dy * xhat (C), count (1)] (TODO 4: the count again; backward has no other way to know M).
-//   Sum in double, as in forward. When dx is NULL nothing global is needed: return before the all-reduce
-//   (every rank's model is the same, so every rank skips it alike).
+// TODO 2: the gradients through the normalisation of the GLOBAL batch (README section 3 derives them): every
+//   image's output depended on every other image's values through the mean and variance, on every rank.
+//   What must hold:
+//   - dgamma and dbeta (added to, see lesson.h) are this rank's own sums: DDP averages them with the other
+//     gradients;
+//   - dx is one process's dx on the global batch, restricted to this rank's images: whatever sums it needs
+//     over the global batch travel in ONE syncbn_allreduce per call (TODO 4: with the count again; backward
+//     has no other way to know it), accumulated in double as in forward;
+//   - when dx is NULL nothing global is needed, and no message is sent (every rank's model is the same, so
+//     every rank skips it alike).
 void syncbn_backward(void *ctx, const BatchNormDims *s, const float *x, const float *gamma, const float *mean,
                      const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta) {
     SyncBn *sb = ctx;
@@ -177,13 +181,14 @@ void syncbn_backward(void *ctx, const BatchNormDims *s, const float *x, const fl
 
 // ---------------------------------------------------------------- TODO 5: converting a model
 
-// TODO 5: make every BN layer of m use SyncBN over pg, and return the SyncBn that they use:
-//   - the all-reduce buffer, sized for the widest BN layer of the model (m->layers[i].kind == LAYER_BN,
-//     its channels in .c): 2C + 1 doubles;
-//   - sb->ops, installed with model_set_bn_ops (Model.bn_ops): on the CPU the model's BN layers call your
-//     syncbn_forward_train and syncbn_backward, with sb as their ctx;
-//   - on a GPU the kit's CUDA batch norm runs, with sb->ops.sync as its all-reduce: syncbn_hook calls
-//     syncbn_allreduce, so the communication is counted the same way.
+// TODO 5: make every BN layer of m use SyncBN over pg, and return the SyncBn that they use. What must hold
+//   afterwards, on the model's device:
+//   - sb->buf holds the statistics of the widest BN layer of the model, for TODO 1 and 2 (sb->max_c its
+//     channels; kit/model.h lists the layers and their kinds);
+//   - the model's one BN hook (Model.bn_ops, kit/model.h) names your functions: on the CPU its BN layers call
+//     your syncbn_forward_train and syncbn_backward with sb as their context; on a GPU the kit's CUDA batch
+//     norm runs and calls the hook's all-reduce, which must go through syncbn_allreduce so the communication
+//     is counted the same way.
 //   Call it on every rank, BEFORE the initial broadcast and before the gradient buckets (train.c): README
 //   section 5 says why.
 SyncBn *syncbn_convert(Model *m, ProcessGroup *pg) {

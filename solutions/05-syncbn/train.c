@@ -15,6 +15,7 @@
 //
 // What you write is in syncbn.c (TODO 1-5).
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kit/check.h"
 #include "kit/cli.h"
@@ -26,6 +27,26 @@
 // ---------------------------------------------------------------- the hooks
 // ctx: where this run's SyncBn is kept (run_program, below; NULL while the model has plain BN).
 
+// Did every rank convert? A rank left with plain BN while the others run SyncBN makes their collectives differ,
+// which MPI reports steps later as a truncated message, far from the cause. This names the ranks instead.
+static void check_converted_alike(ProcessGroup *pg, const Model *m) {
+    int world = pg_world(pg), synced = 0;
+    double *is_sync = xcalloc((size_t)world, sizeof *is_sync);  // (world) 1: that rank's BN layers are SyncBN
+    is_sync[pg_rank(pg)] = m->bn_ops != NULL ? 1.0 : 0.0;
+    pg_allreduce_sum_double_host(pg, is_sync, world);
+    for (int r = 0; r < world; r++) synced += is_sync[r] != 0.0;
+    if (synced != 0 && synced != world) {
+        if (pg_rank(pg) == 0) {
+            fprintf(stderr, "error: after convert_model the ranks' BN layers differ:");
+            for (int r = 0; r < world; r++) fprintf(stderr, " rank %d %s;", r, is_sync[r] != 0.0 ? "SyncBN" : "plain BN");
+            fprintf(stderr, "\n  HINT: TODO 5: syncbn_convert on EVERY rank\n");
+        }
+        pg_barrier(pg);  // rank 0's message first
+        die("rank %d: the model is not converted like the other ranks' (see rank 0's error)", pg_rank(pg));
+    }
+    free(is_sync);
+}
+
 static void convert_model(void *ctx, ProcessGroup *pg, Model *m) {
     SyncBn **sb = ctx;
     // TODO 5 (the call): every BN layer becomes SyncBN here, on every rank, BEFORE the initial broadcast and the
@@ -34,6 +55,7 @@ static void convert_model(void *ctx, ProcessGroup *pg, Model *m) {
     *sb = syncbn_convert(m, pg);
     // STARTER: (void)sb, (void)pg, (void)m;
     // END SOLUTION
+    check_converted_alike(pg, m);
 }
 
 // What SyncBN cost in communication over `steps` steps: its all-reduces (2 per BN layer and step: forward's

@@ -202,7 +202,7 @@ static void test_sampler_reshuffles_each_epoch(void **state) {
     expected_batch(&td.train, rank, world, 0, 0, LOCAL_BATCH, x0, y0);
     bool ok = true;  // fail only after train_data_close: the loader's thread must not outlive td
     for (int epoch = 1; epoch <= 2 && ok; epoch++) {
-        ddp_start_epoch(&td, epoch);
+        ddp_start_epoch(&td, epoch, 0);
         const Batch *b = loader_next(td.train_loader, NULL);
         expected_batch(&td.train, rank, world, epoch, 0, LOCAL_BATCH, x, y);
         if (!batch_equals(b, x, y, LOCAL_BATCH, image_floats)) {

@@ -20,6 +20,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log=$work/log
 failed=0
+count=$("$tests" --list | wc -l)  # every test of the binary must pass
 ok() { echo "ok   lesson 04: $*"; }
 bad() { echo "!! FAIL: lesson 04: $*"; failed=1; }
 show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
@@ -29,7 +30,7 @@ for np in ${LESSON04_WORLDS:-1 4}; do
   start=$(date +%s)
   timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && grep -q 'PASSED.*12 test' "$log"; then
+  if [ $rc -eq 0 ] && grep -q "PASSED.*\\b$count test" "$log"; then
     ok "autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
   else
     bad "autograder on the solution, world $np (exit $rc)"
@@ -132,6 +133,42 @@ if [ $rc -eq 0 ] && grep -q 'skipping a corrupt checkpoint' "$work/auto.log" && 
   ok "--resume auto skips a truncated newest file with a warning and resumes from the one before"
 else
   bad "--resume auto with a truncated newest file (exit $rc)"; show "$work/auto.log"
+fi
+
+# ---- 4. output paths: every place a save will write is checked before the first step, and refused clearly
+# (exit 1, one message naming the option, no training step run on any rank)
+mkdir -p "$work/adir" "$work/keep"
+: >"$work/afile"
+quick="--model tiny --epochs 1 --batch-size 256"
+refused() {  # refused WHAT EXPECT ARGS...: the run must exit non-zero before its first step, saying EXPECT
+  local what=$1 expect=$2
+  shift 2
+  run 2 "$work/out.log" $quick "$@"
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "$expect" "$work/out.log" && ! grep -qE '^epoch 1[:/]' "$work/out.log"; then
+    ok "$what: refused before the first step: $(grep -m1 -o -- "$expect.*" "$work/out.log" | cut -c1-90)"
+  else
+    bad "$what: expected exit 1 before any step with a message saying '$expect' (exit $rc)"; show "$work/out.log"
+  fi
+}
+refused "--checkpoint-dir in a missing folder" "cannot create the folder" --checkpoint-dir "$work/missing/run"
+refused "--checkpoint-dir naming a file" "is not a folder" --checkpoint-dir "$work/afile"
+refused "--checkpoint-dir in a folder nobody can write (/proc)" "cannot create the folder" --checkpoint-dir /proc/run
+refused "--checkpoint in a missing folder" "does not exist" --checkpoint "$work/missing/x.ckpt"
+refused "--checkpoint naming a folder" "is a folder" --checkpoint "$work/adir"
+refused "--checkpoint in a folder nobody can write (/proc)" "cannot be written" --checkpoint /proc/x.ckpt
+refused "--checkpoint-dir ''" "is empty" --checkpoint-dir ''
+refused "--checkpoint ''" "is empty" --checkpoint ''
+refused "--resume ''" "is empty" --resume ''
+# A fresh run (no --resume) into a folder that holds another run's checkpoints: refused, the files untouched.
+cp "$work/e21/"ckpt-*.ckpt "$work/keep/" 2>/dev/null
+before=$(cd "$work/keep" && md5sum ckpt-*.ckpt 2>/dev/null)
+if [ -n "$before" ]; then
+  refused "a fresh run into another run's --checkpoint-dir" "holds the checkpoints of another run" --checkpoint-dir "$work/keep"
+  [ "$(cd "$work/keep" && md5sum ckpt-*.ckpt)" = "$before" ] && ok "... and that run's checkpoints are untouched" ||
+    bad "a refused fresh run changed the checkpoints of the folder"
+else
+  bad "no checkpoints of the elastic run to test a fresh run against"
 fi
 
 [ $failed -eq 0 ] && echo "lesson 04: all extra tests passed"

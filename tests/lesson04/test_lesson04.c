@@ -5,9 +5,9 @@
 // rank. Tests decide from values every rank has before asserting, so the ranks make the same collective calls,
 // and the process group's timeout is short, so a learner's mismatched collective stops the test within seconds.
 //
-// To see what the learner's code does to files, this binary defines fsync, fdatasync and rename itself: the
-// learner's calls land here (the executable's own definitions win at link time), are recorded, and are passed
-// to the kernel. Hints for failures are in hints.tsv.
+// To see what the learner's code does to files, this binary defines fsync, fdatasync, rename and write itself:
+// the learner's calls land here (the executable's own definitions win at link time), are recorded (write: cut
+// short on request, as write(2) may), and are passed to the kernel. Hints for failures are in hints.tsv.
 #include <mpi.h>
 
 #include "tests/testutil.h"
@@ -81,6 +81,14 @@ int rename(const char *from, const char *to) {
     if (!realpath(to, abs_to)) snprintf(abs_to, sizeof abs_to, "%s", to);
     record(EV_RENAME, abs_to, abs_from);
     return rc;
+}
+
+// > 0: every write(2) of more bytes writes this many only and returns the count, as write(2) may (a signal,
+// a pipe, a quota): a caller must loop until every byte is written.
+static size_t g_write_max;
+ssize_t write(int fd, const void *buf, size_t n) {
+    if (g_write_max > 0 && n > g_write_max) n = g_write_max;
+    return (ssize_t)syscall(SYS_write, fd, buf, n);
 }
 
 static void dir_of(const char *path, char *out, size_t len) {
@@ -191,19 +199,28 @@ static void test_write_file_survives_kill(void **state) {
 }
 
 // The order of the calls: the new bytes synced, then renamed over the path (from the same folder), then the
-// folder synced.
+// folder synced. And every byte written: write(2) may write fewer bytes than asked and say so in its return
+// value (here every write stops after 1000 bytes): one write() per file leaves a truncated checkpoint.
 static void test_write_file_is_durable(void **state) {
     ProcessGroup *pg = test_pg();
     shared_dir(pg);
     char path[256], abs_path[512], dir[512], err[512];
     snprintf(path, sizeof path, "%s/rank%d.ckpt", g_dir, pg_rank(pg));
-    uint8_t bytes[4096];
-    memset(bytes, 7, sizeof bytes);
+    enum { N = 64 * 1024 };
+    static uint8_t bytes[N], got[N + 1];
+    for (int i = 0; i < N; i++) bytes[i] = (uint8_t)(i * 7 + 3);
     g_n_events = 0;
+    g_write_max = 1000;
     int rc = ckpt_write_file(path, bytes, sizeof bytes, err, sizeof err);
+    g_write_max = 0;
+    FILE *f = fopen(path, "rb");
+    size_t n_got = f ? fread(got, 1, sizeof got, f) : 0;
+    if (f) fclose(f);
+    bool whole = n_got == N && memcmp(got, bytes, N) == 0;
     if (!realpath(path, abs_path)) snprintf(abs_path, sizeof abs_path, "%s", path);
     dir_of(abs_path, dir, sizeof dir);
     int synced_file = -1, renamed = -1, synced_dir = -1;
+    bool other_folder = false;
     for (int i = 0; i < g_n_events; i++) {
         const Event *e = &g_events[i];
         if (e->kind == EV_RENAME && strcmp(e->path, abs_path) == 0 && renamed < 0) renamed = i;
@@ -216,13 +233,19 @@ static void test_write_file_is_durable(void **state) {
             if (g_events[i].kind == EV_FSYNC_FILE && strcmp(g_events[i].path, g_events[renamed].from) == 0)
                 synced_file = i;
         if (strcmp(from_dir, dir) != 0) {
-            print_error("renamed from %s: another folder than %s (rename is atomic only within one file system)\n",
-                        g_events[renamed].from, dir);
-            renamed = -1;
+            print_error("renamed from %s: another folder than %s (rename is atomic only within one file system: "
+                        "the temporary file belongs next to the checkpoint)\n", g_events[renamed].from, dir);
+            other_folder = true;
         }
     }
-    bool ok = rc == 0 && renamed >= 0 && synced_file >= 0 && synced_dir >= 0;
-    if (rc != 0) print_error("ckpt_write_file returned %d: %s\n", rc, err);
+    bool ok = rc == 0 && whole && renamed >= 0 && !other_folder && synced_file >= 0 && synced_dir >= 0;
+    if (rc != 0) print_error("ckpt_write_file returned %d: %s%s\n", rc, err,
+                             strstr(err, "write") ? " (write(2) wrote 1000 bytes a call here: a short write is not an "
+                                                    "error, write the rest)" : "");
+    else if (!whole)
+        print_error("write(2) wrote at most 1000 bytes a call and the file holds %zu of the %d bytes: one write() is "
+                    "not enough, loop until every byte is written (and retry on EINTR)\n", n_got, (int)N);
+    else if (other_folder) {}  // said above
     else if (renamed < 0) print_error("no rename(2) onto %s: the file was written in place\n", path);
     else if (synced_file < 0) print_error("the temporary file was not fsync'ed before the rename\n");
     else if (synced_dir < 0) print_error("the folder %s was not fsync'ed after the rename\n", dir);
@@ -324,8 +347,8 @@ static void test_capture_and_restore(void **state) {
     RunState run = {.epoch = 1, .batch_in_epoch = 17, .step = 95, .carry = {.loss_sum = 10.5, .correct = 40, .count = 64},
                     .images = 4992, .last_loss = 0.625, .test_acc = 0.875};
     Metrics local = {.loss_sum = 1.0 + rank, .correct = 10 + rank, .count = 32};  // this rank's part of the epoch
-    CkptState st = ckpt_capture(pg, &o, m, &run, 78, local);
     LrSchedule s = train_schedule(&o, 78);
+    CkptState st = ckpt_capture(pg, &o, m, &run, &s, 78, local);
     SgdConfig opt = train_sgd_config(&o);
     double want_loss = 10.5 + world + world * (world - 1) / 2.0;  // carry + sum over ranks of (1 + rank)
     long want_correct = 40 + 10L * world + world * (world - 1) / 2, want_count = 64 + 32L * world;
@@ -338,8 +361,10 @@ static void test_capture_and_restore(void **state) {
         wrong = "the optimizer (train_sgd_config)";
     else if (st.loss_sum != want_loss || st.correct != want_correct || st.count != want_count)
         wrong = "the epoch's metrics so far (run->carry + this epoch's sums over ALL ranks)";
-    else if (st.images != 4992 || st.last_loss != 0.625 || st.test_acc != 0.875)
-        wrong = "the metrics of finished epochs (images, last_loss, test_acc)";
+    else if (st.images != 4992 + want_count)
+        wrong = "the images trained on since the start (the finished epochs' run->images + the epoch in progress)";
+    else if (st.last_loss != 0.625 || st.test_acc != 0.875)
+        wrong = "the metrics of finished epochs (last_loss, test_acc)";
     if (wrong) print_error("ckpt_capture: wrong or missing: %s\n", wrong);
     RunState back = ckpt_restore(&st);
     bool restored = back.epoch == 1 && back.batch_in_epoch == 17 && back.step == 95 && back.images == 4992 &&
@@ -411,6 +436,33 @@ static void test_load_failure_reaches_every_rank(void **state) {
     model_free(m);
     model_free(before);
     model_free(saved);
+    remove_shared_dir(pg);
+    if (!ok) fail();
+}
+
+// Every rank reads a valid checkpoint, but not the same one (node-local folders that went out of step): each load
+// succeeds alone, yet training on would average the gradients of different models. ckpt_load_all must see it and
+// return -1 on every rank.
+static void test_load_refuses_different_replicas(void **state) {
+    ProcessGroup *pg = test_pg();
+    int rank = pg_rank(pg), world = pg_world(pg);
+    shared_dir(pg);
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "%s/rank%d.ckpt", g_dir, rank);
+    Model *saved = small_model(42 + (uint64_t)rank), *m = small_model(100);
+    CkptState st = small_state(saved, 33);
+    if (ckpt_save(path, saved, &st, err, sizeof err) != 0) fail_msg("%s", err);
+    pg_barrier(pg);
+    int rc = ckpt_load_all(pg, path, m, NULL, err, sizeof err);
+    bool ok = world == 1 ? rc == 0 : rc == -1 && err[0] != 0;
+    if (!ok && world > 1)
+        print_error("rank %d: ckpt_load_all returned %d although every rank loaded another checkpoint (each valid): "
+                    "after a load, check that the replicas are identical and fail on every rank when they are not "
+                    "(pg_identical)\n", rank, rc);
+    else if (!ok) print_error("rank 0: ckpt_load_all returned %d on a valid file: %s\n", rc, err);
+    if (world == 1 && rank == 0) print_message("(one rank: different replicas are checked on 2 or more)\n");
+    all_ranks(pg, ok);
+    model_free(m), model_free(saved);
     remove_shared_dir(pg);
     if (!ok) fail();
 }
@@ -508,7 +560,9 @@ static void test_checkpoint_holds_the_step(void **state) {
         for (int i = 0; i < m->n_views && ok; i++) {
             ckpt_tensor_data(&ck, ckpt_find(&ck, CKPT_PARAMS, m->views[i].name), p);
             if (memcmp(p, m->params + m->views[i].offset, m->views[i].count * sizeof(float)) != 0) {
-                print_error("tensor %s in the checkpoint is not the model after step 3\n", m->views[i].name);
+                print_error("tensor %s in the checkpoint of step 3 is not the model after step 3: saved before the "
+                            "step (or before its all-reduce and update)? A save belongs after the complete step\n",
+                            m->views[i].name);
                 ok = false;
             }
         }
@@ -632,6 +686,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_capture_and_restore),
         cmocka_unit_test(test_load_on_every_rank),
         cmocka_unit_test(test_load_failure_reaches_every_rank),
+        cmocka_unit_test(test_load_refuses_different_replicas),
         cmocka_unit_test(test_stop_flags_agree),
         cmocka_unit_test(test_checkpoint_holds_the_step),
         cmocka_unit_test(test_resume_is_exact),

@@ -11,13 +11,23 @@
 # to reduce with) and world > 1, and compare every result (forward, input and parameter gradients, running
 # stats) with BN over the global batch, so a missing or doubled all-reduce, a count not summed across ranks or
 # a biased variance differs on 3 ranks as on 4. World 3 is also the uneven one (odd, oversubscribed on 2 cores).
+#
+# Then the program keeps the last, short batch of the epoch (--keep-last-batch: PyTorch's drop_last=False) on
+# 3 ranks (the shards padded), and on 4 ranks against 1 process: 5000 images in global batches of 1024 make 4
+# full steps and a short one of 904 (226 per rank); SyncBN on 4 ranks trains what one process with plain BN
+# trains on the same images, within 1e-6 of the largest parameter (lesson 04's elastic tolerance: the same
+# sums in another order, nothing else), the short last step included.
+#
+#   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train BUILD/tests/ckpt_compare
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
+tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
+train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
+compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
 cd "$(dirname "$0")/../.."
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+log=$work/log
+trap 'rm -rf "$work"' EXIT
 failed=0
 count=$("$tests" --list | wc -l)  # every test of the binary must pass
 for np in ${LESSON05_WORLDS:-1 3}; do
@@ -32,14 +42,31 @@ for np in ${LESSON05_WORLDS:-1 3}; do
     failed=1
   fi
 done
-# The program: 3 ranks (an odd world), one epoch, and its report of what SyncBN cost (2 BN layers in tiny-bn: 4
+# The program: 3 ranks (an odd world), one epoch with its short last batch (5000 images padded to 5001: 1667 per
+# rank, 52 batches of 32 and one of 3), and its report of what SyncBN cost (2 BN layers in tiny-bn: 4
 # all-reduces per step).
-if timeout --kill-after=5 120 scripts/launch.sh 3 "$train" --epochs 1 --batch-size 96 >"$log" 2>&1 &&
-   grep -q '^syncbn: 4.0 all-reduces per step' "$log" && grep -q '^final:' "$log"; then
+if timeout --kill-after=5 120 scripts/launch.sh 3 "$train" --epochs 1 --batch-size 96 --keep-last-batch >"$log" 2>&1 &&
+   grep -q '^syncbn: 4.0 all-reduces per step' "$log" && grep -q '53 steps per epoch' "$log" && grep -q '^final:' "$log"; then
   echo "ok   lesson 05 program on 3 ranks: $(grep -m1 '^syncbn:' "$log" | cut -c1-110)"
 else
   echo "!! FAIL: lesson 05 program on 3 ranks"
   tail -n 15 "$log" | sed 's/^/   | /'
+  failed=1
+fi
+# SyncBN on 4 ranks with a short last step = one process, plain BN, on the same images.
+short="--dataset synthetic --model tiny-bn --epochs 1 --batch-size 1024 --warmup-epochs 0 --keep-last-batch --timeout 20"
+if timeout --kill-after=5 120 scripts/launch.sh 4 "$train" $short --checkpoint-dir "$work/w4" >"$work/w4.log" 2>&1 &&
+   timeout --kill-after=5 120 scripts/launch.sh 1 "$train" $short --checkpoint-dir "$work/w1" >"$work/w1.log" 2>&1 &&
+   grep -q '5 steps per epoch' "$work/w4.log" && grep -q '5 steps per epoch' "$work/w1.log"; then
+  if "$compare" "$work/w1/ckpt-00000005.ckpt" "$work/w4/ckpt-00000005.ckpt" 1e-6 >"$work/cmp" 2>&1; then
+    echo "ok   lesson 05: 4 ranks with SyncBN, last step 904 images (226 per rank), vs 1 process: $(cat "$work/cmp")"
+  else
+    echo "!! FAIL: lesson 05: SyncBN on 4 ranks with a short last step is not one process's BN: $(cat "$work/cmp")"
+    failed=1
+  fi
+else
+  echo "!! FAIL: lesson 05: the --keep-last-batch runs (4 ranks, 1 rank) failed or did not make 5 steps"
+  tail -n 8 "$work/w4.log" "$work/w1.log" | sed 's/^/   | /'
   failed=1
 fi
 [ $failed -eq 0 ] && echo "lesson 05: all extra tests passed"
