@@ -48,3 +48,16 @@ bench-inference: $(BUILD)/solutions/06-inference/train | $(BUILD)/solutions/04-c
 ifneq ($(HAVE_MPI),)
 test-lesson06: $(BUILD)/solutions/04-checkpoint/train
 endif
+
+# ---- the image reader (solutions/06-inference/image.c) alone, for tests/lesson06/test_images.py (run by
+# run-tests.sh): it prints what it read from a file, which the test compares with PIL's reading of it.
+LESSON06_PROBE := $(BUILD)/tests/lesson06/image_probe
+$(LESSON06_PROBE): tests/lesson06/probe/image_probe.c solutions/06-inference/image.c solutions/06-inference/lesson.h \
+                   $(KIT_HEADERS) $(KIT_LIB)
+	@mkdir -p $(@D)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) -Isolutions/06-inference $(PNG_CFLAGS) $(CFLAGS) $(filter %.c,$^) -o $@ $(LDFLAGS) \
+	  $(KIT_LIB) $(PNG_LIBS) $(LDLIBS)
+ifneq ($(HAVE_PNG),)
+test-lesson06: $(LESSON06_PROBE)
+endif

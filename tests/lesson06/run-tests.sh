@@ -122,5 +122,12 @@ PY
     bad "a 32x32 colour PNG must be classified with a top-5"; show "$work/img.log"
   fi
 fi
+# ---- 4: the image reader against files of other encoders (PIL, and PNG chunks written by hand)
+probe=$(dirname "$(dirname "$(dirname "$infer")")")/tests/lesson06/image_probe
+if [ ! -x "$probe" ]; then
+  echo "skip lesson 06: the image reader against PIL: $probe not built (libpng: make deps)"
+elif ! python3 tests/lesson06/test_images.py "$probe"; then
+  failed=1
+fi
 [ $failed -eq 0 ] && echo "lesson 06: every check passed" || echo "lesson 06: some checks FAILED"
 exit $failed
