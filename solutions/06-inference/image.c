@@ -190,15 +190,13 @@ int image_write_png(const char *path, const Image *img, char *err, size_t errlen
 
 // ---------------------------------------------------------------- class names
 
-static const char *const CIFAR10[] = {"airplane", "automobile", "bird", "cat", "deer",
-                                      "dog", "frog", "horse", "ship", "truck"};
-static const char *const FASHION[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                      "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
-
+// The names live in the kit's dataset table (kit/data.c), the one place that knows a dataset.
 const char *class_name(const char *dataset, int k) {
-    if (k >= 0 && k < 10 && strcmp(dataset, "cifar10") == 0) return CIFAR10[k];
-    if (k >= 0 && k < 10 && strcmp(dataset, "fashion-mnist") == 0) return FASHION[k];
-    static _Thread_local char name[32];  // the synthetic set's classes are patterns; CIFAR-100: by number
-    snprintf(name, sizeof name, "%s %d", strcmp(dataset, "synthetic") == 0 ? "pattern" : "class", k);
+    const DatasetInfo *info = dataset_info(dataset);
+    const char *const *names = info ? info->class_names : NULL;
+    for (int i = 0; names && names[i]; i++)
+        if (i == k) return names[i];
+    static _Thread_local char name[32];  // no names (CIFAR-100), or k past them
+    snprintf(name, sizeof name, "class %d", k);
     return name;
 }
