@@ -696,6 +696,7 @@ static void test_real_data_slice(void **state) {
     train.n = SLICE_TRAIN, train.images = all.images + SLICE_EVAL * img, train.labels = all.labels + SLICE_EVAL;
     TrainOptions o = fixture_options();
     o.dataset = "fashion-mnist";
+    o.lr = 0.2f;  // one epoch of 62 steps, all warmup: 450 of 1000 right after it (0.05: 256, 0.5: 222)
     model_config(&g_cfg, o.model, o.width, all.c, all.h, all.w, all.classes);
     Model *t = model_create(&g_cfg, DEVICE_CPU, o.batch_size, o.seed);
     Sampler ts, es;
