@@ -1,4 +1,4 @@
-# mk/inference.mk: lesson 06 (inference, issue 9). Included before mk/lessons.mk: the lesson says NEEDS := png, and
+# mk/inference.mk: lesson 06 (inference from a checkpoint). Included before mk/lessons.mk: the lesson says NEEDS := png, and
 # mk/lessons.mk decides which lessons can be built from the NEEDS_HAVE_* below.
 #
 #   make lesson-06 [ARGS=...]  without --checkpoint in ARGS: trains a short lesson 04 run first (synthetic,
