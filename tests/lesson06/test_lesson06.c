@@ -558,6 +558,48 @@ static void test_no_test_augmentation(void **state) {
 
 // ---------------------------------------------------------------- TODO 4 and 5: one image file
 
+// The loader computes (v / 255 - mean) / std in float; another order of the same float operations differs by a few
+// roundings of values below 1 / std ~ 4 (synthetic std ~ 0.25; Fashion-MNIST's 0.353): 1e-5 absolute is 40 such
+// ulps (2^-22 at 4), while a missing normalisation is off by ~1 and a swapped mean/std or channel by ~0.1 or more.
+#define NORM_TOL 1e-5
+
+// Which classic normalisation mistake x (c, h, w) is, for the image img of ds: a static string, or NULL when none
+// of them matches. Each candidate is computed in double and compared with NORM_TOL.
+static const char *normalisation_mistake(const float *x, const Image *img, const Dataset *ds) {
+    static const float imagenet[2][3] = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+    static const float cifar10[2][3] = {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
+    static const char *const what[] = {
+        "the bytes are not divided by 255: the training data was in 0..1 units before the mean and std",
+        "the mean and std are not applied: the training data was normalised with the dataset's mean and std",
+        "channel 0's mean and std are used for every channel: each channel has its own",
+        "ImageNet's constants (0.485, 0.456, 0.406 / 0.229, 0.224, 0.225) instead of this dataset's mean and std",
+        "CIFAR-10's published constants instead of this dataset's own mean and std",
+        "mean and std swapped: (v / 255 - std) / mean",
+        "the pixels are read as (h, w, c), interleaved: the Image's bytes are planar (c, h, w) like the datasets'",
+    };
+    size_t plane = (size_t)img->h * img->w;
+    for (int k = 0; k < (int)(sizeof what / sizeof what[0]); k++) {
+        double worst = 0;
+        for (int ch = 0; ch < img->c; ch++)
+            for (size_t i = 0; i < plane; i++) {
+                double v = img->pixels[ch * plane + i], m = ds->mean[ch], sd = ds->std[ch], want;
+                if (k == 6) v = img->pixels[i * (size_t)img->c + ch];
+                switch (k) {
+                case 0: want = (v - m) / sd; break;
+                case 1: want = v / 255; break;
+                case 2: want = (v / 255 - ds->mean[0]) / ds->std[0]; break;
+                case 3: want = ch < 3 ? (v / 255 - imagenet[0][ch]) / imagenet[1][ch] : 0; break;
+                case 4: want = ch < 3 ? (v / 255 - cifar10[0][ch]) / cifar10[1][ch] : 0; break;
+                case 5: want = (v / 255 - sd) / m; break;
+                default: want = (v / 255 - m) / sd; break;
+                }
+                worst = fmax(worst, fabs(x[ch * plane + i] - want));
+            }
+        if (worst <= NORM_TOL * (k == 0 ? 255 : 1)) return what[k];
+    }
+    return NULL;
+}
+
 static void test_image_input_normalised(void **state) {
     (void)state;
     Image img = image_of_sample(&g_test, 3);
@@ -567,15 +609,15 @@ static void test_image_input_normalised(void **state) {
     dataset_fill_batch(&g_test, &idx, 1, NULL, 0, 0, want, &y);
     char err[512] = "";
     int rc = image_to_input(&img, &g_test, &g_cfg, x, err, sizeof err);
-    // The loader computes (v / 255 - mean) / std in float; another order of the same float operations differs by
-    // a few roundings of values below 1 / std ~ 4 (synthetic std ~ 0.25): 1e-5 absolute is 40 such ulps (2^-22 at 4),
-    // while a missing normalisation is off by ~1 and a swapped mean/std or channel by ~0.1 or more.
     double worst = 0;
     for (size_t i = 0; i < n && rc == 0; i++) worst = fmax(worst, fabs((double)x[i] - want[i]));
+    const char *why = rc == 0 && !(worst <= NORM_TOL) ? normalisation_mistake(x, &img, &g_test) : NULL;
     free(x), free(want);
     image_free(&img);
     if (rc != 0) fail_msg("image_to_input refused a test-set image: %s", err);
-    if (!(worst <= 1e-5)) fail_msg("the input differs from the training data's normalisation by up to %g", worst);
+    if (!(worst <= NORM_TOL))
+        fail_msg("the input differs from the training data's normalisation by up to %g%s%s", worst, why ? ": " : "",
+                 why ? why : "");
 }
 
 // A test image written as a PNG and as raw bytes, read back and classified: the class the batched evaluation gives it.
@@ -747,6 +789,7 @@ static void test_real_data_slice(void **state) {
     Image one = image_of_sample(&slice, 7);
     int rc = image_to_input(&one, &slice, &g_cfg, x, err, sizeof err);
     double worst = rc == 0 ? max_abs_diff(x, norm, img) : 0;
+    const char *norm_why = rc == 0 && !(worst <= NORM_TOL) ? normalisation_mistake(x, &one, &slice) : NULL;
     uint8_t colour[3 * 28 * 28] = {0};
     Image rgb = {3, 28, 28, colour};
     char err2[512] = "";
@@ -760,10 +803,10 @@ static void test_real_data_slice(void **state) {
     if (!loss_ok) fail_msg("Fashion-MNIST: loss_sum differs from the cross-entropy of the eval-mode logits (%.6g)",
                            ref.loss_sum);
     if (rc != 0) fail_msg("Fashion-MNIST: image_to_input refused a test image (1 x 28 x 28): %s", err);
-    // 1 / std = 2.8 here: the same 1e-5 as test_image_input_normalised holds (float roundings of values below 3).
-    if (!(worst <= 1e-5))
-        fail_msg("Fashion-MNIST: the input differs from the training data's by up to %g: the dataset's own mean and "
-                 "std (here 1 channel: %.4f, %.4f), never another dataset's constants", worst, slice.mean[0], slice.std[0]);
+    if (!(worst <= NORM_TOL))
+        fail_msg("Fashion-MNIST: the input differs from the training data's by up to %g: %s (this dataset: 1 channel, "
+                 "mean %.4f, std %.4f)", worst, norm_why ? norm_why : "the dataset's own units, mean and std?",
+                 slice.mean[0], slice.std[0]);
     if (rc_rgb == 0) fail_msg("Fashion-MNIST: image_to_input accepted a 3-channel image for a 1-channel model: the "
                               "CHANNELS are not checked");
 }
