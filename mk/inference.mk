@@ -60,4 +60,5 @@ $(LESSON06_PROBE): tests/lesson06/probe/image_probe.c solutions/06-inference/ima
 	  $(KIT_LIB) $(PNG_LIBS) $(LDLIBS)
 ifneq ($(HAVE_PNG),)
 test-lesson06: $(LESSON06_PROBE)
+ALL_TARGETS += $(LESSON06_PROBE)
 endif
