@@ -537,8 +537,10 @@ static void test_no_test_augmentation(void **state) {
         Dataset ds = g_test, rev = reversed(&g_test);
         snprintf(ds.name, sizeof ds.name, "%s", names[k]);
         snprintf(rev.name, sizeof rev.name, "%s", names[k]);
-        EvalReport a = infer_evaluate(m, &ds, FIXTURE_BATCH), b = infer_evaluate(m, &rev, FIXTURE_BATCH);
-        const char *c = count_mistake(a.count, g_test.n, FIXTURE_BATCH);
+        // Batches of 1: the loss of an image then does not depend on its batch mates, even where loss_sum is
+        // computed wrongly (a sum of batch means), so only augmentation can make the order matter.
+        EvalReport a = infer_evaluate(m, &ds, 1), b = infer_evaluate(m, &rev, 1);
+        const char *c = count_mistake(a.count, g_test.n, 1);
         grading_require_todo(c == NULL, "3", "%s", c ? c : "");
         // Another order, the same images: only the order of the loss sum may change (LOSS_REL_TOL).
         bool moved = a.correct != b.correct ||
