@@ -838,7 +838,8 @@ static void test_real_data_slice(void **state) {
     if (lm) snprintf(loss_why, sizeof loss_why, "%s", lm);
     eval_report_free(&r);
     // One image through TODO 4: the loader's normalisation with this dataset's one channel and statistics.
-    float *x = xcalloc(img, sizeof(float)), *norm = xmalloc(img * sizeof(float));
+    // x has room for 3 planes: code that does not check the channels writes 3 of them for the colour image below.
+    float *x = xcalloc(3 * img, sizeof(float)), *norm = xmalloc(img * sizeof(float));
     int idx = 7, y;
     dataset_fill_batch(&slice, &idx, 1, NULL, 0, 0, norm, &y);
     Image one = image_of_sample(&slice, 7);
