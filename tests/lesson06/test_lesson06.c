@@ -209,10 +209,26 @@ static const char *predict_mistake_on(Model *m, const Dataset *ds, const char *c
             snprintf(why, sizeof why, "the logits differ from the network's in eval mode by up to %.3g (and from "
                      "training mode's by %.3g): are the n images copied to the model's input whole?", d_eval, d_train);
             res = why;
-        } else if (bad >= 0) {
+        }
+        // The arg-max of every batch of ds, not only the first: a loop that stops one class short shows only on
+        // an image whose largest logit is the last class.
+        for (int start = n; start < ds->n && bad < 0 && !res; start += n) {
+            int b = ds->n - start < n ? ds->n - start : n, best;
+            for (int i = 0; i < b; i++) idx[i] = start + i;
+            dataset_fill_batch(ds, idx, b, NULL, 0, 0, x, y);
+            const float *o = infer_predict(m, x, b, pred);
+            for (int i = 0; i < b && bad < 0; i++)
+                if (pred[i] != (best = row_argmax(o + (size_t)i * K, K))) {
+                    bad = start + i;
+                    memcpy(got, o + (size_t)i * K, (size_t)K * sizeof(float));
+                    pred[0] = pred[i];
+                }
+        }
+        if (!res && bad >= 0) {
+            int row = bad < n ? bad : 0;  // later batches: the offending row was copied to got[0]
             snprintf(why, sizeof why, "the arg-max is wrong: image %d's largest logit is class %d, pred says %d "
                      "(an arg-max loop off by one, or a class index shifted?)", bad,
-                     row_argmax(got + (size_t)bad * K, K), pred[bad]);
+                     row_argmax(got + (size_t)row * K, K), pred[row]);
             res = why;
         }
     }
