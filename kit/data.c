@@ -546,12 +546,22 @@ static int load_synthetic(Dataset *ds, const char *dir, Split split, char *err, 
     return 0;
 }
 
+// Class names in label order: the datasets' own (CIFAR-10's batches.meta.txt, Fashion-MNIST's README); the
+// synthetic set's classes are patterns. CIFAR-100's 100 names are left out: its classes print as numbers.
+static const char *const SYNTHETIC_CLASSES[] = {"pattern 0", "pattern 1", "pattern 2", "pattern 3", "pattern 4",
+                                                "pattern 5", "pattern 6", "pattern 7", "pattern 8", "pattern 9",
+                                                NULL};
+static const char *const CIFAR10_CLASSES[] = {"airplane", "automobile", "bird", "cat", "deer",
+                                              "dog", "frog", "horse", "ship", "truck", NULL};
+static const char *const FASHION_CLASSES[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                              "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot", NULL};
+
 // Crop + flip suit natural photos; Fashion-MNIST's centred items and the synthetic patterns get neither.
 static const DatasetInfo DATASETS[] = {
-    {"synthetic", load_synthetic, "tiny-bn", 3, {0}},
-    {"cifar10", dataset_load_cifar10, "resnet9", 24, {.crop_pad = 4, .flip = true}},
-    {"cifar100", dataset_load_cifar100, "resnet9", 24, {.crop_pad = 4, .flip = true}},
-    {"fashion-mnist", dataset_load_fashion_mnist, "fmnist", 8, {0}},
+    {"synthetic", load_synthetic, "tiny-bn", 3, {0}, SYNTHETIC_CLASSES},
+    {"cifar10", dataset_load_cifar10, "resnet9", 24, {.crop_pad = 4, .flip = true}, CIFAR10_CLASSES},
+    {"cifar100", dataset_load_cifar100, "resnet9", 24, {.crop_pad = 4, .flip = true}, NULL},
+    {"fashion-mnist", dataset_load_fashion_mnist, "fmnist", 8, {0}, FASHION_CLASSES},
 };
 enum { N_DATASETS = (int)(sizeof DATASETS / sizeof DATASETS[0]) };
 

@@ -73,6 +73,7 @@ typedef struct {
     const char *default_model;  // --model when not given
     int default_epochs;         // --epochs when not given: the README's reference schedule
     Augment train_augment;      // for the training split ({0}: none); the test split is never augmented
+    const char *const *class_names;  // names by label, NULL-terminated ("airplane", ...); NULL: the kit has none
 } DatasetInfo;
 
 // The row named `name`, or NULL.

@@ -1,4 +1,4 @@
-# mk/inference.mk: lesson 06 (inference, issue 9). Included before mk/lessons.mk: the lesson says NEEDS := png, and
+# mk/inference.mk: lesson 06 (inference from a checkpoint). Included before mk/lessons.mk: the lesson says NEEDS := png, and
 # mk/lessons.mk decides which lessons can be built from the NEEDS_HAVE_* below.
 #
 #   make lesson-06 [ARGS=...]  without --checkpoint in ARGS: trains a short lesson 04 run first (synthetic,
@@ -47,4 +47,18 @@ bench-inference: $(BUILD)/solutions/06-inference/train | $(BUILD)/solutions/04-c
 # on 1 and 2 ranks for it, when Open MPI is found.
 ifneq ($(HAVE_MPI),)
 test-lesson06: $(BUILD)/solutions/04-checkpoint/train
+endif
+
+# ---- the image reader (solutions/06-inference/image.c) alone, for tests/lesson06/test_images.py (run by
+# run-tests.sh): it prints what it read from a file, which the test compares with PIL's reading of it.
+LESSON06_PROBE := $(BUILD)/tests/lesson06/image_probe
+$(LESSON06_PROBE): tests/lesson06/probe/image_probe.c solutions/06-inference/image.c solutions/06-inference/lesson.h \
+                   $(KIT_HEADERS) $(KIT_LIB)
+	@mkdir -p $(@D)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) -Isolutions/06-inference $(PNG_CFLAGS) $(CFLAGS) $(filter %.c,$^) -o $@ $(LDFLAGS) \
+	  $(KIT_LIB) $(PNG_LIBS) $(LDLIBS)
+ifneq ($(HAVE_PNG),)
+test-lesson06: $(LESSON06_PROBE)
+ALL_TARGETS += $(LESSON06_PROBE)
 endif

@@ -42,13 +42,14 @@ Model *infer_load(const char *path, const ModelConfig *cfg, const char *dataset,
 
 // ---------------------------------------------------------------- TODO 2: predict a batch
 
-// TODO 2: copy the n images to the model's input buffer on its device (m->input), run the forward pass, and
-//   put each image's arg-max class into pred (host memory). The kit has the arg-max on the device
-//   (kit/ops.h, into m->pred); copy the result back.
-//   Which mode must the forward pass run in? In training mode batch norm normalises each channel with the
-//   statistics of THIS batch: an image's class would then depend on which other images share its batch (and on
-//   whether it is alone in it). Evaluation uses the running statistics training accumulated, so an image gets
-//   the same answer whatever batch it is in.
+// TODO 2: the network's answer for n images that sit in host memory, while the model lives on its device.
+//   What must hold:
+//   - the logits returned are the network's for exactly these n images (the model's buffers are on m->device:
+//     what has to move where, and how much of it?);
+//   - pred[i] (host memory) is the class of image i's LARGEST logit, over every class, the lower class on a tie;
+//   - an image gets the same logits whatever batch it comes in, alone included. Which mode must the forward pass
+//     run in for that? In training mode batch norm normalises each channel with the statistics of THIS batch;
+//     what did training accumulate for the time after it?
 // PyTorch: model.eval(); with torch.no_grad(): logits = model(x.to(device)); pred = logits.argmax(1).cpu()
 const float *infer_predict(Model *m, const float *x, int n, int *pred) {
     (void)m, (void)x, (void)n, (void)pred;
@@ -57,13 +58,15 @@ const float *infer_predict(Model *m, const float *x, int n, int *pred) {
 
 // ---------------------------------------------------------------- TODO 3: evaluate a split
 
-// TODO 3: evaluate EVERY image of ds exactly once, in batches of batch_size, and fill the report: correct,
-//   count, loss_sum (cross-entropy, no label smoothing: kit/ops.h computes it on the device into m->loss),
-//   and the confusion matrix (confusion[true * classes + predicted] counts images).
-//   The kit's sampler and loader (kit/data.h) give you the batches; three of their settings decide whether
-//   this evaluation is the one training printed: which mode of the sampler never shuffles, pads or drops? must
-//   a short last batch be dropped? and which augmentation does a test image get?
-//   The count must be ds->n: that is how you know no image was dropped or counted twice.
+// TODO 3: evaluate EVERY image of ds exactly once, in batches of batch_size, and fill the report. What must hold:
+//   - count == ds->n: no image dropped (a short last batch included), none counted twice;
+//   - correct and the confusion matrix are those of the training run's own evaluation of these weights, whatever
+//     batch_size: rows are the TRUE class, columns the predicted one (lesson.h);
+//   - loss_sum is the sum over images of the loss the model is MEASURED by, not the one it was trained with;
+//   - a test image reaches the network as it is stored: the same image must get the same answer wherever it sits
+//     in the dataset and whatever the dataset's training augmentation is.
+//   The kit's sampler and loader (kit/data.h) give you the batches: which of their settings decide the points
+//   above (which sampler mode never shuffles, pads or drops? which augmentation, which drop_last)?
 // PyTorch: DataLoader(test_set, batch_size, shuffle=False, drop_last=False), and a loop under torch.no_grad().
 EvalReport infer_evaluate(Model *m, const Dataset *ds, int batch_size) {
     EvalReport r;
@@ -76,12 +79,13 @@ EvalReport infer_evaluate(Model *m, const Dataset *ds, int batch_size) {
 
 // ---------------------------------------------------------------- TODO 4: an image file -> the model's input
 
-// TODO 4: check that img has exactly the model's input shape (cfg->in_c, in_h, in_w): another number of channels
-//   (a grey image for a colour model, or the reverse) or another size must be REFUSED with a message giving
-//   both shapes -- resizing or converting silently would classify something the model never saw.
-//   Then normalise each byte v of channel ch the way the training data was: the network learnt from
-//   (v / 255 - mean[ch]) / std[ch] with the dataset's per-channel mean and std (kit/data.h), and an image
-//   given in any other units is, to it, another picture.
+// TODO 4: an image file's bytes -> exactly the input the network saw in training for such an image. What must hold:
+//   - an image of another shape than the model's input -- other channels (gray for a colour model, or the
+//     reverse) as much as another height or width -- is REFUSED with a message giving both shapes: resizing or
+//     converting silently would classify something the model never saw;
+//   - x equals what the training loader makes of the same bytes (dataset_fill_batch, kit/data.h): the same
+//     units and this dataset's own per-channel statistics (ds). An image given in any other units is, to the
+//     network, another picture.
 // PyTorch: transforms.Compose([ToTensor(), Normalize(mean, std)]), with the training set's mean and std.
 int image_to_input(const Image *img, const Dataset *ds, const ModelConfig *cfg, float *x, char *err, size_t errlen) {
     (void)img, (void)ds, (void)cfg, (void)x;

@@ -64,9 +64,12 @@ void top_k(const float *logits, int classes, int k, int *idx, float *prob);
 
 void eval_report_free(EvalReport *r);
 
-// Reads a PNG (8-bit gray or colour; alpha is dropped) or a raw file of c*h*w bytes (raw: when the file does not
-// start with PNG's signature; the shape comes from want_c, want_h, want_w, and a file of another size is refused).
-// Returns 0, or -1 with the reason in err. image_free releases the pixels.
+// Reads a PNG (gray or colour, any bit depth, palette; the stored values as PIL gives them: no gamma
+// conversion, 16 bits keep their high byte, a palette of gray entries is gray, alpha is dropped) or a raw file of
+// c*h*w bytes (raw: when the file does not start with PNG's signature; the shape comes from want_c, want_h,
+// want_w, and a file of another size is refused). A PNG whose header gives another size than want_h x want_w is
+// refused before it is decoded; its channels are left to image_to_input to check. Returns 0, or -1 with the
+// reason in err (a directory, a damaged file, ...). image_free releases the pixels.
 int image_read(const char *path, int want_c, int want_h, int want_w, Image *img, char *err, size_t errlen);
 // Writes img as an 8-bit PNG (gray for 1 channel, RGB for 3). Returns 0, or -1 with the reason in err.
 int image_write_png(const char *path, const Image *img, char *err, size_t errlen);

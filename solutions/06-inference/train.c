@@ -9,10 +9,14 @@
 // (`make lesson-06` trains a short lesson 04 run first when ARGS has no --checkpoint.) Options are the kit's
 // (kit/cli.c): --dataset, --model and --width must say what the checkpoint was trained with, as for a resume;
 // --batch-size is the evaluation's batch and changes nothing in the result. What you write is in infer.c.
+#include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kit/check.h"
 #include "kit/cli.h"
@@ -59,7 +63,23 @@ static void print_per_class(const EvalReport *r, const char *dataset) {
     }
 }
 
+// --confusion FILE must be writable BEFORE the evaluation runs (minutes on a large test set), not found out after
+// it: opened for appending (which truncates nothing), and removed again when this check created it.
+static int check_writable(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    bool existed = stat(path, &sb) == 0;
+    if (existed && S_ISDIR(sb.st_mode))
+        return check_reason(err, errlen, "--confusion %s: a directory: give a file name (e.g. %s/confusion.csv)", path,
+                            path);
+    FILE *f = fopen(path, "a");
+    if (!f) return check_reason(err, errlen, "--confusion %s: cannot write there: %s", path, strerror(errno));
+    fclose(f);
+    if (!existed) unlink(path);
+    return 0;
+}
+
 // CSV for scripts/plot-metrics.sh (make plot): a header "true\predicted,0,1,...", then one row per true class.
+// Returns 0, or -1 with errno set (the file could not be opened, written or closed).
 static int write_confusion_csv(const char *path, const EvalReport *r) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -71,7 +91,8 @@ static int write_confusion_csv(const char *path, const EvalReport *r) {
         for (int j = 0; j < r->classes; j++) fprintf(f, ",%ld", r->confusion[(size_t)k * r->classes + j]);
         fprintf(f, "\n");
     }
-    return fclose(f);
+    bool failed = ferror(f) != 0;
+    return fclose(f) != 0 || failed ? -1 : 0;
 }
 
 static int predict_image(Model *m, const TrainOptions *o, const Dataset *ds) {
@@ -154,12 +175,16 @@ static int evaluate_and_report(Model *m, const TrainOptions *o, const Dataset *t
            r.count, o->batch_size, r.count % o->batch_size ? r.count % o->batch_size : (long)o->batch_size,
            r.correct, 100.0 * acc, r.count ? r.loss_sum / (double)r.count : 0.0, seconds);
     print_per_class(&r, test->name);
+    int status = 0;
     if (o->confusion) {
-        if (write_confusion_csv(o->confusion, &r) != 0) fprintf(stderr, "warning: cannot write %s\n", o->confusion);
-        else printf("confusion matrix written to %s (make plot METRICS=%s draws it)\n", o->confusion, o->confusion);
+        if (write_confusion_csv(o->confusion, &r) != 0) {  // checked writable at the start: a full disk, say
+            fprintf(stderr, "error: --confusion %s: cannot write the matrix: %s\n", o->confusion, strerror(errno));
+            status = 1;
+        } else {
+            printf("confusion matrix written to %s (make plot METRICS=%s draws it)\n", o->confusion, o->confusion);
+        }
     }
     long ref = reference_correct(st, r.count);
-    int status = 0;
     if (r.count != test->n) {
         fprintf(stderr, "error: %ld images evaluated, the test set has %d: every image must count exactly once\n",
                 r.count, test->n);
@@ -189,10 +214,15 @@ int run_inference(const TrainOptions *o) {
                 "trains a short run first when ARGS has no --checkpoint)\n");
         return 1;
     }
+    char err[1024];
+    bool evaluates = !o->image && !o->latency;
+    if (o->confusion && evaluates && check_writable(o->confusion, err, sizeof err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
     Device dev;
     device_parse(o->device, &dev, false);
     Dataset test;
-    char err[1024];
     if (dataset_load(&test, o->dataset, o->data_dir, SPLIT_TEST, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s\n  HINT: run `datasets/get-data.sh`, or pass --data-dir\n", err);
         return 1;
@@ -216,7 +246,7 @@ int run_inference(const TrainOptions *o) {
     printf("device: %s; inference model for batches of %d: %.2f MB (training would take %.2f MB: no gradients, "
            "momentum, activation gradients)\n", device_name(dev), max_batch, (double)model_device_bytes(m) / 1e6,
            (double)train_bytes / 1e6);
-    int status = o->image ? predict_image(m, o, &test) : o->latency ? 0 : evaluate_and_report(m, o, &test, &st);
+    int status = o->image ? predict_image(m, o, &test) : evaluates ? evaluate_and_report(m, o, &test, &st) : 0;
     if (status == 0 && o->latency) measure_latency(m, &test);
     fflush(stdout);
     model_free(m);

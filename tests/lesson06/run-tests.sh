@@ -9,7 +9,10 @@
 #   2. a checkpoint saved mid-epoch (--stop-at) has no reference, and the program says so instead of comparing;
 #   3. refusals, each a clear "error:" line and exit status 1 (never a crash): a truncated checkpoint, another
 #      --width, another --dataset (when Fashion-MNIST is installed), a gray PNG, a PNG of another size, a raw file
-#      of another size; and a colour PNG of the right size is classified with a top-5.
+#      of another size, a directory as --image, --confusion to a directory or a missing folder (before any work);
+#      the per-class report names the classes; a colour PNG of the right size is classified with a top-5;
+#   4. the image reader against files written by PIL and by hand (tests/lesson06/test_images.py: gamma chunks,
+#      16 bits, palettes, alpha, an 8000 x 8000 header).
 #
 #   tests/lesson06/run-tests.sh BUILD/grade-solutions/test_lesson06 BUILD/solutions/06-inference/train
 #
@@ -98,7 +101,8 @@ PY
     shift 2
     infer "$work/refuse.log" "$@"
     local rc=$?
-    if [ $rc -eq 1 ] && grep -q '^error: ' "$work/refuse.log" && grep -qi -- "$pattern" "$work/refuse.log"; then
+    if [ $rc -eq 1 ] && grep -q '^error: ' "$work/refuse.log" && grep -qi -- "$pattern" "$work/refuse.log" && \
+       ! grep -q 9223372036854775807 "$work/refuse.log"; then
       ok "refused $what: $(grep -m1 '^error: ' "$work/refuse.log" | cut -c1-150)"
     else
       bad "$what: want exit 1 and an error naming '$pattern', got exit $rc"; show "$work/refuse.log"
@@ -115,12 +119,34 @@ PY
   refuse "a gray PNG for a colour model" "1 channel" $model --checkpoint "$ck" --image "$work/gray.png"
   refuse "a 16x16 PNG for a 32x32 model" "16x16" $model --checkpoint "$ck" --image "$work/small.png"
   refuse "a raw file of one channel" "size of a one-channel image" $model --checkpoint "$ck" --image "$work/one-channel.raw"
+  refuse "--image of a directory" "$work: a directory, not an image file" $model --checkpoint "$ck" --image "$work"
+  # --confusion is checked before anything is loaded or evaluated: no checkpoint line, no evaluation line.
+  refuse "--confusion to a directory" "confusion $work: a directory" $model --checkpoint "$ck" --confusion "$work"
+  refuse "--confusion in a missing folder" "cannot write there: No such file" $model --checkpoint "$ck" \
+    --confusion "$work/no/such/folder/confusion.csv"
+  if grep -q '^checkpoint: \|^evaluation: ' "$work/refuse.log"; then
+    bad "--confusion to a bad path must be refused before the work starts"; show "$work/refuse.log"
+  fi
+  # The class names come from the kit's dataset table: the synthetic set's classes are patterns.
+  if infer "$work/names.log" $model --checkpoint "$ck" --confusion "$work/confusion.csv" && \
+     grep -q '^    3 pattern 3 ' "$work/names.log" && [ "$(wc -l <"$work/confusion.csv")" = 11 ]; then
+    ok "per-class lines name the dataset's classes (pattern 0..9), the confusion CSV has 1 + 10 rows"
+  else
+    bad "per-class lines must name the classes and --confusion write the CSV"; show "$work/names.log" 14
+  fi
   if infer "$work/img.log" $model --checkpoint "$ck" --image "$work/rgb.png" && \
      [ "$(grep -cE '^  [1-5]\. ' "$work/img.log")" = 5 ] && grep -q '^predict: ' "$work/img.log"; then
     ok "a 32x32 colour PNG: $(grep '^predict: ' "$work/img.log")"
   else
     bad "a 32x32 colour PNG must be classified with a top-5"; show "$work/img.log"
   fi
+fi
+# ---- 4: the image reader against files of other encoders (PIL, and PNG chunks written by hand)
+probe=$(dirname "$(dirname "$(dirname "$infer")")")/tests/lesson06/image_probe
+if [ ! -x "$probe" ]; then
+  echo "skip lesson 06: the image reader against PIL: $probe not built (libpng: make deps)"
+elif ! python3 tests/lesson06/test_images.py "$probe"; then
+  failed=1
 fi
 [ $failed -eq 0 ] && echo "lesson 06: every check passed" || echo "lesson 06: some checks FAILED"
 exit $failed
