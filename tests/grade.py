@@ -1122,6 +1122,44 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
     return rs, log if emu_rs[0]["status"] != NOBUILD else emu_log
 
 
+def sources_digest(folder):
+    """SHA-256 over the names and contents of the files of a lesson folder (sorted, recursively)."""
+    import hashlib
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(folder)):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            path = os.path.join(dirpath, fn)
+            h.update(os.path.relpath(path, folder).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def forget_stale_objects(obj_dir, binary, source_dir):
+    """Every grade compiles what it grades. make decides by time stamps, but a learner's file put back with
+    its old time stamp (cp -p, tar, unzip, rsync -a, an older git checkout) is older than the object built
+    from what it replaced, and make would link that object. So the object folder keeps the digest of the
+    sources its objects came from; when the sources to grade differ, their objects (not those of the kit's
+    solutions in uses/, nor the kit library) and the binary are deleted first. Same content: nothing to do,
+    a grade of unchanged sources stays fast."""
+    digest = sources_digest(source_dir)
+    stamp = os.path.join(obj_dir, "graded-sources.sha256")
+    try:
+        with open(stamp, encoding="ascii") as f:
+            if f.read().strip() == digest and os.path.exists(binary):
+                return
+    except OSError:
+        pass
+    os.makedirs(obj_dir, exist_ok=True)
+    for name in os.listdir(obj_dir):
+        if name.endswith(".o") or name == os.path.basename(stamp):
+            remove_path(os.path.join(obj_dir, name))
+    remove_path(binary)
+    write_file(stamp, digest + "\n")
+
+
 def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir, log_path,
                     strict_names, shown_dir, only=None):
     """grade_lesson in one build folder; only: the tests to run (default all)."""
@@ -1132,7 +1170,9 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
         source_dir = os.path.join(root, "solutions", lesson.name)
         obj_dir = os.path.join(build_dir, "grade-solutions", lesson.name)
     else:
-        out = grade_out or os.path.join(build_dir, "grade-lessons")
+        # A folder only this driver builds into (make's own grade-lessons is also built from lessons/ by
+        # other targets, test-emu's for one), so that the stamp below describes every object in it.
+        out = grade_out or os.path.join(build_dir, "grade-staged")
         binary = os.path.join(out, f"test_lesson{lesson.num}")
         lessons_dir = lessons_dir or "lessons"
         args += [f"GRADE_LESSONS_OUT={out}", f"LESSONS_DIR={lessons_dir}"]
@@ -1140,6 +1180,9 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
         obj_dir = os.path.join(out, lesson.name)
     if not os.path.isdir(source_dir):
         return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in tests], ""
+    if source != "solutions":
+        absolute = lambda p: p if os.path.isabs(p) else os.path.join(root, p)
+        forget_stale_objects(absolute(obj_dir), absolute(binary), source_dir)
     if ctx.guard:
         ctx.guard.check()  # builds only from the kit's own files
     ok, log = build(root, build_dir, binary, args, log_path)
@@ -1406,7 +1449,7 @@ def stage_lesson(root, lesson, found, stage_root, starter_dir=None):
                     continue
             target = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(src, target)  # keeps the time stamp: make rebuilds only what changed
+            shutil.copy2(src, target)  # time stamps kept; forget_stale_objects decides on content
     for name, path in pristine.items():
         shutil.copy2(path, os.path.join(dest, name))
     return dest, notes

@@ -132,6 +132,85 @@ class TestLearnerMode(unittest.TestCase):
             self.assertRegex(log, r"TOTAL\s+0/5")
 
 
+def plant(folder, source, days_ago=None):
+    """Copies a lesson's add.c into folder/99-fake, with its time stamp set days_ago in the past (as cp -p,
+    tar, unzip, rsync -a or an older git checkout leave it) when given."""
+    os.makedirs(os.path.join(folder, "99-fake"), exist_ok=True)
+    target = os.path.join(folder, "99-fake", "add.c")
+    shutil.copy(os.path.join(ROOT, source, "99-fake", "add.c"), target)
+    shutil.copy(os.path.join(ROOT, source, "99-fake", "lesson.h"), os.path.join(folder, "99-fake", "lesson.h"))
+    if days_ago is not None:
+        for name in ("add.c", "lesson.h"):
+            past = os.path.getmtime(os.path.join(folder, "99-fake", name)) - days_ago * 86400
+            os.utime(os.path.join(folder, "99-fake", name), (past, past))
+
+
+class TestEveryGradeCompilesWhatItGrades(unittest.TestCase):
+    """The solution graded, then the starter put back with an OLD time stamp: make, deciding by time, would
+    link the solution's objects again (it scored 16/16 on lesson 04 that way)."""
+
+    def test_learner_mode(self):
+        lessons = tempfile.mkdtemp(prefix="restored-", dir=ROOT)
+        plant(lessons, "solutions")
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+4/5", log)
+        plant(lessons, "lessons", days_ago=30)
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+0/5", log)
+        plant(lessons, "solutions", days_ago=60)  # and back: older still than the starter's objects
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+4/5", log)
+
+    def test_class_run(self):
+        subs = tempfile.mkdtemp(prefix="restored-class-", dir=ROOT)
+        out = os.path.join(ROOT, "graded-restored")
+        plant(os.path.join(subs, "ann"), "solutions")
+        rc, log = run_grade("--submissions", subs, "--out", out)
+        self.assertRegex(log, r"ann\s+4/5", log)
+        plant(os.path.join(subs, "ann"), "lessons", days_ago=30)
+        rc, log = run_grade("--submissions", subs, "--out", out)
+        self.assertRegex(log, r"ann\s+0/5", log)
+
+
+KIT = os.path.dirname(TESTS)  # the real kit, for its make rules
+KIT_BUILD = os.environ.get("GRADER_KIT_BUILD", "build")
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(KIT, KIT_BUILD, "libkit.a")),
+                     f"the kit is not built in {KIT_BUILD} (make first)")
+class TestMakeRebuildsOnContent(unittest.TestCase):
+    """The same sequence through the kit's own make rules (mk/lessons.mk), which `make`, `make lesson-NN` and
+    `make grade` use on lessons/ in place: lesson 01's solution, then its starter restored with cp -p."""
+
+    def make_and_run(self, lessons, out):
+        env = dict(os.environ)
+        env.pop("MAKEFLAGS", None)
+        env.pop("MAKELEVEL", None)
+        binary = os.path.join(out, "test_lesson01")
+        p = subprocess.run(["make", "--no-print-directory", "-j2", f"BUILD={KIT_BUILD}", f"LESSONS_DIR={lessons}",
+                            f"GRADE_LESSONS_OUT={out}", binary], cwd=KIT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stdout.decode("utf-8", "replace"))
+        run = subprocess.run([binary, "--only", "test_sgd_plain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             timeout=120)
+        return run.returncode
+
+    def test_cp_p_restore(self):
+        work = tempfile.mkdtemp(prefix="make-restore-")
+        try:
+            lessons, out = os.path.join(work, "lessons"), os.path.join(work, "out")
+            lesson = os.path.join(lessons, "01-single-gpu")
+            shutil.copytree(os.path.join(KIT, "solutions", "01-single-gpu"), lesson)
+            self.assertEqual(self.make_and_run(lessons, out), 0)  # the solution passes
+            for name in os.listdir(os.path.join(KIT, "lessons", "01-single-gpu")):
+                src = os.path.join(KIT, "lessons", "01-single-gpu", name)
+                shutil.copy2(src, os.path.join(lesson, name))  # cp -p
+                os.utime(os.path.join(lesson, name), (1e9, 1e9))  # 2001: older than any object
+            self.assertNotEqual(self.make_and_run(lessons, out), 0)  # the starter fails
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class TestClass(unittest.TestCase):
     """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
     cr = None
