@@ -1067,9 +1067,11 @@ def failure_text_of(lines):
 
 def result(lesson, test, status, message, output="", seconds=0.0):
     name, points, hint, _ = test
+    ran_on = RAN_ON_GPU if GPU_MARK in output else RAN_ON_CPU
     return {"lesson": lesson.num, "lesson_name": lesson.name, "test": name, "max_score": points,
             "score": points if status == PASS else 0.0, "status": status, "message": message or "",
-            "hint": pick_hint(lesson, name, hint, status, message), "output": output, "seconds": round(seconds, 3)}
+            "hint": pick_hint(lesson, name, hint, status, message), "output": output, "seconds": round(seconds, 3),
+            "ran_on": ran_on}
 
 
 # ---- hint levels (issue 10): hints.tsv says what to think about; tests/lessonNN/hints-full.tsv
@@ -1098,13 +1100,26 @@ class Context:
 
 
 EMU_NOTE = "ran in the CUDA emulator: no GPU here"
+# Where a test ran: the CPU, the GPU (skip_without_gpu in tests/testutil.h prints GPU_MARK when it goes on), or
+# the CUDA emulator (a GPU test run again in the emulation build, below).
+RAN_ON_CPU, RAN_ON_GPU, RAN_ON_EMU = "CPU", "GPU", "CUDA emulator"
+GPU_MARK = "[  CUDA    ] runs on the CUDA device"
+
+
+def default_emu_build(build):
+    """The emulation build folder make uses beside `build` (mk/emu.mk's EMU_BUILD): build-emu, with build's
+    -debug and -clang suffixes."""
+    name = os.path.basename(os.path.normpath(build))
+    return os.path.join(os.path.dirname(os.path.normpath(build)),
+                        "build-emu" + "".join(s for s in ("-debug", "-clang") if s in name))
 
 
 def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_out=None, lessons_dir=None,
-                 log_path=None, strict_names=False, shown_dir=None, emu_build=None):
+                 log_path=None, strict_names=False, shown_dir=None, emu_build=None, emu_grade_out=None):
     """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons' (then lessons_dir is a staged
     private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log).
-    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there."""
+    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there
+    (emu_grade_out: where their binary goes; a class run gives each student their own)."""
     rs, log = grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir,
                               log_path, strict_names, shown_dir)
     # skip_without_gpu (tests/testutil.h): no GPU here, or a build without CUDA; the emulator needs neither.
@@ -1114,10 +1129,11 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
     print(f"grade: no GPU here: running {len(gpu_skipped)} GPU test(s) of lesson {lesson.num} in the CUDA "
           f"emulator (build folder {emu_build})", flush=True)
     only = [lesson.tests[i] for i in gpu_skipped]
+    emu_kit_ready(root, emu_build, make_args)
     emu_rs, emu_log = grade_lesson_in(root, emu_build, lesson, source, list(make_args) + ["EMU=1"], limits, ctx,
-                                      None, lessons_dir, None, False, shown_dir, only)
+                                      emu_grade_out, lessons_dir, None, False, shown_dir, only)
     for i, r in zip(gpu_skipped, emu_rs):
-        r["note"] = EMU_NOTE
+        r["note"], r["ran_on"] = EMU_NOTE, RAN_ON_EMU
         rs[i] = r
     return rs, log if emu_rs[0]["status"] != NOBUILD else emu_log
 
@@ -1158,6 +1174,21 @@ def forget_stale_objects(obj_dir, binary, source_dir):
             remove_path(os.path.join(obj_dir, name))
     remove_path(binary)
     write_file(stamp, digest + "\n")
+
+
+_EMU_KIT = {}                # emulation build folder -> whether its kit library built, once per run
+_EMU_KIT_LOCK = threading.Lock()
+
+
+def emu_kit_ready(root, emu_build, make_args):
+    """Builds the emulation build's kit library once, before any student's emulated lesson: students graded at
+    the same time would otherwise each start make on the same library (the class run builds the plain kit
+    library up front for the same reason). A failure shows in the lesson's own build."""
+    with _EMU_KIT_LOCK:
+        if emu_build not in _EMU_KIT:
+            _EMU_KIT[emu_build] = build(root, emu_build, os.path.join(emu_build, "libkit.a"),
+                                        list(make_args) + ["EMU=1"])[0]
+        return _EMU_KIT[emu_build]
 
 
 def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir, log_path,
@@ -1295,6 +1326,8 @@ def gradescope_json(results, extra_output=""):
         parts = [f"{r['status']}: {r['message']}".strip()] if r["status"] != PASS else ["passed"]
         if r.get("note"):
             parts.append(f"({r['note']})")
+        if r["status"] not in (NOBUILD, MISSING):
+            parts.append(f"Ran on: {r.get('ran_on', RAN_ON_CPU)}")
         if r["hint"]:
             parts.append(f"Hint: {r['hint']}")
         if r["status"] != PASS and r["output"].strip():
@@ -1455,7 +1488,7 @@ def stage_lesson(root, lesson, found, stage_root, starter_dir=None):
     return dest, notes
 
 
-def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits, ctx):
+def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits, ctx, emu_build=None):
     """Grades one student into out_dir (results.json, junit.xml, build logs). Never raises."""
     student = os.path.basename(student_dir.rstrip("/"))
     os.makedirs(out_dir, exist_ok=True)
@@ -1478,7 +1511,8 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
                 notes += [f"lesson {lesson.num}: {n}" for n in staged_notes]
                 rs, _ = grade_lesson(root, build_dir, lesson, "lessons", make_args, limits, ctx,
                                      grade_out=os.path.join(work, "build"), lessons_dir=stage,
-                                     log_path=os.path.join(out_dir, f"build-lesson{lesson.num}.log"))
+                                     log_path=os.path.join(out_dir, f"build-lesson{lesson.num}.log"),
+                                     emu_build=emu_build, emu_grade_out=os.path.join(work, "build-emu"))
                 if rs and rs[0]["status"] == NOBUILD:
                     notes.append(f"lesson {lesson.num}: compile error")
                 results += rs
@@ -1487,10 +1521,28 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
                 notes.append(f"lesson {lesson.num}: grader error: {e}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summary = "; ".join(notes)
+    summary = "; ".join(notes + result_notes(results))
     write_file(os.path.join(out_dir, "results.json"), json.dumps(gradescope_json(results, summary), indent=2))
     write_file(os.path.join(out_dir, "junit.xml"), junit_xml(results))
     return student, results, summary
+
+
+def result_notes(results):
+    """class.csv's notes for one student: why each test that did not pass failed or was skipped, and where the
+    tests that did not run on this machine's CPU ran. A lesson that did not build or was not handed in is
+    noted once (by grade_student), not once per test."""
+    notes = []
+    for r in results:
+        tag = f"lesson {r['lesson']} {r['test']}"
+        where = r.get("ran_on", RAN_ON_CPU)
+        if r["status"] in (NOBUILD, MISSING):
+            continue
+        if r["status"] != PASS:
+            notes.append(f"{tag}: {r['status']}: {one_line(r['message'], 120)}"
+                         + (f" (on the {where})" if where != RAN_ON_CPU else ""))
+        elif where != RAN_ON_CPU:
+            notes.append(f"{tag}: passed on the {where}")
+    return notes
 
 
 def instructor(args, lessons, make_args, limits, ctx):
@@ -1514,8 +1566,8 @@ def instructor(args, lessons, make_args, limits, ctx):
     print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time, "
           f"sandbox: {dict(bwrap='bubblewrap', uid='a user per test').get(ctx.sandbox, 'none')}")
     rows = {}
-    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
-            for s in students]
+    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx,
+             args.emu_build) for s in students]
     # Threads: each test runs in its own supervisor process (tests never run inside the grader), so nothing
     # a student's code does to its parent process reaches the grader or another student.
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
@@ -1554,7 +1606,8 @@ def main():
     ap.add_argument("--build", default="build", help="build folder of the kit (default build)")
     ap.add_argument("--make-arg", action="append", default=[], help="extra VAR=VALUE for make (repeatable)")
     ap.add_argument("--emu-build", help="CUDA emulation build folder (make EMU=1): tests skipped for want of a "
-                                        "GPU run again there")
+                                        "GPU run again there (default: make's, build-emu beside --build; "
+                                        "'none': no emulator)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per test (hints.tsv may say more)")
     ap.add_argument("--mem-mb", type=int, default=4096, help="memory limit per test in MiB (0: none)")
     ap.add_argument("--fsize-mb", type=int, default=512, help="largest file (and output) a test may write, MiB")
@@ -1575,6 +1628,10 @@ def main():
     lessons = find_lessons(ROOT, wanted, skipped)
     limits = Limits(args.timeout, args.mem_mb, args.fsize_mb)
     make_args = list(args.make_arg)
+    if args.emu_build is None:
+        args.emu_build = default_emu_build(args.build)
+    elif args.emu_build == "none":
+        args.emu_build = None
     if args.submissions and not args.out:
         ap.error("--submissions needs --out")
     if not lessons:

@@ -211,6 +211,48 @@ class TestMakeRebuildsOnContent(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+@unittest.skipUnless(os.path.exists(os.path.join(KIT, KIT_BUILD, "libkit.a")),
+                     f"the kit is not built in {KIT_BUILD} (make first)")
+class TestClassRunGradesLikeMakeGrade(unittest.TestCase):
+    """A class run of the reference solution of lesson 01 (which has a CUDA kernel test: run in the emulator
+    without a GPU) scores full marks, with the same tests, statuses and places as the learner's grade."""
+
+    def grade(self, *args):
+        env = dict(os.environ)
+        env.pop("MAKEFLAGS", None)
+        p = subprocess.run([sys.executable, os.path.join(KIT, "tests", "grade.py"), "--build", KIT_BUILD,
+                            "--lesson", "01", *args], cwd=KIT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=900)
+        log = p.stdout.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, 0, log)
+        return log
+
+    def test_reference_solution(self):
+        work = tempfile.mkdtemp(prefix="class-like-make-")
+        try:
+            subs, out = os.path.join(work, "subs"), os.path.join(work, "out")
+            shutil.copytree(os.path.join(KIT, "solutions", "01-single-gpu"), os.path.join(subs, "ref", "01-single-gpu"))
+            learner_json = os.path.join(work, "learner.json")
+            self.grade("--lessons-dir", os.path.join(subs, "ref"), "--results-json", learner_json)
+            log = self.grade("--submissions", subs, "--out", out)
+            with open(os.path.join(out, "class.csv"), newline="") as f:
+                row = next(csv.DictReader(f))
+            self.assertEqual(row["total"], row["max"], f"{row}\n{log}")
+            with open(learner_json) as f:
+                learner = [(t["name"], t["status"], t["score"]) for t in json.load(f)["tests"]]
+            with open(os.path.join(out, "ref", "results.json")) as f:
+                tests = json.load(f)["tests"]
+            self.assertEqual([(t["name"], t["status"], t["score"]) for t in tests], learner)
+            with open(os.path.join(KIT, "tests", "lesson01", "hints.tsv")) as f:
+                listed = [l.split("\t")[0] for l in f if l.strip() and not l.startswith("#")]
+            self.assertEqual([t["name"].split(": ")[1] for t in tests], listed)
+            kernel = next(t for t in tests if t["name"].endswith("test_sgd_cuda_kernel"))
+            self.assertRegex(kernel["output"], r"Ran on: (GPU|CUDA emulator)")
+            self.assertIn("test_sgd_cuda_kernel: passed on the", row["notes"])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class TestClass(unittest.TestCase):
     """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
     cr = None
