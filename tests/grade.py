@@ -1257,7 +1257,7 @@ def fmt_points(x):
     return f"{x:g}"
 
 
-def one_line(message, limit=160):
+def one_line(message, limit=None):
     """A failure message on one line: cmocka's 'file:line: error: Failure!' becomes '(file:line)', and its
     integer comparisons ('0xa != 0x14') are shown in decimal ('10 != 20')."""
     where, said = "", []
@@ -1268,7 +1268,7 @@ def one_line(message, limit=160):
         elif line.strip():
             said.append(decimal_counts(line.strip()))
     text = ("; ".join(said) + (f" ({where})" if where else "")).strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
 
 
 def decimal_counts(text):
@@ -1282,6 +1282,42 @@ def decimal_counts(text):
     return re.sub(r"\b0x[0-9a-f]+\b", dec, text)
 
 
+TABLE_WIDTH = 160           # a row's message wraps onto lines of this width, under the message's first line
+CAUSE_LINES = 4             # at most this many of a failed run's own last lines are shown under its row
+
+
+def wrapped(first, text, width=TABLE_WIDTH):
+    """`first` followed by `text`, wrapped at spaces: the continuation lines start under text's first
+    character (scripts/check-grade-excerpts joins them back)."""
+    import textwrap
+    indent = " " * len(first)
+    lines = textwrap.wrap(text, width=max(width, len(first) + 40), initial_indent=first,
+                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines) if lines else first.rstrip()
+
+
+def cause_lines(r, limit=CAUSE_LINES):
+    """The failed run's own last words, for a result whose message does not say the cause itself: a crash, a
+    timeout, an error, or a message that points at an error printed above (run_program's "see the error
+    above"). Under mpirun the ranks' stderr, each line labelled with its rank; otherwise the last lines the
+    test printed. cmocka's own lines and the lines the message already holds are left out."""
+    message = r["message"]
+    if r["status"] not in (CRASH, ERROR, TIMEOUT) and not (r["status"] == FAIL and "above" in message):
+        return []
+    shown = one_line(message)
+    framing = lambda l: not l.strip() or l.lstrip().startswith(("[", "<", "...")) or l.strip() in shown
+    streams = tagged_streams(r["output"])
+    if any(key != (0, "stdout") for key in streams):  # mpirun --tag-output: the ranks' stderr, in log order
+        lines = []
+        for line in r["output"].splitlines():
+            m = re.match(r"^\[\d+,(\d+)\]<stderr>:(.*)$", line)
+            if m and not framing(m.group(2)):
+                lines.append(f"rank {m.group(1)}: {m.group(2).strip()}")
+    else:
+        lines = [l.rstrip() for l in r["output"].splitlines() if not framing(l)]
+    return lines[-limit:]
+
+
 def print_table(results, title, out=sys.stdout):
     width = max([len(r["test"]) for r in results] + [4])
     print(f"\n{title}", file=out)
@@ -1289,13 +1325,17 @@ def print_table(results, title, out=sys.stdout):
     for r in results:
         pts = f"{fmt_points(r['score'])}/{fmt_points(r['max_score'])}"
         line = f"{r['lesson']:<7}{r['test']:<{width + 2}}{pts:>8}  {r['status']}"
-        if r["status"] != PASS:
-            line += f"  {one_line(r['message'])}"
+        said = one_line(r["message"]) if r["status"] != PASS else ""
         if r.get("note"):
-            line += f"  ({r['note']})"
-        print(line, file=out)
+            said += f"  ({r['note']})"
+        print(wrapped(line + "  ", said.strip()) if said.strip() else line, file=out)
         if r["hint"]:
             print(f"{'':<7}  hint: {r['hint']}", file=out)
+        cause = cause_lines(r) if r["status"] != NOBUILD else []
+        if cause:
+            print(f"{'':<7}  the run's last lines:", file=out)
+            for c in cause:
+                print(f"{'':<7}  | {c}", file=out)
     total = sum(r["score"] for r in results)
     most = sum(r["max_score"] for r in results)
     counts = {}
@@ -1538,7 +1578,7 @@ def result_notes(results):
         if r["status"] in (NOBUILD, MISSING):
             continue
         if r["status"] != PASS:
-            notes.append(f"{tag}: {r['status']}: {one_line(r['message'], 120)}"
+            notes.append(f"{tag}: {r['status']}: {one_line(r['message'])}"
                          + (f" (on the {where})" if where != RAN_ON_CPU else ""))
         elif where != RAN_ON_CPU:
             notes.append(f"{tag}: passed on the {where}")

@@ -384,6 +384,36 @@ class TestMessages(unittest.TestCase):
         self.assertEqual(grade.printed_above(msg, f"[1,0]<stderr>:{msg}\n", [0]),
                          "the replicas stopped being identical")
 
+    def test_long_messages_wrap(self):
+        fake = type("L", (), {"num": "99", "name": "99-fake"})
+        why = "the loss after step 3 is 2.31 instead of 0.98: " + "a long explanatory sentence " * 8 + "THE END"
+        r = grade.result(fake, ("test_add", 1, "hint", None), grade.FAIL, why)
+        import io
+        out = io.StringIO()
+        grade.print_table([r], "t", out=out)
+        rows = [l for l in out.getvalue().splitlines() if l.startswith("99") or l.startswith(" " * 12)]
+        self.assertGreater(len(rows), 1)
+        self.assertTrue(all(len(l) <= grade.TABLE_WIDTH for l in rows), rows)
+        self.assertEqual(" ".join(" ".join(rows).split()), " ".join(("99 test_add 0/1 FAIL " + why).split()))
+
+    def test_the_cause_is_shown(self):
+        fake = type("L", (), {"num": "04", "name": "04-ckpt"})
+        out = ("[1,0]<stdout>:epoch 1/2 step 3/39\n"
+               "[1,0]<stderr>:error: rank 0: cannot resume: the checkpoint was trained with --seed 0\n"
+               "[1,1]<stderr>:error: rank 1: cannot resume: the checkpoint was trained with --seed 0\n"
+               "[1,0]<stderr>:run_program returned RUN_FAILED (see the error above), expected RUN_DONE\n")
+        r = grade.result(fake, ("test_resume", 3, "hint", None), grade.FAIL,
+                         "run_program returned RUN_FAILED (see the error above), expected RUN_DONE\nt.c:9: error: Failure!",
+                         out)
+        self.assertEqual(grade.cause_lines(r), ["rank 0: error: rank 0: cannot resume: the checkpoint was trained "
+                                                "with --seed 0", "rank 1: error: rank 1: cannot resume: the "
+                                                "checkpoint was trained with --seed 0"])
+        plain = grade.result(fake, ("test_x", 1, "hint", None), grade.CRASH, "crashed with SIGSEGV",
+                             "[ RUN      ] test_x\nloading model.bin\nkit/ops.c:12: buffer too small\n")
+        self.assertEqual(grade.cause_lines(plain), ["loading model.bin", "kit/ops.c:12: buffer too small"])
+        clear = grade.result(fake, ("test_x", 1, "hint", None), grade.FAIL, "1 != 2", "noise\n")
+        self.assertEqual(grade.cause_lines(clear), [])  # a message that says it all gets no extra lines
+
     def test_junit_cleans_every_string(self):
         r = grade.result(type("L", (), {"num": "99", "name": "99-fake"}), ("t\x01", 1, "h\x02", None), grade.FAIL,
                          "\x1b[31m(t.c:3)", "out\x07put")
