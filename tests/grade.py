@@ -855,10 +855,10 @@ def scratch_dir(root, base):
     return d, work
 
 
-def run_test(root, binary, lesson, test, limits, source_dir, ctx):
+def run_test(root, binary, lesson, test, limits, source_dir, ctx, timeout=None):
     """Runs one test under its supervisor (in the sandbox when there is one). Returns a result dict."""
     name, points, hint, own_timeout = test
-    timeout = own_timeout or limits.timeout
+    timeout = timeout or own_timeout or limits.timeout
     scratch, work = scratch_dir(root, ctx.scratch)
     xml = os.path.join(work, "result.xml")
     log = os.path.join(scratch, "output.log")
@@ -1248,7 +1248,51 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
     refused = check_objects(binary, objects, kit_libs, shown)
     if refused:
         return [result(lesson, t, ERROR, refused) for t in tests], log
-    return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in tests], log
+    return run_tests(root, binary, lesson, tests, limits, source_dir, ctx), log
+
+
+# ---- an endless loop costs one full timeout, not one per test (see run_tests)
+PROBE_MIN_S = 10            # the shortest time limit of a test run after another test of its TODO timed out
+PROBE_FACTOR = 5            # ... and it is at least this many times the lesson's slowest passing test so far
+
+
+def todos_of(hint):
+    """The TODOs a test exercises, from its hints.tsv hint: "TODO 3: ..." {3}, "TODO 1 + 3: ..." {1, 3},
+    "TODO 1-4: ..." {1, 2, 3, 4}, "TODO 3b: ..." {3b}. Empty when the hint names none."""
+    m = re.match(r"\s*TODOs?\s+([0-9a-z ,+&-]+?)\s*(?::|$)", hint or "")
+    found = set()
+    for part in re.split(r"\s*(?:,|\+|&|\band\b)\s*", m.group(1)) if m else []:
+        span = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        found |= {str(n) for n in range(int(span.group(1)), int(span.group(2)) + 1)} if span else {part} - {""}
+    return found
+
+
+def run_tests(root, binary, lesson, tests, limits, source_dir, ctx):
+    """Runs the tests one after another. Once a test TIMES OUT, the later tests that exercise the same TODO
+    (hints.tsv: the TODOs its hint names; every later test when it names none) are likely to run into the
+    same endless loop: each runs with a shorter limit, PROBE_FACTOR x the slowest test of the lesson that
+    passed so far and at least PROBE_MIN_S, instead of the full minute; its message names the first timeout.
+    They are still RUN, not failed unseen: a test whose path misses the loop (a loop in the batch-norm branch
+    only, say) passes as it would have, since it takes a fraction of that limit; a class run, which grades
+    the same way, must not take points for a test that was never run. Tests of other TODOs keep their limit."""
+    results, first, slowest_pass = [], None, 0.0
+    for test in tests:
+        name, _, hint, own_timeout = test
+        full = own_timeout or limits.timeout
+        probe = None
+        if first and (not first[2] or not todos_of(hint) or first[2] & todos_of(hint)):
+            probe = min(full, max(PROBE_MIN_S, PROBE_FACTOR * slowest_pass))
+        r = run_test(root, binary, lesson, test, limits, source_dir, ctx, timeout=probe)
+        if r["status"] == PASS:
+            slowest_pass = max(slowest_pass, r["seconds"])
+        elif r["status"] == TIMEOUT and probe and probe < full:
+            todo = f"TODO {' + '.join(sorted(first[2]))}'s code" if first[2] else "this lesson"
+            r["message"] = (f"timed out after {probe:g} s: a shorter limit, because {first[0]} had already timed "
+                            f"out after {first[1]:g} s in {todo} (an endless loop there?); fix that first")
+        elif r["status"] == TIMEOUT and not first:
+            first = (name, full, todos_of(hint))
+        results.append(r)
+    return results
 
 
 # ------------------------------------------------------------------------------------------------ reports

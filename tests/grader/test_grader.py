@@ -100,8 +100,8 @@ class ClassRun:
 
 
 ATTACKS = ["honest", "wrong", "rewrite", "setsid", "shm", "ctrlchars", "killparent", "forge_xml", "forge_ctor",
-           "forge_channel", "preinit", "interpose", "header"]
-CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid")]  # every one of these must score 0
+           "forge_channel", "preinit", "interpose", "header", "loop"]
+CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid", "loop")]  # every one of these must score 0
 
 
 class TestLearnerMode(unittest.TestCase):
@@ -276,6 +276,15 @@ class TestClass(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
         rc, log = run_grade("--expect", "fail")  # the next run still grades with the real tests
         self.assertEqual(rc, 0, log)
+
+    def test_one_endless_loop_costs_one_full_timeout(self):
+        tests = self.cr.tests("loop")
+        self.assertIn("TIMEOUT: timed out after 20 s", tests["test_add"]["output"])
+        many = tests["test_add_many"]["output"]
+        self.assertIn(f"timed out after {grade.PROBE_MIN_S:g} s: a shorter limit, because test_add had already "
+                      f"timed out after 20 s", many)
+        self.assertEqual(tests["test_add_zero"]["score"], 1, tests["test_add_zero"])  # never met the loop
+        self.assertEqual(self.cr.rows["loop"]["total"], "1", self.cr.log)
 
     def test_no_process_left_behind(self):
         self.assertEqual(escapees(), [])
