@@ -190,7 +190,8 @@ endef
 $(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))
 
 # ---- grader self-tests (issue 10, section 5): tests/grade.py against hostile and broken submissions, on a
-# minimal fake lesson (tests/grader/); about half a minute.
+# minimal fake lesson (tests/grader/), and two checks on the kit itself (lesson 01: a restored starter is
+# rebuilt; a class run grades like make grade); about three minutes.
 .PHONY: test-grader
 TEST_TARGETS += test-grader
 HELP_TARGETS += test-grader

@@ -31,7 +31,7 @@ def setUpModule():
     global ROOT
     ROOT = tempfile.mkdtemp(prefix="grader-test-")
     shutil.copytree(os.path.join(HERE, "fake"), ROOT, dirs_exist_ok=True)
-    for f in ("grade.py", "grading.h"):
+    for f in ("grade.py", "grader_sandbox.py", "grading.h"):
         shutil.copy2(os.path.join(TESTS, f), os.path.join(ROOT, "tests", f))
 
 
