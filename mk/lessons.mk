@@ -166,6 +166,15 @@ check-starters:
 grade: $(KIT_LIB)
 	@$(if $(HINTS),GRADE_HINTS=$(HINTS) )$(GRADE_PY) $(if $(LESSON),--lesson $(LESSON)) $(if $(filter 1,$(SOLUTIONS)),--solutions)
 
+# The instructor's class run (tests/GRADING.md), with the same options as `make grade`: the build folder, the
+# lessons this machine cannot build left out, GPU tests in the CUDA emulator when there is no GPU.
+# make grade-class SUBMISSIONS=dir OUT=dir [LESSON=NN] [JOBS=2]
+.PHONY: grade-class
+HELP_TARGETS += grade-class
+grade-class: $(KIT_LIB)
+	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade-class SUBMISSIONS=dir OUT=dir [LESSON=NN] [JOBS=n]" >&2; exit 2; }
+	@$(GRADE_PY) --submissions $(SUBMISSIONS) --out $(OUT) $(if $(LESSON),--lesson $(LESSON)) --jobs $(or $(JOBS),1)
+
 # CI (invariant 10): every autograder test passes on the solutions and fails on the starters.
 grade-solutions: $(KIT_LIB)
 	@$(GRADE_PY) --solutions --expect pass
