@@ -663,7 +663,9 @@ def cause_lines(r, limit=CAUSE_LINES):
                 lines.append(f"rank {m.group(1)}: {m.group(2).strip()}")
     else:
         lines = [l.rstrip() for l in r["output"].splitlines() if not framing(l)]
-    return lines[-limit:]
+    # A sanitizer's report ends with its shadow-memory legend: its ERROR and SUMMARY lines say what happened.
+    sanitizer = [l for l in lines if re.search(r"(ERROR|SUMMARY): \w*Sanitizer|: runtime error: ", l)]
+    return (sanitizer or lines)[-limit:]
 
 
 def print_table(results, title, out=sys.stdout):

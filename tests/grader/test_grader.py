@@ -420,6 +420,11 @@ class TestMessages(unittest.TestCase):
         plain = grade.result(fake, ("test_x", 1, "hint", None), grade.CRASH, "crashed with SIGSEGV",
                              "[ RUN      ] test_x\nloading model.bin\nkit/ops.c:12: buffer too small\n")
         self.assertEqual(grade.cause_lines(plain), ["loading model.bin", "kit/ops.c:12: buffer too small"])
+        asan = grade.result(fake, ("test_x", 1, "hint", None), grade.CRASH, "crashed with SIGABRT",
+                            "==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6\n#0 0x5 in f t.c:3\n"
+                            "SUMMARY: AddressSanitizer: heap-buffer-overflow t.c:3 in f\nShadow bytes:\n  Heap left redzone: fa\n")
+        self.assertEqual(grade.cause_lines(asan), ["==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6",
+                                                   "SUMMARY: AddressSanitizer: heap-buffer-overflow t.c:3 in f"])
         clear = grade.result(fake, ("test_x", 1, "hint", None), grade.FAIL, "1 != 2", "noise\n")
         self.assertEqual(grade.cause_lines(clear), [])  # a message that says it all gets no extra lines
 
