@@ -665,7 +665,8 @@ def cause_lines(r, limit=CAUSE_LINES):
         lines = [l.rstrip() for l in r["output"].splitlines() if not framing(l)]
     # A sanitizer's report ends with its shadow-memory legend: its ERROR and SUMMARY lines say what happened.
     sanitizer = [l for l in lines if re.search(r"(ERROR|SUMMARY): \w*Sanitizer|: runtime error: ", l)]
-    return (sanitizer or lines)[-limit:]
+    # What a program prints may hold terminal control sequences: shown as "?".
+    return [re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", l) for l in (sanitizer or lines)[-limit:]]
 
 
 def print_table(results, title, out=sys.stdout):
