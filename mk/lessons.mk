@@ -97,6 +97,23 @@ $(4): $$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) $$(call les
 	  $$(foreach n,$$(NEEDS_$(1)),$$(NEEDS_LIBS_$$(n))) $(if $(6),$$(CMOCKA_LIBS)) $$(LDLIBS)
 endef
 
+# Learner code is rebuilt on CONTENT, not on time: a file put back with its old time stamp (cp -p, tar, unzip,
+# rsync -a, an older git checkout) is older than the object built from what it replaced, and make alone would
+# link that object. $(3)/sources.sha256 lists the digests of the lesson folder's files; it is rewritten (and so
+# becomes newer than every object) only when a name or a content changes, and every object depends on it.
+# $(1) lesson folder name, $(2) source root, $(3) object folder.
+lesson_sources = $(sort $(wildcard $(2)/$(1)/*.c $(2)/$(1)/*.h $(2)/$(1)/*.cu))
+define lesson_content_stamp
+$(3)/sources.sha256: lesson-sources-changed
+	@mkdir -p $$(@D)
+	@(cd $(2)/$(1) && sha256sum -- $$(notdir $$(call lesson_sources,$(1),$(2)))) >$$@.new
+	@if cmp -s $$@.new $$@; then rm -f $$@.new; else mv -f $$@.new $$@; fi
+$$(patsubst $(2)/$(1)/%.c,$(3)/%.o,$$(wildcard $(2)/$(1)/*.c)) \
+$$(patsubst $(2)/$(1)/%.cu,$(3)/%.cu.o,$$(wildcard $(2)/$(1)/*.cu)): $(3)/sources.sha256
+endef
+.PHONY: lesson-sources-changed
+lesson-sources-changed:
+
 lesson_tests = $(sort $(wildcard tests/lesson$(call lesson_num,$(1))/*.c)) tests/grading.h tests/testutil.h
 lesson_has_test = $(wildcard tests/lesson$(call lesson_num,$(1))/test_lesson$(call lesson_num,$(1)).c)
 
@@ -115,10 +132,12 @@ LESSONS_GRADED := $(foreach l,$(LESSONS_BUILDABLE),$(if $(call lesson_has_test,$
 $(foreach l,$(LESSONS_BUILDABLE),\
   $(eval $(call lesson_program,$(l),solutions,$(BUILD)/solutions/$(l)/obj,$(BUILD)/solutions/$(l)/train,,))\
   $(eval $(call lesson_program,$(l),$(LESSONS_DIR),$(BUILD)/lessons/$(l)/obj,$(BUILD)/lessons/$(l)/train,$(LEARNER_WERROR),))\
+  $(if $(wildcard $(LESSONS_DIR)/$(l)),$(eval $(call lesson_content_stamp,$(l),$(LESSONS_DIR),$(BUILD)/lessons/$(l)/obj)))\
   $(eval $(call lesson_run,$(l))))
 $(foreach l,$(LESSONS_GRADED),\
   $(eval $(call lesson_program,$(l),solutions,$(GRADE_SOLUTIONS_OUT)/$(l),$(GRADE_SOLUTIONS_OUT)/test_lesson$(call lesson_num,$(l)),-DAUTOGRADER,$(call lesson_tests,$(l))))\
-  $(eval $(call lesson_program,$(l),$(LESSONS_DIR),$(GRADE_LESSONS_OUT)/$(l),$(GRADE_LESSONS_OUT)/test_lesson$(call lesson_num,$(l)),-DAUTOGRADER $(LEARNER_WERROR),$(call lesson_tests,$(l)))))
+  $(eval $(call lesson_program,$(l),$(LESSONS_DIR),$(GRADE_LESSONS_OUT)/$(l),$(GRADE_LESSONS_OUT)/test_lesson$(call lesson_num,$(l)),-DAUTOGRADER $(LEARNER_WERROR),$(call lesson_tests,$(l))))\
+  $(if $(wildcard $(LESSONS_DIR)/$(l)),$(eval $(call lesson_content_stamp,$(l),$(LESSONS_DIR),$(GRADE_LESSONS_OUT)/$(l)))))
 $(foreach l,$(LESSONS_SKIPPED),$(eval lesson-$(call lesson_num,$(l)) $(BUILD)/solutions/$(l)/train $(BUILD)/lessons/$(l)/train: ; \
   @echo "lesson $(l) needs $(foreach n,$(call lesson_missing,$(l)),$(NEEDS_PACKAGE_$(n))), not found: run make deps" >&2; exit 1))
 ifeq ($(MAKELEVEL),0)
@@ -147,6 +166,15 @@ check-starters:
 grade: $(KIT_LIB)
 	@$(if $(HINTS),GRADE_HINTS=$(HINTS) )$(GRADE_PY) $(if $(LESSON),--lesson $(LESSON)) $(if $(filter 1,$(SOLUTIONS)),--solutions)
 
+# The instructor's class run (tests/GRADING.md), with the same options as `make grade`: the build folder, the
+# lessons this machine cannot build left out, GPU tests in the CUDA emulator when there is no GPU.
+# make grade-class SUBMISSIONS=dir OUT=dir [LESSON=NN] [JOBS=2]
+.PHONY: grade-class
+HELP_TARGETS += grade-class
+grade-class: $(KIT_LIB)
+	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade-class SUBMISSIONS=dir OUT=dir [LESSON=NN] [JOBS=n]" >&2; exit 2; }
+	@$(GRADE_PY) --submissions $(SUBMISSIONS) --out $(OUT) $(if $(LESSON),--lesson $(LESSON)) --jobs $(or $(JOBS),1)
+
 # CI (invariant 10): every autograder test passes on the solutions and fails on the starters.
 grade-solutions: $(KIT_LIB)
 	@$(GRADE_PY) --solutions --expect pass
@@ -171,12 +199,13 @@ endef
 $(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))
 
 # ---- grader self-tests (issue 10, section 5): tests/grade.py against hostile and broken submissions, on a
-# minimal fake lesson (tests/grader/); about half a minute.
+# minimal fake lesson (tests/grader/), and two checks on the kit itself (lesson 01: a restored starter is
+# rebuilt; a class run grades like make grade); about three minutes.
 .PHONY: test-grader
 TEST_TARGETS += test-grader
 HELP_TARGETS += test-grader
 test-grader:
-	@$(PYTHON) tests/grader/test_grader.py
+	@GRADER_KIT_BUILD=$(BUILD) $(PYTHON) tests/grader/test_grader.py
 
 # ---- README examples of `make grade` (issue 10): each lesson README's example of the starter's score table
 # (after its <!-- grade-excerpt --> line) must be what the starter prints; read from grade-starters' output.

@@ -8,31 +8,31 @@ Instructor:
 
 Each test runs as `test_lessonNN --only NAME` under its own supervisor process, in a sandbox when one is
 available (bubblewrap: everything read-only but the test's scratch folder, its own PID namespace; as root
-without it: an unprivileged user per test), with a timeout and resource limits. Its verdict comes through a channel with a secret token per run (tests/grading.h),
-never from what the program prints nor from a file it could write. A crash, a timeout or a missing verdict is a
-failure with its reason. Points and hints come from tests/lessonNN/hints.tsv:
+without it: an unprivileged user per test), with a timeout and resource limits: tests/grader_sandbox.py, which
+says what it promises. Its verdict comes through a channel with a secret token per run (tests/grading.h),
+never from what the program prints nor from a file it could write. This file decides what each run's facts
+mean (a crash, a timeout or a missing verdict is a failure with its reason) and reports them. Points and hints
+come from tests/lessonNN/hints.tsv:
     test_name<TAB>points<TAB>hint shown when it fails[<TAB>timeout seconds]
 See tests/GRADING.md. Python 3 standard library only.
 """
-import ctypes
 import glob
-import hmac
 import html
 import json
 import os
 import py_compile
 import re
-import resource
-import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import xml.etree.ElementTree as ET
+
+from grader_sandbox import (PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, Guard, Limits, check_objects,
+                            choose_sandbox, open_to, prctl, remove_path, run_command, run_contained, supervise,
+                            sweep_strays)
 
 # Each test starts a fresh `grade.py --supervise`: the modules only the driver needs (argparse, csv,
 # concurrent.futures) are imported where they are used, and XML is escaped with html.escape (xml.sax.saxutils
@@ -156,584 +156,6 @@ def list_tests(binary):
 
 # ------------------------------------------------------------------------------------------------ running
 
-class Limits:
-    def __init__(self, timeout, mem_mb, fsize_mb):
-        self.timeout, self.mem_mb, self.fsize_mb = timeout, mem_mb, fsize_mb
-
-
-def binary_traits(binary):
-    """Whether the binary uses AddressSanitizer or CUDA: both reserve huge virtual address ranges,
-    so an address-space limit would break them (the supervisor's memory watch covers them instead)."""
-    try:
-        with open(binary, "rb") as f:
-            data = f.read()
-    except OSError:
-        return False, False
-    return b"__asan_init" in data, b"libcudart" in data or b"cudaGetDeviceCount" in data
-
-
-def limiter(limits, timeout, asan, cuda, uid=None):
-    """preexec_fn: resource limits for one test process (and everything it starts); with `uid` (the "uid"
-    sandbox), it then runs as that unprivileged user and group, unable to gain privileges again."""
-    def apply():
-        def cap(which, soft, hard=None):
-            try:
-                resource.setrlimit(which, (soft, soft if hard is None else hard))
-            except (ValueError, OSError):
-                pass
-        cap(resource.RLIMIT_CORE, 0)
-        cpu = int(timeout * max(1, os.cpu_count() or 1)) + 10  # CPU seconds over all threads: a backstop
-        cap(resource.RLIMIT_CPU, cpu, cpu + 5)
-        cap(resource.RLIMIT_FSIZE, limits.fsize_mb << 20)  # also bounds a runaway printf loop's log
-        if limits.mem_mb > 0:
-            # RLIMIT_DATA misses MAP_SHARED mappings; RLIMIT_AS breaks CUDA, and both break ASan (their
-            # huge reservations of address space). So: the address space is capped where it can be, the data
-            # segment where it can be, and the supervisor watches the resident memory (anonymous + shared) of
-            # the whole process tree in every case, ASan builds included.
-            if not asan:
-                cap(resource.RLIMIT_DATA, limits.mem_mb << 20)
-            if not asan and not cuda:
-                cap(resource.RLIMIT_AS, (limits.mem_mb + AS_SLACK_MB) << 20)
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            if not prctl(PR_SET_NO_NEW_PRIVS, 1):
-                os._exit(126)
-    return apply
-
-
-# ------------------------------------------------------------------------------------------------ containment
-#
-# Every test runs under a supervisor: `grade.py --supervise`, a separate process that is a child subreaper
-# (PR_SET_CHILD_SUBREAPER): whatever the test starts stays its descendant even after fork() + setsid() and
-# the death of the parent, so the supervisor can kill the whole tree when the test ends or times out. The test
-# never runs in the grader itself: killing its parent (kill(getppid(), SIGKILL)) kills at most that
-# supervisor, which the grader notices; the grader is a subreaper too and sweeps what is left.
-# With bubblewrap (SANDBOX = "bwrap") the test also gets its own PID namespace (it can see and signal only its
-# own processes), a read-only view of the whole file system except its scratch folder, private /tmp and
-# /dev/shm, and no network. As root without bubblewrap (SANDBOX = "uid") each test runs as an unprivileged
-# user of its own. In that case and without any sandbox (SANDBOX = "none"), a guard compares tests/, kit/,
-# scripts/, mk/, datasets/ and solutions/ before and after every test and puts back what changed.
-
-AS_SLACK_MB = 1024           # address space beyond --mem-mb: thread stacks, OpenBLAS/OpenMP/MPI reservations
-MEMORY_POLL_S = 0.05         # how often the supervisor measures the test's memory
-TREE_SCAN_S = 0.25           # how often it lists the test's processes again (new ones are measured from then)
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_SPAWN_LOCK = threading.Lock()
-_OUR_CHILDREN = set()        # pids the grader started and still waits for (never swept)
-
-
-def prctl(option, value):
-    return _LIBC.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)) == 0
-
-
-def process_table():
-    """{pid: (parent pid, state letter)} of every process in /proc."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                table[int(entry)] = (int(fields[1]), fields[0].decode())
-            except (OSError, IndexError, ValueError):
-                pass
-    return table
-
-
-def descendants(pid, table=None):
-    table = process_table() if table is None else table
-    children = {}
-    for p, (pp, _) in table.items():
-        children.setdefault(pp, []).append(p)
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
-
-
-def reap_children(statuses):
-    """Collects every ended child (orphans come back to a subreaper): statuses[pid] = wait status.
-    Only for the supervisor: the grader itself must not reap the children its Popen objects wait for."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        statuses[pid] = status
-
-
-def tree_of(roots, table):
-    children = {}
-    for p, (pp, _) in table.items():
-        children.setdefault(pp, []).append(p)
-    found, todo = [], list(roots)
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += children.get(p, [])
-    return found
-
-
-def kill_all(pids, table):
-    for p in pids:
-        if table.get(p, (0, "Z"))[1] not in "ZX":
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def kill_descendants(statuses, rounds=400):
-    """Supervisor: kills and reaps every descendant. This process is a subreaper, so a process that left its
-    session (setsid) or lost its parent is still its descendant. Returns the pids still there after `rounds`."""
-    left = []
-    for _ in range(rounds):
-        table = process_table()
-        left = tree_of([p for p, (pp, _) in table.items() if pp == os.getpid()], table)
-        kill_all(left, table)
-        reap_children(statuses)
-        if not left:
-            return []
-        time.sleep(0.005)
-    return left
-
-
-def memory_mb(pids):
-    """Resident anonymous + shared memory (MAP_SHARED, /dev/shm) of these processes, in MiB."""
-    total_kb = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/status", "rb") as f:
-                for line in f:
-                    if line.startswith((b"RssAnon:", b"RssShmem:")):
-                        total_kb += int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total_kb / 1024
-
-
-# The supervisor's command: this module imported (its compiled bytecode is cached, a script's is not), without
-# site-packages (-S: the standard library is all it needs).
-SUPERVISOR = [sys.executable, "-S", "-c",
-              f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-              f"import grade; sys.exit(grade.supervise())"]
-
-
-def supervise():
-    """`grade.py --supervise`: runs one test as described by the JSON on stdin, prints the outcome as JSON."""
-    cfg = json.load(sys.stdin)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    prctl(PR_SET_DUMPABLE, 0)  # the test (same user without a sandbox) may not read this process's memory
-    limits = Limits(*cfg["limits"])
-    log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    outcome = {"rc": None, "timed_out": False, "mem_over": False, "peak_mb": 0.0, "error": None}
-    try:
-        p = subprocess.Popen(cfg["cmd"], cwd=cfg["cwd"], env=cfg["env"], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=log, preexec_fn=limiter(limits, cfg["timeout"], cfg["asan"], cfg["cuda"],
-                                                            cfg["uid"]), start_new_session=True)
-    except OSError as e:
-        outcome["error"] = f"could not start the test: {e}"
-        print(json.dumps(outcome))
-        return 0
-    os.close(log)
-    statuses = {}
-    deadline = time.monotonic() + cfg["timeout"]
-    nap = 0.002  # short tests end in milliseconds: poll fast at first, then every MEMORY_POLL_S
-    tree, next_scan = [], 0.0
-    while p.pid not in statuses:
-        reap_children(statuses)
-        if p.pid in statuses:
-            break
-        if time.monotonic() >= deadline:
-            outcome["timed_out"] = True
-            break
-        if limits.mem_mb > 0:
-            # Listing every process costs more than reading a few: the tree is listed again every TREE_SCAN_S.
-            if time.monotonic() >= next_scan:
-                tree, next_scan = descendants(os.getpid()), time.monotonic() + TREE_SCAN_S
-            used = memory_mb(tree)
-            outcome["peak_mb"] = max(outcome["peak_mb"], round(used, 1))
-            if used > limits.mem_mb:
-                outcome["mem_over"] = True
-                break
-        time.sleep(nap)
-        nap = min(MEMORY_POLL_S, nap * 2)
-    left = kill_descendants(statuses)  # everything the test left behind, setsid() or not
-    if p.pid in statuses:
-        outcome["rc"] = os.waitstatus_to_exitcode(statuses[p.pid])
-    if left:
-        outcome["error"] = f"{len(left)} processes of the test could not be killed"
-    p.returncode = outcome["rc"] if outcome["rc"] is not None else -9  # reaped above
-    print(json.dumps(outcome))
-    return 0
-
-
-def spawn(cmd, **kwargs):
-    """Popen, remembering the child so that a sweep of strays never kills it."""
-    with _SPAWN_LOCK:
-        p = subprocess.Popen(cmd, **kwargs)
-        _OUR_CHILDREN.add(p.pid)
-    return p
-
-
-def forget(p):
-    with _SPAWN_LOCK:
-        _OUR_CHILDREN.discard(p.pid)
-
-
-def run_command(cmd, timeout, **kwargs):
-    """subprocess.run for the grader's own commands (make, --list). Returns (returncode, stdout bytes)."""
-    p = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, **kwargs)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        return p.returncode, out
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, _ = p.communicate()
-        return None, out
-    finally:
-        forget(p)
-
-
-def sweep_strays(rounds=200):
-    """Grader: kills what came back to it (it is a subreaper) because a test killed its supervisor: every
-    child it did not start through spawn(), with all their descendants."""
-    for _ in range(rounds):
-        with _SPAWN_LOCK:
-            table = process_table()
-            strays = [p for p, (pp, _) in table.items() if pp == os.getpid() and p not in _OUR_CHILDREN]
-            kill_all(tree_of(strays, table), table)
-            for p in strays:
-                try:
-                    os.waitpid(p, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-        if not strays:
-            return
-        time.sleep(0.005)
-
-
-# The sandbox: chosen once (GRADE_SANDBOX=auto|bwrap|none; auto = bwrap when it works here).
-SANDBOX = None
-SANDBOX_WHY = ""
-
-
-def bwrap_command(work, root, readable, hidden, mem_mb):
-    """bubblewrap around one test: the file system read-only except `work`; /tmp, /var/tmp, /dev/shm and the
-    grader's scratch folders (`hidden`) replaced by empty private ones; the repository (`root`, which may
-    itself live in /tmp) and then `readable` (the binary, the sources) mounted read-only again on top; its own
-    PID, IPC, UTS and network namespaces; no capabilities."""
-    size = [] if mem_mb <= 0 else ["--size", str(mem_mb << 20)]
-    cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-           "--unshare-net", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):  # GPUs stay usable
-        cmd += ["--dev-bind", dev, dev]
-    cmd += size + ["--tmpfs", "/dev/shm"]
-    for d in ("/tmp", "/var/tmp"):
-        if os.path.isdir(d):
-            cmd += size + ["--tmpfs", d]
-    cmd += ["--ro-bind", root, root]  # in this order: a scratch folder inside the repository stays hidden
-    for d in hidden:
-        cmd += size + ["--tmpfs", d]
-    for d in readable:
-        if os.path.exists(d):
-            cmd += ["--ro-bind", d, d]
-    return cmd + ["--bind", work, work, "--chdir", work, "--"]
-
-
-def choose_sandbox(scratch_base):
-    """bwrap where it works; else, as root, "uid" (each test as an unprivileged user of its own); else "none".
-    GRADE_SANDBOX=auto|bwrap|uid|none chooses (tests/GRADING.md)."""
-    global SANDBOX, SANDBOX_WHY
-    if SANDBOX is not None:
-        return SANDBOX
-    want = os.environ.get("GRADE_SANDBOX", "auto")
-    if want not in ("auto", "bwrap", "uid", "none"):
-        raise SystemExit(f"grade: GRADE_SANDBOX={want}: expected auto, bwrap, uid or none")
-    SANDBOX, SANDBOX_WHY = "none", f"GRADE_SANDBOX={want}"
-    if want in ("auto", "bwrap"):
-        if not shutil.which("bwrap"):
-            SANDBOX_WHY = "bubblewrap (bwrap) is not installed: run make deps"
-        else:
-            work = tempfile.mkdtemp(prefix="probe-", dir=scratch_base)
-            rc, out = run_command(bwrap_command(work, ROOT, [], [scratch_base], 64) + ["/bin/true"], 60,
-                                  stderr=subprocess.STDOUT)
-            if rc == 0:
-                SANDBOX, SANDBOX_WHY = "bwrap", ""
-            else:
-                SANDBOX_WHY = "bwrap does not work here: " + (out or b"").decode("utf-8", "replace").strip()[:200]
-            shutil.rmtree(work, ignore_errors=True)
-        if want == "bwrap" and SANDBOX != "bwrap":
-            raise SystemExit(f"grade: GRADE_SANDBOX=bwrap, but {SANDBOX_WHY}")
-    if SANDBOX == "none" and want in ("auto", "uid"):
-        why = uid_sandbox_problem()
-        if not why:
-            SANDBOX = "uid"
-            print(f"grade: note: no bubblewrap ({SANDBOX_WHY}); as root, each test runs as an unprivileged user "
-                  f"of its own (uid {UID_BASE} and up): the kit is protected by its file permissions", flush=True)
-        elif want == "uid":
-            raise SystemExit(f"grade: GRADE_SANDBOX=uid, but {why}")
-        else:
-            SANDBOX_WHY += f"; {why}"
-    if SANDBOX == "none":
-        print(f"grade: note: tests run without a sandbox ({SANDBOX_WHY}): code under test runs as you; the "
-              f"grader puts back tests/, kit/, scripts/, mk/, datasets/ and solutions/ when a test changes them "
-              f"(tests/GRADING.md)", flush=True)
-    return SANDBOX
-
-
-# The "uid" sandbox: root without bubblewrap (a container whose seccomp profile forbids namespaces, say). Each
-# running test gets a user and group id of its own that no account uses, so it cannot signal the grader, its
-# supervisor or another test, nor write the kit (its files must not be writable by others: checked).
-UID_BASE, UID_SLOTS = 64200, 64
-_UIDS_IN_USE = set()
-
-
-def uid_unowned(uid):
-    """True when no account and no group has this id (so a test may run as it)."""
-    import grp
-    import pwd
-    for lookup in (pwd.getpwuid, grp.getgrgid):
-        try:
-            lookup(uid)
-            return False
-        except KeyError:
-            pass
-    return True
-
-
-def uid_sandbox_problem():
-    """Why the uid sandbox cannot be used here, or "" when it can."""
-    if os.geteuid() != 0:
-        return "not root, so no other user to run tests as"
-    free = sum(1 for uid in range(UID_BASE, UID_BASE + UID_SLOTS) if uid_unowned(uid))
-    if not free:
-        return f"every uid {UID_BASE}..{UID_BASE + UID_SLOTS - 1} belongs to an account"
-    # What the test needs to read: every folder from / down to the repository, and its tests, kit, scripts.
-    path = ROOT
-    while True:
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            return f"{path} cannot be entered by other users (chmod o+x)"
-        if path == os.path.dirname(path):
-            break
-        path = os.path.dirname(path)
-    launch = os.path.join(ROOT, "scripts", "launch.sh")
-    if os.path.exists(launch) and (os.stat(launch).st_mode & 0o005) != 0o005:
-        return f"{launch} cannot be run by other users (chmod o+rx)"
-    for sub in ("tests", "kit", "scripts", "datasets", "mk", "solutions"):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, sub)):
-            for name in dirnames + filenames:
-                mode = os.lstat(os.path.join(dirpath, name)).st_mode
-                if not stat.S_ISLNK(mode) and mode & stat.S_IWOTH:
-                    return f"{os.path.join(dirpath, name)} is writable by every user (chmod o-w)"
-    return ""
-
-
-def take_uid():
-    with _SPAWN_LOCK:
-        for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
-            if uid not in _UIDS_IN_USE and uid_unowned(uid):
-                _UIDS_IN_USE.add(uid)
-                return uid
-    raise RuntimeError("no free uid for the test")
-
-
-def give_uid(uid):
-    """Deletes what the test's user left in the shared temporary folders, and frees the uid."""
-    for top in ("/tmp", "/var/tmp", "/dev/shm"):
-        try:
-            names = os.listdir(top)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(top, name)
-            try:
-                if os.lstat(path).st_uid == uid:
-                    remove_path(path)
-            except OSError:
-                pass
-    with _SPAWN_LOCK:
-        _UIDS_IN_USE.discard(uid)
-
-
-def open_to(path, uid, mode=0o711):
-    """Lets the test's user reach `path` (a grader folder, mode 0700 from mkdtemp), or own it (uid given)."""
-    os.chmod(path, mode)
-    if uid is not None:
-        os.chown(path, uid, uid)
-
-
-class Guard:
-    """Without bubblewrap: what the code under test must never change, the kit's own files. Snapshots them
-    (content kept in memory) and after each test puts back anything changed or deleted, and moves anything
-    added (a tests/lessonNN/*.c would be compiled into the next build) to a quarantine folder, where the
-    changed versions go too: nothing is lost should a person edit the kit while a grading runs."""
-
-    DIRS = ("tests", "kit", "scripts", "mk", "datasets", "solutions")
-    SKIP = ("datasets/data",)
-    MAX_BYTES = 8 << 20
-
-    def __init__(self, root, quarantine, extra_dirs=()):
-        self.root, self.quarantine = root, quarantine
-        self.lock = threading.Lock()
-        self.tops = [os.path.join(root, d) for d in self.DIRS] + [os.path.join(root, "Makefile")]
-        self.tops += [os.path.abspath(d) for d in extra_dirs]
-        self.files = self.scan(with_content=True)
-
-    def walk(self):
-        for top in self.tops:
-            if os.path.isfile(top) or os.path.islink(top):
-                yield top
-            for dirpath, dirnames, filenames in os.walk(top):
-                rel = os.path.relpath(dirpath, self.root)
-                dirnames[:] = [d for d in dirnames if os.path.join(rel, d) not in self.SKIP]
-                for fn in filenames:
-                    yield os.path.join(dirpath, fn)
-
-    def scan(self, with_content):
-        files = {}
-        for path in self.walk():
-            try:
-                st = os.lstat(path)
-                data = None
-                if with_content and stat_regular(st) and st.st_size <= self.MAX_BYTES:
-                    with open(path, "rb") as f:
-                        data = f.read()
-                files[path] = ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode), data)
-            except OSError:
-                pass
-        return files
-
-    def check(self):
-        """Puts back what changed since the snapshot. Returns the paths that had changed (relative to root)."""
-        with self.lock:
-            now = self.scan(with_content=False)
-            changed = [p for p, (sig, _) in now.items() if p not in self.files or self.files[p][0] != sig]
-            changed += [p for p in self.files.keys() - now.keys()]
-            for path in changed:
-                if path in now:
-                    self.move_aside(path)
-                if path in self.files:
-                    self.restore(path)
-            return sorted(os.path.relpath(p, self.root) for p in changed)
-
-    def move_aside(self, path):
-        dest = os.path.join(self.quarantine, time.strftime("%Y%m%d-%H%M%S"), os.path.relpath(path, self.root))
-        try:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.rename(path, dest)
-        except OSError:
-            remove_path(path)
-
-    def restore(self, path):
-        sig, data = self.files[path]
-        if data is None:
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        os.chmod(path, sig[3] & 0o7777)
-        os.utime(path, ns=(sig[1], sig[1]))
-        st = os.lstat(path)
-        self.files[path] = ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode), data)
-
-
-def stat_regular(st):
-    return stat.S_ISREG(st.st_mode)
-
-
-def remove_path(path):
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
-
-
-# ------------------------------------------------------------------------------------------------ object checks
-
-_LIB_SYMBOLS = {}
-
-
-def defined_symbols(path, dynamic=False, skip_cxx_comdat=False):
-    """Global symbols an object or library defines (nm). skip_cxx_comdat: leave out weak C++ symbols (mangled
-    names, nm type W or V): the inline functions and template instantiations that every translation unit using
-    a C++ header emits (the CUDA emulator's launch wrapper, say), which the kit's objects emit too."""
-    cmd = ["nm", "-g", "--defined-only"] + (["-D"] if dynamic else []) + [path]
-    rc, out = run_command(cmd, 60, stderr=subprocess.DEVNULL)
-    names = set()
-    for line in (out or b"").decode("utf-8", "replace").splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and len(parts[-2]) == 1:
-            name = parts[-1].split("@")[0]
-            if skip_cxx_comdat and parts[-2] in "WV" and name.startswith("_Z"):
-                continue
-            names.add(name)
-    return names
-
-
-def linked_libraries(binary):
-    """Paths of the shared libraries the binary names (NEEDED), found through its RUNPATH and ldconfig."""
-    rc, out = run_command(["readelf", "-dW", binary], 60, stderr=subprocess.DEVNULL)
-    text = (out or b"").decode("utf-8", "replace")
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", text)
-    rpath = [d for m in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[([^\]]+)\]", text)
-             for d in m.split(":")]
-    rc, out = run_command(["/sbin/ldconfig", "-p"], 60, stderr=subprocess.DEVNULL)
-    cache = {}
-    entries = re.findall(r"^\s*(\S+) \(([^)]*)\) => (\S+)", (out or b"").decode("utf-8", "replace"), re.M)
-    for name, arch, path in sorted(entries, key=lambda e: "x86-64" not in e[1]):  # this machine's first
-        cache.setdefault(name, path)
-    paths = []
-    for name in needed:
-        found = next((os.path.join(d, name) for d in rpath if os.path.exists(os.path.join(d, name))), None)
-        found = found or cache.get(name)
-        if found:
-            paths.append(found)
-    return paths
-
-
-def check_objects(binary, objects, kit_libs, shown_as):
-    """The learner's objects may not run code before the test harness (.preinit_array) nor replace a function
-    of the C library, cmocka, another linked library or the kit (which the harness and the tests call).
-    Returns a reason, or None when they are fine."""
-    reserved = {}
-    for lib in linked_libraries(binary):
-        if lib not in _LIB_SYMBOLS:
-            _LIB_SYMBOLS[lib] = defined_symbols(lib, dynamic=True)
-        for name in _LIB_SYMBOLS[lib]:
-            reserved.setdefault(name, os.path.basename(lib))
-    for lib in kit_libs:
-        if os.path.exists(lib):
-            for name in defined_symbols(lib):
-                reserved.setdefault(name, "the kit")
-    for obj in objects:
-        source = shown_as(obj)
-        rc, out = run_command(["readelf", "-SW", obj], 60, stderr=subprocess.DEVNULL)
-        if re.search(rb"\.preinit_array", out or b""):
-            return (f"{source} puts code in .preinit_array, which would run before the test harness; "
-                    f"graded code may not do that")
-        # Names that are not C identifiers (DW.ref.__gxx_personality_v0 from nvcc) are the compiler's own.
-        clash = sorted(n for n in defined_symbols(obj, skip_cxx_comdat=True) if n in reserved and re.fullmatch(r"[A-Za-z_]\w*", n))
-        if clash:
-            names = ", ".join(f"{n} ({reserved[n]})" for n in clash[:5])
-            return (f"{source} defines {names}, already defined by a library the test uses; graded code may not "
-                    f"replace them: rename or make them static")
-    return None
-
-
-# ------------------------------------------------------------------------------------------------ running
-
 
 def signal_name(number):
     try:
@@ -760,12 +182,11 @@ def crash_reason(sig):
     return f"crashed with {name}" + (f" ({why})" if why else "")
 
 
-def read_xml_messages(xml_paths, name):
-    """The cmocka XML's (status, message) for test `name`, worst over the files, or None. For DISPLAY only:
-    the test can write these files, so the verdict never comes from them."""
+def read_xml_messages(xml_files, name):
+    """The cmocka XML's (status, message) for test `name`, worst over the files' contents (None: no file), or
+    None. For DISPLAY only: the test can write these files, so the verdict never comes from them."""
     worst = None
-    for path in xml_paths:
-        data = read_private(path, 1 << 20)
+    for data in xml_files:
         if data is None:
             continue
         try:
@@ -792,136 +213,20 @@ def read_xml_messages(xml_paths, name):
     return worst
 
 
-def read_private(path, limit):
-    """A file the test may have tampered with: no symlinks followed, regular files only, at most `limit` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat_regular(os.fstat(fd)):
-            return None
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
-def read_channel(channel, tokens, name):
-    """The verdict lines the harness appended (tests/grading.h). Returns ({rank: status}, problem or None)."""
-    data = read_private(os.path.join(channel, "verdict"), 1 << 16) or b""
-    verdicts, problem = {}, None
-    for line in data.decode("utf-8", "replace").splitlines():
-        parts = line.split(" ", 3)
-        ok = (len(parts) == 4 and parts[1].isdigit() and int(parts[1]) in tokens and parts[3] == name
-              and parts[2] in (PASS, FAIL, SKIP) and hmac.compare_digest(parts[0], tokens[int(parts[1])]))
-        if not ok:
-            problem = "a verdict line that the test harness did not write (a forged result?)"
-        elif int(parts[1]) in verdicts:
-            problem = f"two verdicts for rank {parts[1]} (a forged result?)"
-        else:
-            verdicts[int(parts[1])] = parts[2]
-    return verdicts, problem
-
-
-def head(path, limit):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def tail(path, limit=OUTPUT_TAIL):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            text = f.read().decode("utf-8", "replace")
-        return ("...\n" if size > limit else "") + text
-    except OSError:
-        return ""
-
-
-def scratch_dir(root, base):
-    """A fresh folder for one test: `work` (the test's working directory, the only place it may write, with
-    links so that paths like tests/fixtures/... still work) and, beside it, what only the grader sees."""
-    d = tempfile.mkdtemp(prefix="test-", dir=base)
-    work = os.path.join(d, "work")
-    os.mkdir(work)
-    for sub in ("tests", "datasets", "kit", "scripts"):
-        if os.path.exists(os.path.join(root, sub)):
-            os.symlink(os.path.join(root, sub), os.path.join(work, sub))
-    return d, work
-
-
-def run_test(root, binary, lesson, test, limits, source_dir, ctx):
-    """Runs one test under its supervisor (in the sandbox when there is one). Returns a result dict."""
+def run_test(root, binary, lesson, test, limits, source_dir, ctx, timeout=None):
+    """Runs one test in the sandbox (grader_sandbox.run_contained) and judges what happened. Returns a result."""
     name, points, hint, own_timeout = test
-    timeout = own_timeout or limits.timeout
-    scratch, work = scratch_dir(root, ctx.scratch)
-    xml = os.path.join(work, "result.xml")
-    log = os.path.join(scratch, "output.log")
-    channel = os.path.join(work, ".grading")
-    os.mkdir(channel, 0o700)
-    uid = take_uid() if ctx.sandbox == "uid" else None
-    tokens = {r: secrets.token_hex(16) for r in range(lesson.np)}
-    for r, token in tokens.items():
-        fd = os.open(os.path.join(channel, f"token.{r}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, token.encode())
-        os.close(fd)
-        if uid is not None:
-            os.chown(os.path.join(channel, f"token.{r}"), uid, uid)
-    if uid is not None:  # the test's user may enter the scratch folder, and owns only its working directory
-        open_to(scratch, None)
-        open_to(work, uid, 0o700)
-        open_to(channel, uid, 0o700)
-    # SLURM_*: a test runs here, through mpirun, even inside an allocation: ranks that srun started would be
-    # children of slurmd, outside the supervisor and the sandbox.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMOCKA_", "GRADING_", "SLURM_"))}
-    env.update(CMOCKA_MESSAGE_OUTPUT="XML", CMOCKA_XML_FILE=xml, GRADING_ROOT=root, GRADING_CHANNEL=channel,
-               GRADING_LESSON_DIR=source_dir, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
-               TMPDIR=work)
-    cmd = [os.path.abspath(binary), "--only", name]
-    if lesson.np > 1:
-        cmd = [os.path.join(root, "scripts", "launch.sh"), str(lesson.np)] + cmd
-        # mpirun: tag each line with its rank, so failure_text can tell them apart
-        env["LAUNCH_ARGS"] = (env.get("LAUNCH_ARGS", "") + " --tag-output").strip()
-    if ctx.sandbox == "bwrap":
-        cmd = bwrap_command(work, root, [os.path.dirname(os.path.abspath(binary)), source_dir], [ctx.scratch],
-                            limits.mem_mb) + cmd
-    asan, cuda = binary_traits(binary)
-    config = {"cmd": cmd, "cwd": work, "env": env, "log": log, "timeout": timeout, "asan": asan, "cuda": cuda,
-              "limits": [limits.timeout, limits.mem_mb, limits.fsize_mb], "uid": uid}
-    start = time.monotonic()
-    outcome, status, message = None, None, None
-    sup = spawn(SUPERVISOR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True)
-    try:
-        out, err = sup.communicate(json.dumps(config).encode(), timeout=timeout + 60)
-        outcome = json.loads(out.decode() or "null") if sup.returncode == 0 else None
-    except (subprocess.TimeoutExpired, ValueError):
-        sup.kill()
-        sup.communicate()
-    finally:
-        forget(sup)
-    sweep_strays()  # the supervisor's test, should the supervisor have been killed
-    if uid is not None:
-        give_uid(uid)
-    seconds = time.monotonic() - start
-    changed = ctx.guard.check() if ctx.guard else []
-    rc = outcome["rc"] if outcome else None
-    verdicts, forged = read_channel(channel, tokens, name)
-    xml_verdict = read_xml_messages([xml] + [f"{xml}.rank{r}" for r in range(1, lesson.np)], name)
-    if ctx.sandbox == "bwrap" and rc is not None and rc > 128 and not verdicts:
-        rc = -(rc - 128)  # bwrap reports a child killed by signal N as exit status 128 + N
+    timeout = timeout or own_timeout or limits.timeout
+    run = run_contained(root, binary, name, lesson.np, timeout, limits, source_dir, ctx, OUTPUT_TAIL, LOG_SCAN)
+    outcome, rc, verdicts, forged, changed = run.outcome, run.rc, run.verdicts, run.forged, run.changed
+    xml_verdict = read_xml_messages(run.xml, name)
     if changed:
         status, message = ERROR, (f"the code under test changed the kit's files ({', '.join(changed[:3])}"
                                   f"{', ...' if len(changed) > 3 else ''}): the kit's versions are back, what the "
                                   f"test wrote is in {ctx.guard.quarantine}. This test scores 0")
     elif outcome is None:
         status, message = ERROR, (f"the test's supervisor was killed (did the code under test signal its parent "
-                                  f"process?) {one_line((err or b'').decode('utf-8', 'replace'))}".strip())
+                                  f"process?) {one_line(run.supervisor_error)}".strip())
     elif outcome["error"]:
         status, message = ERROR, outcome["error"]
     elif outcome["timed_out"]:
@@ -948,12 +253,12 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
         status, message = ERROR, f"reported success but exited with status {rc}"
     else:
         status, message = PASS, ""
-    output = tail(log)
-    failing = sorted(r for r in tokens if verdicts.get(r) != PASS)
+    output = run.output
+    failing = sorted(r for r in range(lesson.np) if verdicts.get(r) != PASS)
     if status in (CRASH, ERROR) and lesson.np > 1:
         # "a rank died" alone does not say why: a collective that timed out says so on some rank; else what the
         # failing rank wrote to its stderr. Read from the start of the log: a backtrace can fill the tail.
-        whole = head(log, LOG_SCAN) + "\n" + output
+        whole = run.head + "\n" + output
         said = timeout_text(whole) or rank_story(whole, failing)
         if said:
             message = said + "\n" + message
@@ -970,8 +275,7 @@ def run_test(root, binary, lesson, test, limits, source_dir, ctx):
     if status == SKIP:  # the reason the test printed (display only)
         said = [l.split("]", 1)[1].strip() for l in output.splitlines() if "[  SKIP" in l and "]" in l]
         message = f"skipped: {said[-1]}" if said and said[-1] else message
-    shutil.rmtree(scratch, ignore_errors=True)
-    return result(lesson, test, status, message, output, seconds)
+    return result(lesson, test, status, message, output, run.seconds)
 
 
 def tagged_streams(output):
@@ -1067,9 +371,11 @@ def failure_text_of(lines):
 
 def result(lesson, test, status, message, output="", seconds=0.0):
     name, points, hint, _ = test
+    ran_on = RAN_ON_GPU if GPU_MARK in output else RAN_ON_CPU
     return {"lesson": lesson.num, "lesson_name": lesson.name, "test": name, "max_score": points,
             "score": points if status == PASS else 0.0, "status": status, "message": message or "",
-            "hint": pick_hint(lesson, name, hint, status, message), "output": output, "seconds": round(seconds, 3)}
+            "hint": pick_hint(lesson, name, hint, status, message), "output": output, "seconds": round(seconds, 3),
+            "ran_on": ran_on}
 
 
 # ---- hint levels (issue 10): hints.tsv says what to think about; tests/lessonNN/hints-full.tsv
@@ -1098,13 +404,26 @@ class Context:
 
 
 EMU_NOTE = "ran in the CUDA emulator: no GPU here"
+# Where a test ran: the CPU, the GPU (skip_without_gpu in tests/testutil.h prints GPU_MARK when it goes on), or
+# the CUDA emulator (a GPU test run again in the emulation build, below).
+RAN_ON_CPU, RAN_ON_GPU, RAN_ON_EMU = "CPU", "GPU", "CUDA emulator"
+GPU_MARK = "[  CUDA    ] runs on the CUDA device"
+
+
+def default_emu_build(build):
+    """The emulation build folder make uses beside `build` (mk/emu.mk's EMU_BUILD): build-emu, with build's
+    -debug and -clang suffixes."""
+    name = os.path.basename(os.path.normpath(build))
+    return os.path.join(os.path.dirname(os.path.normpath(build)),
+                        "build-emu" + "".join(s for s in ("-debug", "-clang") if s in name))
 
 
 def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_out=None, lessons_dir=None,
-                 log_path=None, strict_names=False, shown_dir=None, emu_build=None):
+                 log_path=None, strict_names=False, shown_dir=None, emu_build=None, emu_grade_out=None):
     """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons' (then lessons_dir is a staged
     private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log).
-    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there."""
+    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there
+    (emu_grade_out: where their binary goes; a class run gives each student their own)."""
     rs, log = grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir,
                               log_path, strict_names, shown_dir)
     # skip_without_gpu (tests/testutil.h): no GPU here, or a build without CUDA; the emulator needs neither.
@@ -1114,12 +433,66 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
     print(f"grade: no GPU here: running {len(gpu_skipped)} GPU test(s) of lesson {lesson.num} in the CUDA "
           f"emulator (build folder {emu_build})", flush=True)
     only = [lesson.tests[i] for i in gpu_skipped]
+    emu_kit_ready(root, emu_build, make_args)
     emu_rs, emu_log = grade_lesson_in(root, emu_build, lesson, source, list(make_args) + ["EMU=1"], limits, ctx,
-                                      None, lessons_dir, None, False, shown_dir, only)
+                                      emu_grade_out, lessons_dir, None, False, shown_dir, only)
     for i, r in zip(gpu_skipped, emu_rs):
-        r["note"] = EMU_NOTE
+        r["note"], r["ran_on"] = EMU_NOTE, RAN_ON_EMU
         rs[i] = r
     return rs, log if emu_rs[0]["status"] != NOBUILD else emu_log
+
+
+def sources_digest(folder):
+    """SHA-256 over the names and contents of the files of a lesson folder (sorted, recursively)."""
+    import hashlib
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(folder)):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            path = os.path.join(dirpath, fn)
+            h.update(os.path.relpath(path, folder).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def forget_stale_objects(obj_dir, binary, source_dir):
+    """Every grade compiles what it grades. make decides by time stamps, but a learner's file put back with
+    its old time stamp (cp -p, tar, unzip, rsync -a, an older git checkout) is older than the object built
+    from what it replaced, and make would link that object. So the object folder keeps the digest of the
+    sources its objects came from; when the sources to grade differ, their objects (not those of the kit's
+    solutions in uses/, nor the kit library) and the binary are deleted first. Same content: nothing to do,
+    a grade of unchanged sources stays fast."""
+    digest = sources_digest(source_dir)
+    stamp = os.path.join(obj_dir, "graded-sources.sha256")
+    try:
+        with open(stamp, encoding="ascii") as f:
+            if f.read().strip() == digest and os.path.exists(binary):
+                return
+    except OSError:
+        pass
+    os.makedirs(obj_dir, exist_ok=True)
+    for name in os.listdir(obj_dir):
+        if name.endswith(".o") or name == os.path.basename(stamp):
+            remove_path(os.path.join(obj_dir, name))
+    remove_path(binary)
+    write_file(stamp, digest + "\n")
+
+
+_EMU_KIT = {}                # emulation build folder -> whether its kit library built, once per run
+_EMU_KIT_LOCK = threading.Lock()
+
+
+def emu_kit_ready(root, emu_build, make_args):
+    """Builds the emulation build's kit library once, before any student's emulated lesson: students graded at
+    the same time would otherwise each start make on the same library (the class run builds the plain kit
+    library up front for the same reason). A failure shows in the lesson's own build."""
+    with _EMU_KIT_LOCK:
+        if emu_build not in _EMU_KIT:
+            _EMU_KIT[emu_build] = build(root, emu_build, os.path.join(emu_build, "libkit.a"),
+                                        list(make_args) + ["EMU=1"])[0]
+        return _EMU_KIT[emu_build]
 
 
 def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir, log_path,
@@ -1132,7 +505,9 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
         source_dir = os.path.join(root, "solutions", lesson.name)
         obj_dir = os.path.join(build_dir, "grade-solutions", lesson.name)
     else:
-        out = grade_out or os.path.join(build_dir, "grade-lessons")
+        # A folder only this driver builds into (make's own grade-lessons is also built from lessons/ by
+        # other targets, test-emu's for one), so that the stamp below describes every object in it.
+        out = grade_out or os.path.join(build_dir, "grade-staged")
         binary = os.path.join(out, f"test_lesson{lesson.num}")
         lessons_dir = lessons_dir or "lessons"
         args += [f"GRADE_LESSONS_OUT={out}", f"LESSONS_DIR={lessons_dir}"]
@@ -1140,6 +515,9 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
         obj_dir = os.path.join(out, lesson.name)
     if not os.path.isdir(source_dir):
         return [result(lesson, t, MISSING, f"{source_dir} does not exist") for t in tests], ""
+    if source != "solutions":
+        absolute = lambda p: p if os.path.isabs(p) else os.path.join(root, p)
+        forget_stale_objects(absolute(obj_dir), absolute(binary), source_dir)
     if ctx.guard:
         ctx.guard.check()  # builds only from the kit's own files
     ok, log = build(root, build_dir, binary, args, log_path)
@@ -1174,7 +552,51 @@ def grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, gra
     refused = check_objects(binary, objects, kit_libs, shown)
     if refused:
         return [result(lesson, t, ERROR, refused) for t in tests], log
-    return [run_test(root, binary, lesson, t, limits, source_dir, ctx) for t in tests], log
+    return run_tests(root, binary, lesson, tests, limits, source_dir, ctx), log
+
+
+# ---- an endless loop costs one full timeout, not one per test (see run_tests)
+PROBE_MIN_S = 10            # the shortest time limit of a test run after another test of its TODO timed out
+PROBE_FACTOR = 5            # ... and it is at least this many times the lesson's slowest passing test so far
+
+
+def todos_of(hint):
+    """The TODOs a test exercises, from its hints.tsv hint: "TODO 3: ..." {3}, "TODO 1 + 3: ..." {1, 3},
+    "TODO 1-4: ..." {1, 2, 3, 4}, "TODO 3b: ..." {3b}. Empty when the hint names none."""
+    m = re.match(r"\s*TODOs?\s+([0-9a-z ,+&-]+?)\s*(?::|$)", hint or "")
+    found = set()
+    for part in re.split(r"\s*(?:,|\+|&|\band\b)\s*", m.group(1)) if m else []:
+        span = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        found |= {str(n) for n in range(int(span.group(1)), int(span.group(2)) + 1)} if span else {part} - {""}
+    return found
+
+
+def run_tests(root, binary, lesson, tests, limits, source_dir, ctx):
+    """Runs the tests one after another. Once a test TIMES OUT, the later tests that exercise the same TODO
+    (hints.tsv: the TODOs its hint names; every later test when it names none) are likely to run into the
+    same endless loop: each runs with a shorter limit, PROBE_FACTOR x the slowest test of the lesson that
+    passed so far and at least PROBE_MIN_S, instead of the full minute; its message names the first timeout.
+    They are still RUN, not failed unseen: a test whose path misses the loop (a loop in the batch-norm branch
+    only, say) passes as it would have, since it takes a fraction of that limit; a class run, which grades
+    the same way, must not take points for a test that was never run. Tests of other TODOs keep their limit."""
+    results, first, slowest_pass = [], None, 0.0
+    for test in tests:
+        name, _, hint, own_timeout = test
+        full = own_timeout or limits.timeout
+        probe = None
+        if first and (not first[2] or not todos_of(hint) or first[2] & todos_of(hint)):
+            probe = min(full, max(PROBE_MIN_S, PROBE_FACTOR * slowest_pass))
+        r = run_test(root, binary, lesson, test, limits, source_dir, ctx, timeout=probe)
+        if r["status"] == PASS:
+            slowest_pass = max(slowest_pass, r["seconds"])
+        elif r["status"] == TIMEOUT and probe and probe < full:
+            todo = f"TODO {' + '.join(sorted(first[2]))}'s code" if first[2] else "this lesson"
+            r["message"] = (f"timed out after {probe:g} s: a shorter limit, because {first[0]} had already timed "
+                            f"out after {first[1]:g} s in {todo} (an endless loop there?); fix that first")
+        elif r["status"] == TIMEOUT and not first:
+            first = (name, full, todos_of(hint))
+        results.append(r)
+    return results
 
 
 # ------------------------------------------------------------------------------------------------ reports
@@ -1183,7 +605,7 @@ def fmt_points(x):
     return f"{x:g}"
 
 
-def one_line(message, limit=160):
+def one_line(message, limit=None):
     """A failure message on one line: cmocka's 'file:line: error: Failure!' becomes '(file:line)', and its
     integer comparisons ('0xa != 0x14') are shown in decimal ('10 != 20')."""
     where, said = "", []
@@ -1194,7 +616,7 @@ def one_line(message, limit=160):
         elif line.strip():
             said.append(decimal_counts(line.strip()))
     text = ("; ".join(said) + (f" ({where})" if where else "")).strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
 
 
 def decimal_counts(text):
@@ -1208,6 +630,45 @@ def decimal_counts(text):
     return re.sub(r"\b0x[0-9a-f]+\b", dec, text)
 
 
+TABLE_WIDTH = 160           # a row's message wraps onto lines of this width, under the message's first line
+CAUSE_LINES = 4             # at most this many of a failed run's own last lines are shown under its row
+
+
+def wrapped(first, text, width=TABLE_WIDTH):
+    """`first` followed by `text`, wrapped at spaces: the continuation lines start under text's first
+    character (scripts/check-grade-excerpts joins them back)."""
+    import textwrap
+    indent = " " * len(first)
+    lines = textwrap.wrap(text, width=max(width, len(first) + 40), initial_indent=first,
+                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines) if lines else first.rstrip()
+
+
+def cause_lines(r, limit=CAUSE_LINES):
+    """The failed run's own last words, for a result whose message does not say the cause itself: a crash, a
+    timeout, an error, or a message that points at an error printed above (run_program's "see the error
+    above"). Under mpirun the ranks' stderr, each line labelled with its rank; otherwise the last lines the
+    test printed. cmocka's own lines and the lines the message already holds are left out."""
+    message = r["message"]
+    if r["status"] not in (CRASH, ERROR, TIMEOUT) and not (r["status"] == FAIL and "above" in message):
+        return []
+    shown = one_line(message)
+    framing = lambda l: not l.strip() or l.lstrip().startswith(("[", "<", "...")) or l.strip() in shown
+    streams = tagged_streams(r["output"])
+    if any(key != (0, "stdout") for key in streams):  # mpirun --tag-output: the ranks' stderr, in log order
+        lines = []
+        for line in r["output"].splitlines():
+            m = re.match(r"^\[\d+,(\d+)\]<stderr>:(.*)$", line)
+            if m and not framing(m.group(2)):
+                lines.append(f"rank {m.group(1)}: {m.group(2).strip()}")
+    else:
+        lines = [l.rstrip() for l in r["output"].splitlines() if not framing(l)]
+    # A sanitizer's report ends with its shadow-memory legend: its ERROR and SUMMARY lines say what happened.
+    sanitizer = [l for l in lines if re.search(r"(ERROR|SUMMARY): \w*Sanitizer|: runtime error: ", l)]
+    # What a program prints may hold terminal control sequences: shown as "?".
+    return [re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", l) for l in (sanitizer or lines)[-limit:]]
+
+
 def print_table(results, title, out=sys.stdout):
     width = max([len(r["test"]) for r in results] + [4])
     print(f"\n{title}", file=out)
@@ -1215,13 +676,17 @@ def print_table(results, title, out=sys.stdout):
     for r in results:
         pts = f"{fmt_points(r['score'])}/{fmt_points(r['max_score'])}"
         line = f"{r['lesson']:<7}{r['test']:<{width + 2}}{pts:>8}  {r['status']}"
-        if r["status"] != PASS:
-            line += f"  {one_line(r['message'])}"
+        said = one_line(r["message"]) if r["status"] != PASS else ""
         if r.get("note"):
-            line += f"  ({r['note']})"
-        print(line, file=out)
+            said += f"  ({r['note']})"
+        print(wrapped(line + "  ", said.strip()) if said.strip() else line, file=out)
         if r["hint"]:
             print(f"{'':<7}  hint: {r['hint']}", file=out)
+        cause = cause_lines(r) if r["status"] != NOBUILD else []
+        if cause:
+            print(f"{'':<7}  the run's last lines:", file=out)
+            for c in cause:
+                print(f"{'':<7}  | {c}", file=out)
     total = sum(r["score"] for r in results)
     most = sum(r["max_score"] for r in results)
     counts = {}
@@ -1252,6 +717,8 @@ def gradescope_json(results, extra_output=""):
         parts = [f"{r['status']}: {r['message']}".strip()] if r["status"] != PASS else ["passed"]
         if r.get("note"):
             parts.append(f"({r['note']})")
+        if r["status"] not in (NOBUILD, MISSING):
+            parts.append(f"Ran on: {r.get('ran_on', RAN_ON_CPU)}")
         if r["hint"]:
             parts.append(f"Hint: {r['hint']}")
         if r["status"] != PASS and r["output"].strip():
@@ -1406,13 +873,13 @@ def stage_lesson(root, lesson, found, stage_root, starter_dir=None):
                     continue
             target = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(src, target)  # keeps the time stamp: make rebuilds only what changed
+            shutil.copy2(src, target)  # time stamps kept; forget_stale_objects decides on content
     for name, path in pristine.items():
         shutil.copy2(path, os.path.join(dest, name))
     return dest, notes
 
 
-def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits, ctx):
+def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, limits, ctx, emu_build=None):
     """Grades one student into out_dir (results.json, junit.xml, build logs). Never raises."""
     student = os.path.basename(student_dir.rstrip("/"))
     os.makedirs(out_dir, exist_ok=True)
@@ -1435,7 +902,8 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
                 notes += [f"lesson {lesson.num}: {n}" for n in staged_notes]
                 rs, _ = grade_lesson(root, build_dir, lesson, "lessons", make_args, limits, ctx,
                                      grade_out=os.path.join(work, "build"), lessons_dir=stage,
-                                     log_path=os.path.join(out_dir, f"build-lesson{lesson.num}.log"))
+                                     log_path=os.path.join(out_dir, f"build-lesson{lesson.num}.log"),
+                                     emu_build=emu_build, emu_grade_out=os.path.join(work, "build-emu"))
                 if rs and rs[0]["status"] == NOBUILD:
                     notes.append(f"lesson {lesson.num}: compile error")
                 results += rs
@@ -1444,10 +912,28 @@ def grade_student(root, build_dir, lessons, student_dir, out_dir, make_args, lim
                 notes.append(f"lesson {lesson.num}: grader error: {e}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summary = "; ".join(notes)
+    summary = "; ".join(notes + result_notes(results))
     write_file(os.path.join(out_dir, "results.json"), json.dumps(gradescope_json(results, summary), indent=2))
     write_file(os.path.join(out_dir, "junit.xml"), junit_xml(results))
     return student, results, summary
+
+
+def result_notes(results):
+    """class.csv's notes for one student: why each test that did not pass failed or was skipped, and where the
+    tests that did not run on this machine's CPU ran. A lesson that did not build or was not handed in is
+    noted once (by grade_student), not once per test."""
+    notes = []
+    for r in results:
+        tag = f"lesson {r['lesson']} {r['test']}"
+        where = r.get("ran_on", RAN_ON_CPU)
+        if r["status"] in (NOBUILD, MISSING):
+            continue
+        if r["status"] != PASS:
+            notes.append(f"{tag}: {r['status']}: {one_line(r['message'])}"
+                         + (f" (on the {where})" if where != RAN_ON_CPU else ""))
+        elif where != RAN_ON_CPU:
+            notes.append(f"{tag}: passed on the {where}")
+    return notes
 
 
 def instructor(args, lessons, make_args, limits, ctx):
@@ -1471,8 +957,8 @@ def instructor(args, lessons, make_args, limits, ctx):
     print(f"grade: {len(students)} students, lessons {' '.join(l.num for l in lessons)}, {workers} at a time, "
           f"sandbox: {dict(bwrap='bubblewrap', uid='a user per test').get(ctx.sandbox, 'none')}")
     rows = {}
-    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx)
-            for s in students]
+    jobs = [(root, args.build, lessons, os.path.join(subs, s), os.path.join(out, s), make_args, limits, ctx,
+             args.emu_build) for s in students]
     # Threads: each test runs in its own supervisor process (tests never run inside the grader), so nothing
     # a student's code does to its parent process reaches the grader or another student.
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
@@ -1511,7 +997,8 @@ def main():
     ap.add_argument("--build", default="build", help="build folder of the kit (default build)")
     ap.add_argument("--make-arg", action="append", default=[], help="extra VAR=VALUE for make (repeatable)")
     ap.add_argument("--emu-build", help="CUDA emulation build folder (make EMU=1): tests skipped for want of a "
-                                        "GPU run again there")
+                                        "GPU run again there (default: make's, build-emu beside --build; "
+                                        "'none': no emulator)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per test (hints.tsv may say more)")
     ap.add_argument("--mem-mb", type=int, default=4096, help="memory limit per test in MiB (0: none)")
     ap.add_argument("--fsize-mb", type=int, default=512, help="largest file (and output) a test may write, MiB")
@@ -1532,6 +1019,10 @@ def main():
     lessons = find_lessons(ROOT, wanted, skipped)
     limits = Limits(args.timeout, args.mem_mb, args.fsize_mb)
     make_args = list(args.make_arg)
+    if args.emu_build is None:
+        args.emu_build = default_emu_build(args.build)
+    elif args.emu_build == "none":
+        args.emu_build = None
     if args.submissions and not args.out:
         ap.error("--submissions needs --out")
     if not lessons:
@@ -1548,7 +1039,9 @@ def main():
             # the first test, which the guard would then take for a file the test wrote: compile it now, before
             # the guard looks (nothing to do where bytecode is not written: PYTHONDONTWRITEBYTECODE, -B).
             if not sys.dont_write_bytecode:
-                py_compile.compile(os.path.abspath(__file__), doraise=False)
+                for module in ("grade.py", "grader_sandbox.py"):
+                    py_compile.compile(os.path.join(os.path.dirname(os.path.abspath(__file__)), module),
+                                       doraise=False)
             quarantine = os.path.join(ROOT, args.build, "grade-quarantine")
             guard = Guard(ROOT, quarantine, [args.submissions] if args.submissions else [])
         ctx = Context(scratch, sandbox, guard)

