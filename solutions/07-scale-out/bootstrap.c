@@ -57,12 +57,14 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
         snprintf(e->url, sizeof e->url, "%s", init_method);
         return 0;
     }
-    const char *addr = getenv("MASTER_ADDR");
+    const char *addr = getenv("MASTER_ADDR"), *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     int port;
     if (!addr || !*addr) return check_reason(err, errlen, "MASTER_ADDR is not set (rank 0's host, as the others reach it)");
     if (env_int("MASTER_PORT", &port, err, errlen) < 0) return -1;
     if (port < 1 || port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
-    snprintf(e->url, sizeof e->url, "tcp://%s:%d", addr, port);
+    // torchrun's agent already serves a store there: join it, never serve a second one on its port.
+    bool by_agent = agent && strcmp(agent, "True") == 0;
+    snprintf(e->url, sizeof e->url, "%s://%s:%d", by_agent ? "c10d" : "tcp", addr, port);
     return 0;
     // STARTER: (void)init_method, (void)env_int;
     // STARTER: *e = (RdzvEnv){.local_rank = -1};
@@ -188,6 +190,17 @@ static void rdzv_fail(int line, const char *call, int rank, const char *err) __a
 static void rdzv_fail(int line, const char *call, int rank, const char *err) {
     if (strncmp(err, "rank ", 5) == 0) check_failf(__FILE__, line, call, RDZV_HINT, "%s", err);
     check_failf(__FILE__, line, call, RDZV_HINT, "rank %d: %s", rank, err);
+}
+
+void scaleout_check_init_method(const char *m) {
+    const char *kinds[] = {"tcp://", "c10d://", "file://"};
+    bool ok = m && strcmp(m, "env") == 0;
+    for (int i = 0; i < 3 && m && !ok; i++) ok = strncmp(m, kinds[i], strlen(kinds[i])) == 0 && m[strlen(kinds[i])];
+    if (!ok)
+        check_failf(__FILE__, __LINE__, "--init-method", "env reads MASTER_ADDR/MASTER_PORT (torchrun sets them); "
+                    "tcp://HOST:PORT: rank 0 serves the store there; c10d://HOST:PORT: join a PyTorch TCPStore served "
+                    "by someone else (torchrun's agent); file:///PATH: a file every rank sees",
+                    "--init-method '%s' is not a store this program knows", m ? m : "");
 }
 
 bool scaleout_started_by_mpi(void) {
