@@ -312,12 +312,13 @@ static int c10d_add(Store *s, const char *key, int64_t delta, int64_t *out, char
     return c10d_call(s, &m, out, sizeof *out, err, errlen);
 }
 
-// The keys of one job attempt: "kit/<job id>/<attempt>/". torchrun keeps its store across the restarts of a
-// group and numbers them (TORCHELASTIC_RESTART_COUNT): a restarted rank must not find the keys, or the join,
-// of the attempt that failed.
+// The keys of one job attempt: "/kit/<job id>/<attempt>/" (PyTorch's client puts a "/" before every key, so
+// a Python `store.get("kit/...")` finds them). torchrun keeps its store across the restarts of a group and
+// numbers them (TORCHELASTIC_RESTART_COUNT): a restarted rank must not find the keys, or the join, of the
+// attempt that failed.
 static void c10d_prefix(Store *s) {
     const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
-    snprintf(s->prefix, sizeof s->prefix, "kit/%.80s/%.16s/", s->job, attempt && *attempt ? attempt : "0");
+    snprintf(s->prefix, sizeof s->prefix, "/kit/%.80s/%.16s/", s->job, attempt && *attempt ? attempt : "0");
 }
 
 static int open_c10d(Store *s, const char *addr, char *err, size_t errlen) {

@@ -11,7 +11,7 @@
 //                     PORT 0 (rank 0 only): any free port, which store_port() reports for the other ranks.
 //   c10d://HOST:PORT  a PyTorch c10d TCPStore that someone else serves (torchrun's agent, when it sets
 //                     TORCHELASTIC_USE_AGENT_STORE=True): every rank is a client; the kit's keys live under
-//                     "kit/<job id>/<TORCHELASTIC_RESTART_COUNT>/", apart from torchrun's and from an earlier
+//                     "kit/<job id>/<TORCHELASTIC_RESTART_COUNT>/" (as a PyTorch client names them), apart from torchrun's and from an earlier
 //                     attempt's.
 //   file://PATH       a file on a file system every rank sees (NFS, Lustre; /tmp for one node). No server,
 //                     no port: the ranks append records under a lock and read the file back.

@@ -61,9 +61,13 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
     int port;
     if (!addr || !*addr) return check_reason(err, errlen, "MASTER_ADDR is not set (rank 0's host, as the others reach it)");
     if (env_int("MASTER_PORT", &port, err, errlen) < 0) return -1;
+    bool by_agent = agent && strcmp(agent, "True") == 0;
+    if (port == 0 && by_agent)  // torchrun's static rendezvous passes --master-port on as it was given
+        return check_reason(err, errlen, "MASTER_PORT=0: torchrun bound a free port for its store but passes 0 on; "
+                            "give --master-port a port, or let the c10d rendezvous choose one (--standalone, or "
+                            "--rdzv-backend c10d --rdzv-endpoint HOST:0)");
     if (port < 1 || port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
     // torchrun's agent already serves a store there: join it, never serve a second one on its port.
-    bool by_agent = agent && strcmp(agent, "True") == 0;
     snprintf(e->url, sizeof e->url, "%s://%s:%d", by_agent ? "c10d" : "tcp", addr, port);
     return 0;
     // STARTER: (void)init_method, (void)env_int;
