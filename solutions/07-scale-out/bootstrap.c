@@ -66,7 +66,10 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
         return check_reason(err, errlen, "MASTER_PORT=0: torchrun bound a free port for its store but passes 0 on; "
                             "give --master-port a port, or let the c10d rendezvous choose one (--standalone, or "
                             "--rdzv-backend c10d --rdzv-endpoint HOST:0)");
-    if (port < 1 || port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
+    if (port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
+    if (port == 0 && e->rank != 0)  // rank 0 may serve on any free port: it says which, the others need that one
+        return check_reason(err, errlen, "MASTER_PORT=0 is for rank 0 only (it serves the store on a free port and "
+                            "prints it): start rank %d with that port", e->rank);
     // torchrun's agent already serves a store there: join it, never serve a second one on its port.
     snprintf(e->url, sizeof e->url, "%s://%s:%d", by_agent ? "c10d" : "tcp", addr, port);
     return 0;
@@ -222,6 +225,13 @@ ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
                     "%s", err);
     Store *s = rdzv_open(&e, o->timeout_s, err, sizeof err);
     if (!s) rdzv_fail(__LINE__, "rdzv_open", e.rank, err);
+    // MASTER_PORT=0: rank 0 took a port no other process held; the other ranks are started once it says which.
+    size_t ulen = strlen(e.url);
+    if (e.rank == 0 && ulen > 2 && strcmp(e.url + ulen - 2, ":0") == 0) {
+        printf("store: rank 0 serves the store on port %d (MASTER_PORT=0): start the other ranks with "
+               "MASTER_PORT=%d\n", store_port(s), store_port(s));
+        fflush(stdout);
+    }
 
     // Who shares a node: from every rank's host name.
     char me[RDZV_HOST_LEN];
