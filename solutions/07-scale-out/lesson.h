@@ -81,6 +81,9 @@ void ring_close(Ring *ring);
 // (the node map), shares rank 0's process-group address and starts the socket backend. Prints one line per
 // rank: its rank, local rank and node. Errors end the process with the reason and a HINT.
 ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev);
+// Its second half, on a store already open (e: what rdzv_env_read gave): host names, the node map, rank 0's
+// address, the socket backend. Closes the store.
+ProcessGroup *scaleout_setup_on(Store *s, const RdzvEnv *e, const TrainOptions *o, Device dev);
 // mpirun or srun started this process (their environment is there): the start of lesson 03.
 bool scaleout_started_by_mpi(void);
 // Ends the process with a usage error unless init_method is one the store start understands: env, tcp://HOST:PORT,

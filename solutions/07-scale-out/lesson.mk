@@ -5,4 +5,6 @@
 NEEDS := mpi
 USES := 03-ddp 04-checkpoint
 DEFAULT_NP := 2
-GRADE_NP := 2
+# Graded on an odd world: at 2 ranks a ring turning the wrong way still sums right (next and previous are
+# the same rank).
+GRADE_NP := 3

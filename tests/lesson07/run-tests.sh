@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/lesson07/run-tests.sh: lesson 07's checks beyond `make grade-solutions` (which runs the autograder on
 # GRADE_NP ranks, one test per process):
-#   1. the whole autograder of the SOLUTION on other world sizes (LESSON07_WORLDS, default "1 3")
+#   1. the whole autograder of the SOLUTION on other world sizes than GRADE_NP's 3 (LESSON07_WORLDS, default "1 2")
 #   2. the real program started both ways: mpirun -np 2, and 2 processes with RANK/WORLD_SIZE/MASTER_* (tcp
 #      store) and with --init-method file://: every epoch line (losses, accuracies) must be the same text
 #   3. every failure mode ends within its limit with a non-zero status, the reason and a HINT: the master
@@ -55,13 +55,12 @@ ARGS=(--dataset synthetic --model tiny --epochs 2 --bucket-mb 0 --seed 5)
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT KIT_SOCKET_IFNAME KIT_NODE_NAME
 
 # ---- 1. the autograder on other world sizes
-count=$("$tests" --list | wc -l)
-for np in ${LESSON07_WORLDS:-1 3}; do
+for np in ${LESSON07_WORLDS:-1 2}; do
   start=$(date +%s)
   timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$work/grade.log" 2>&1
   rc=$?
-  # A world above 2 skips the bit-for-bit training comparison (its reason is in the test).
-  if [ $rc -eq 0 ] && grep -Eq "PASSED.*\\b($count|$((count - 1))) test" "$work/grade.log"; then
+  # One rank skips the tests that need a peer (their reason is in the test); nothing may fail.
+  if [ $rc -eq 0 ] && grep -q "PASSED" "$work/grade.log" && ! grep -q "FAILED" "$work/grade.log"; then
     ok "lesson 07 autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
   else
     bad "lesson 07 autograder on the solution, world $np (exit $rc)"
