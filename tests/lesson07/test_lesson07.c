@@ -425,50 +425,60 @@ static void test_ring_equals_mpi_random(void **state) {
     if (!ok) fail_msg("rank %d of %d: %s", rank, world, what[0] ? what : "(another rank differs)");
 }
 
-// Rank r adds 8^r to every element: the sum's base-8 digits count how often each rank's value arrived (each
-// must once), which tells a reduce-scatter that missed a rank from an all-gather that delivered a stale chunk.
-static void describe_ring_sum(float got, int world, char *out, size_t outlen) {
-    long v = lrintf(got);
-    size_t used = (size_t)snprintf(out, outlen, "contributions:");
-    for (int r = 0; r < world && used < outlen; r++, v /= 8)
-        used += (size_t)snprintf(out + used, outlen - used, " rank %d x%ld", r, v % 8);
+// The values of test_ring_direction: rank r gives element i of chunk c the value 8^r + c 8^world. In the sum,
+// the low base-8 digits count how often each rank's value arrived (each must once), and the high part is the
+// sum of the chunk numbers the values came from: a value added under another chunk's place shows there.
+static float ring_value(int rank, int world, int chunk) { return (float)((1L << (3 * rank)) + (long)chunk * (1L << (3 * world))); }
+
+static void describe_ring_sum(float got, int world, int chunk, char *out, size_t outlen) {
+    long v = lrintf(got), high = v >> (3 * world), low = v & ((1L << (3 * world)) - 1);
+    size_t used = (size_t)snprintf(out, outlen, "it holds");
+    for (int r = 0; r < world && used < outlen; r++, low >>= 3)
+        used += (size_t)snprintf(out + used, outlen - used, " rank %d's value x%ld%s", r, low & 7, r + 1 < world ? "," : "");
+    if (used < outlen)
+        snprintf(out + used, outlen - used, "; the chunk numbers they came from sum to %ld (chunk %d from every rank: %ld)",
+                 high, chunk, (long)chunk * world);
 }
 
 // The ring on an odd world, where the next rank and the previous one differ: wrong turns show here.
 static void test_ring_direction(void **state) {
     (void)state;
     int rank = mpi_rank(), world = mpi_world();
-    if (world > 7) skip();  // base-8 digits in a float's 24 bits
+    if (world > 6) skip();  // the values' digits must fit a float's 24 bits
     Ring ring;
     Store *s = ring_up(&ring, "ring-direction");
-    size_t n = (size_t)world * 1000;  // equal chunks: a wrong chunk has the right size and arrives, wrong
+    const size_t per = 1000, n = (size_t)world * per;  // equal chunks: a chunk sent the wrong way has the right size
     float *buf = malloc(n * sizeof *buf);
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(1 << (3 * rank));
-    char err[512] = "", what[512] = "";
+    for (size_t i = 0; i < n; i++) buf[i] = ring_value(rank, world, (int)(i / per));
+    char err[512] = "", what[768] = "";
     bool ok = ring_allreduce(&ring, buf, n, err, sizeof err) == 0;
     if (!ok) snprintf(what, sizeof what, "ring_allreduce failed: %s", err);
-    float want = 0;
-    for (int r = 0; r < world; r++) want += (float)(1 << (3 * r));
     size_t bad = n;
-    for (size_t i = 0; i < n && ok; i++)
+    for (size_t i = 0; i < n && ok; i++) {
+        float want = 0;
+        for (int r = 0; r < world; r++) want += ring_value(r, world, (int)(i / per));
         if (buf[i] != want) bad = i, ok = false;
-    // Which phase? Collect every rank's value of the first wrong element's chunk.
-    int chunk = bad < n ? (int)(bad / 1000) : -1, any_chunk;
+    }
+    // Which phase? Every rank's value of the first wrong element's chunk: if no rank has it right, the
+    // reduce-scatter never built it; if some rank has, the all-gather did not pass it on.
+    int chunk = bad < n ? (int)(bad / per) : -1, any_chunk;
     MPI_Allreduce(&chunk, &any_chunk, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    float mine = any_chunk >= 0 ? buf[(size_t)any_chunk * 1000] : want, *all = calloc((size_t)world, sizeof *all);
+    float want_c = 0, mine = 0, *all = calloc((size_t)world, sizeof *all);
+    for (int r = 0; r < world && any_chunk >= 0; r++) want_c += ring_value(r, world, any_chunk);
+    if (any_chunk >= 0) mine = buf[(size_t)any_chunk * per];
     MPI_Allgather(&mine, 1, MPI_FLOAT, all, 1, MPI_FLOAT, MPI_COMM_WORLD);
     int complete = 0;
-    for (int r = 0; r < world; r++) complete += all[r] == want;
+    for (int r = 0; r < world; r++) complete += all[r] == want_c;
     if (bad < n) {
-        char d[160];
-        describe_ring_sum(buf[bad], world, d, sizeof d);
-        snprintf(what, sizeof what, "element %zu (chunk %d) is %g, expected %g (%s). %s", bad, chunk, buf[bad], want, d,
-                 complete == 0 ? "No rank has this chunk's complete sum: the reduce-scatter went wrong (each step sends "
-                                 "to the NEXT rank and receives from the PREVIOUS one, and sends the chunk it added into "
-                                 "the step before)"
-                               : "Some rank has this chunk complete but this one does not: the all-gather went wrong "
-                                 "(it turns the same way as the reduce-scatter: send to the next rank, receive from the "
-                                 "previous, passing on the chunk received the step before)");
+        char d[300];
+        describe_ring_sum(buf[bad], world, chunk, d, sizeof d);
+        snprintf(what, sizeof what, "element %zu (chunk %d) is wrong: %s. %s", bad, chunk, d,
+                 complete == 0 ? "No rank holds this chunk's right sum: the reduce-scatter went wrong. Does each step "
+                                 "send to the NEXT rank and receive from the PREVIOUS one (a ring turned the wrong way "
+                                 "passes on 2 ranks only), and send the chunk it added into the step before?"
+                               : "Some rank holds this chunk's right sum, this one does not: the all-gather went wrong. "
+                                 "Does it turn the same way as the reduce-scatter (send to the NEXT rank, receive from "
+                                 "the PREVIOUS), passing on the chunk it received the step before?");
     }
     ok = all_ok(ok);
     free(all);
