@@ -143,14 +143,14 @@ static void test_env_read(void **state) {
     setenv("LOCAL_RANK", "1", 1);
     env_ok("env", &e, "RANK=4 LOCAL_RANK=1 WORLD_SIZE=6 MASTER_ADDR=node7 MASTER_PORT=1234");
     if (e.rank == 1 && e.local_rank == 4)
-        fail_msg("RANK=4 LOCAL_RANK=1: got rank 1 and local rank 4: RANK and LOCAL_RANK are swapped (RANK numbers the "
+        fail_msg("RANK and LOCAL_RANK swapped: RANK=4 LOCAL_RANK=1 gave rank 1 and local rank 4 (RANK numbers the "
                  "ranks of the whole job, LOCAL_RANK those of one node)");
     if (e.rank != 4)
-        fail_msg("RANK=4 LOCAL_RANK=1: got rank %d%s: the rank is RANK (the whole job's numbering)", e.rank,
-                 e.rank == 1 ? ", which is LOCAL_RANK" : "");
+        fail_msg("%sRANK=4 LOCAL_RANK=1 gave rank %d: the rank is RANK (the whole job's numbering)",
+                 e.rank == 1 ? "rank read from LOCAL_RANK: " : "", e.rank);
     if (e.local_rank != 1)
-        fail_msg("RANK=4 LOCAL_RANK=1: got local rank %d%s: the local rank is LOCAL_RANK (this node's numbering)",
-                 e.local_rank, e.local_rank == 4 ? ", which is RANK" : "");
+        fail_msg("%sRANK=4 LOCAL_RANK=1 gave local rank %d: the local rank is LOCAL_RANK (this node's numbering)",
+                 e.local_rank == 4 ? "local rank read from RANK: " : "", e.local_rank);
     if (e.world != 6) fail_msg("WORLD_SIZE=6: got world %d", e.world);
     if (strcmp(e.url, "tcp://node7:1234") != 0)
         fail_msg("MASTER_ADDR=node7 MASTER_PORT=1234 with init_method \"env\": url '%s', expected 'tcp://node7:1234'", e.url);
@@ -222,8 +222,8 @@ static void test_node_map(void **state) {
     for (int r = 0; r < 4; r++) {
         NodeMap m = rdzv_node_map(unsorted, 4, r);
         if (m.node != node_of[r] || m.nodes != 3)
-            fail_msg("hosts n2 n1 n2 n0, rank %d: node %d of %d, expected node %d of 3: nodes are numbered in order of "
-                     "first appearance (rank 0's node is node 0), not by sorting the names", r, m.node, m.nodes, node_of[r]);
+            fail_msg("nodes numbered by name, not by first appearance? hosts n2 n1 n2 n0, rank %d: node %d of %d, "
+                     "expected node %d of 3 (rank 0's node is node 0 whatever its name)", r, m.node, m.nodes, node_of[r]);
     }
     const char one[1][RDZV_HOST_LEN] = {"solo"};
     NodeMap m = rdzv_node_map(one, 1, 0);
@@ -258,8 +258,8 @@ static void test_tcp_missing_rank_named(void **state) {
     if (!strstr(err, "ranks 1, 2 never joined"))
         fail_msg("the error must name the missing ranks (the store's message, passed on), got: %s", err);
     if (!strstr(err, "'num/1', 'num/2'"))
-        fail_msg("the error names the missing keys one at a time (%s): keys waited for one by one stop at the "
-                 "first; wait for all of them in one wait, and its error names every missing one ('num/1', 'num/2')", err);
+        fail_msg("keys waited for one by one? the error must name every missing key ('num/1', 'num/2'), as one "
+                 "wait for all of them does; it says: %s", err);
 }
 
 // Two jobs on one MASTER_ADDR:MASTER_PORT: the second job's rank is refused, the job's own rank is not.
@@ -472,13 +472,15 @@ static void test_ring_direction(void **state) {
     if (bad < n) {
         char d[300];
         describe_ring_sum(buf[bad], world, chunk, d, sizeof d);
-        snprintf(what, sizeof what, "element %zu (chunk %d) is wrong: %s. %s", bad, chunk, d,
-                 complete == 0 ? "No rank holds this chunk's right sum: the reduce-scatter went wrong. Does each step "
-                                 "send to the NEXT rank and receive from the PREVIOUS one (a ring turned the wrong way "
-                                 "passes on 2 ranks only), and send the chunk it added into the step before?"
-                               : "Some rank holds this chunk's right sum, this one does not: the all-gather went wrong. "
-                                 "Does it turn the same way as the reduce-scatter (send to the NEXT rank, receive from "
-                                 "the PREVIOUS), passing on the chunk it received the step before?");
+        snprintf(what, sizeof what, "%s element %zu (chunk %d) is wrong: %s",
+                 complete == 0 ? "the reduce-scatter turns the wrong way (or passes on the wrong chunk): no rank holds "
+                                 "this chunk's right sum. Each step sends to the NEXT rank and receives from the "
+                                 "PREVIOUS one, passing on the chunk it added into the step before (a ring turned the "
+                                 "wrong way passes on 2 ranks only)."
+                               : "the all-gather turns the wrong way (or passes on the wrong chunk): some rank holds "
+                                 "this chunk's right sum, this one does not. It turns like the reduce-scatter (to the "
+                                 "NEXT rank, from the PREVIOUS), passing on the chunk it received the step before.",
+                 bad, chunk, d);
     }
     ok = all_ok(ok);
     free(all);
@@ -512,9 +514,9 @@ static void test_ring_stays_in_buffer(void **state) {
         for (size_t i = n; i < n + GUARD && ok; i++)
             if (memcmp(&buf[i], &canary, sizeof canary) != 0) {
                 ok = false;
-                snprintf(what, sizeof what, "n=%zu floats on %d ranks: ring_allreduce wrote buf[%zu], %zu past the end "
-                         "(chunks of n/world rounded up for every chunk overrun the buffer: the last chunks must be "
-                         "shorter, or empty)", n, world, i, i - n + 1);
+                snprintf(what, sizeof what, "chunks overrun the buffer (n/world rounded up for every chunk?): with n=%zu "
+                         "floats on %d ranks ring_allreduce wrote buf[%zu], %zu past the end; the last chunks must be "
+                         "shorter, or empty", n, world, i, i - n + 1);
             }
         for (size_t i = 0; i < n && ok; i++)
             if (buf[i] != (float)(world * (world + 1) / 2)) {
@@ -552,9 +554,9 @@ static void test_ring_dead_peer(void **state) {
         int rc = ring_allreduce(&ring, buf, n, err, sizeof err);
         double took = time_now() - start;
         if (rc == 0)
-            ok = !check_reason(what, sizeof what, "ring_allreduce returned 0 although rank %d had closed its "
-                               "connections: a failed step was ignored (the sum is wrong and nobody is told); "
-                               "return -1 with the reason", victim);
+            ok = !check_reason(what, sizeof what, "a failed ring step was ignored: ring_allreduce returned 0 although "
+                               "rank %d had closed its connections (the sum is wrong and nobody is told); return -1 "
+                               "with the reason", victim);
         else if (!err[0]) ok = !check_reason(what, sizeof what, "ring_allreduce returned -1 without a reason in err");
         else if (took > ring.timeout_s + 5.0)
             ok = !check_reason(what, sizeof what, "ring_allreduce gave up after %.1f s; the ring's timeout is %.1f s", took,
@@ -590,9 +592,9 @@ static void test_ring_large_no_deadlock(void **state) {
     double start = time_now();
     bool ok = ring_allreduce(&ring, buf, n, err, sizeof err) == 0;
     if (!ok)
-        snprintf(what, sizeof what, "ring_allreduce of %zu MiB (16 MiB chunks, the sockets buffer 64 KiB) failed after "
-                 "%.1f s: %s. Each rank sent its whole chunk before receiving? Then every rank waits for its neighbour "
-                 "to read, which waits for its own: send and receive at once (sock_sendrecv)", n * 4 >> 20,
+        snprintf(what, sizeof what, "send then receive deadlocks: ring_allreduce of %zu MiB (16 MiB chunks, the "
+                 "sockets buffer 64 KiB) failed after %.1f s. A rank that sends its whole chunk before receiving waits "
+                 "for its neighbour to read, which waits for its own: send and receive at once. (%s)", n * 4 >> 20,
                  time_now() - start, err);
     for (size_t i = 0; i < n && ok; i++) {
         int want = 0;
