@@ -125,6 +125,14 @@ run_rank() {
   echo $? >"$work/$name.rc"; echo $(( $(date +%s) - start )) >"$work/$name.s"
 }
 
+# An --init-method the program does not know: refused at once on any start (mpirun's too), never ignored.
+for im in foo://x ''; do
+  start=$(date +%s)
+  timeout 60 "$train" "${ARGS[@]}" --init-method "$im" >"$work/init_method.out" 2>"$work/init_method.err" </dev/null
+  echo $? >"$work/init_method.rc"; echo $(( $(date +%s) - start )) >"$work/init_method.s"
+  expect init_method 10 "init-method '$im' is not a store this program knows" "$work/init_method.err"
+done
+
 # The master unreachable: rank 1 alone; the port is held (bound, not listening) by a helper: connections refused.
 port=$(hold_port bind unreachable)
 run_rank unreachable 1 2 "$port" timeout 60 "$train" "${ARGS[@]}" --timeout 3
