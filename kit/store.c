@@ -66,10 +66,13 @@ static void table_free(Table *t) {
 
 struct Store {
     bool is_file;
+    bool is_c10d;      // a PyTorch TCPStore that someone else serves (torchrun's agent): the kit is its client
+    char prefix[STORE_KEY_MAX];  // c10d: what every key is stored under, so the kit's keys never meet torchrun's
     int rank, world;
     double timeout_s;
     char job[STORE_KEY_MAX];
     char where[1100];  // "HOST:PORT" or the file's path, for messages
+    int port;          // tcp, c10d: the port (the one the system gave rank 0 when the url said port 0)
     int fd;            // tcp: the connection to the server; file: the open file
     // tcp, rank 0: the server
     bool serving;
@@ -203,6 +206,154 @@ static long tcp_request(Store *s, uint32_t op, const char *key, const void *valu
     return r[1];
 }
 
+// ---------------------------------------------------------------- the c10d client (a PyTorch TCPStore)
+
+// torchrun's agent serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT before it starts the workers; with
+// TORCHELASTIC_USE_AGENT_STORE=True a worker must not serve one itself (the port is the agent's), it joins the
+// agent's as a client. The wire format, as PyTorch 2.x's TCPStore client writes it (c10d/TCPStore.cpp and
+// TCPStoreBackend.cpp; checked against the installed torch by tests/scale-out/torchrun.sh): a request is a
+// one-byte query type and its arguments, integers in the host's byte order, a string or a value as a uint64
+// length and its bytes, a list of keys as a uint64 count and the strings. A connection opens with VALIDATE
+// (the magic number, no reply) and PING (a uint32 nonce, echoed back). Of the queries, the kit needs four:
+//   SET key value              no reply
+//   GET key                    reply: the value (uint64 length, bytes); the key must exist (CHECK first)
+//   ADD key int64              reply: the new int64 (a counter kept as its decimal text)
+//   CHECK n keys               reply: one byte, READY (0) when all exist, else NOT_READY (1)
+// WAIT blocks in the server without a deadline of ours, so the kit polls with CHECK instead: every wait keeps
+// the store's timeout and can name what is missing.
+enum { C10D_VALIDATE = 0, C10D_SET = 1, C10D_GET = 3, C10D_ADD = 4, C10D_CHECK = 5, C10D_PING = 13 };
+enum { C10D_READY = 0 };
+#define C10D_MAGIC 0x3C85F7CEu
+
+// A request under construction.
+typedef struct {
+    unsigned char *b;
+    size_t n, cap;
+} Msg;
+
+static void msg_put(Msg *m, const void *p, size_t n) {
+    if (m->n + n > m->cap) {
+        m->cap = 2 * (m->n + n) + 64;
+        m->b = CHECK_ALLOC(realloc(m->b, m->cap));
+    }
+    memcpy(m->b + m->n, p, n);
+    m->n += n;
+}
+static void msg_u8(Msg *m, uint8_t v) { msg_put(m, &v, 1); }
+static void msg_bytes(Msg *m, const void *p, uint64_t n) {
+    msg_put(m, &n, sizeof n);
+    msg_put(m, p, (size_t)n);
+}
+// A key as the server stores it: the store's prefix, then the kit's key.
+static void msg_key(Msg *m, const Store *s, const char *key) {
+    char full[2 * STORE_KEY_MAX];
+    snprintf(full, sizeof full, "%s%s", s->prefix, key);
+    msg_bytes(m, full, strlen(full));
+}
+
+// Sends m (and frees it), then receives rn bytes of reply into r (rn 0: the query has none).
+static int c10d_call(Store *s, Msg *m, void *r, size_t rn, char *err, size_t errlen) {
+    double deadline = time_now() + s->timeout_s;
+    char why[256];
+    int rc = sock_send_all(s->fd, m->b, m->n, deadline, why, sizeof why);
+    if (rc == 0 && rn) rc = sock_recv_all(s->fd, r, rn, deadline, why, sizeof why);
+    free(m->b);
+    *m = (Msg){0};
+    if (rc < 0)
+        return check_reason(err, errlen, "lost the store at %s (torchrun's agent serves it: did the agent stop, or "
+                            "restart the workers?): %s", s->where, why);
+    return 0;
+}
+
+static int c10d_set(Store *s, const char *key, const void *value, size_t len, char *err, size_t errlen) {
+    Msg m = {0};
+    msg_u8(&m, C10D_SET);
+    msg_key(&m, s, key);
+    msg_bytes(&m, value, len);
+    return c10d_call(s, &m, NULL, 0, err, errlen);
+}
+
+// 1 when key exists, 0 when not, -1 on error.
+static int c10d_check(Store *s, const char *key, char *err, size_t errlen) {
+    Msg m = {0};
+    uint8_t ready;
+    msg_u8(&m, C10D_CHECK);
+    uint64_t one = 1;
+    msg_put(&m, &one, sizeof one);
+    msg_key(&m, s, key);
+    if (c10d_call(s, &m, &ready, 1, err, errlen) < 0) return -1;
+    return ready == C10D_READY;
+}
+
+// The value of key, which exists: copied into buf (cap bytes). Returns its length or -1.
+static long c10d_get(Store *s, const char *key, void *buf, size_t cap, char *err, size_t errlen) {
+    Msg m = {0};
+    uint64_t len;
+    msg_u8(&m, C10D_GET);
+    msg_key(&m, s, key);
+    if (c10d_call(s, &m, &len, sizeof len, err, errlen) < 0) return -1;
+    if (len > STORE_VALUE_MAX)
+        return check_reason(err, errlen, "%s: '%s%s' holds %llu bytes, more than a rendezvous value (%d)", s->where,
+                            s->prefix, key, (unsigned long long)len, STORE_VALUE_MAX);
+    char *v = xmalloc(len ? (size_t)len : 1), why[256];
+    int rc = sock_recv_all(s->fd, v, (size_t)len, time_now() + s->timeout_s, why, sizeof why);
+    if (rc == 0 && buf) memcpy(buf, v, (size_t)len < cap ? (size_t)len : cap);
+    free(v);
+    if (rc < 0) return check_reason(err, errlen, "lost the store at %s: %s", s->where, why);
+    return (long)len;
+}
+
+// Adds delta to the counter under key (0 when new). Returns 0 with the new value in *out, or -1.
+static int c10d_add(Store *s, const char *key, int64_t delta, int64_t *out, char *err, size_t errlen) {
+    Msg m = {0};
+    msg_u8(&m, C10D_ADD);
+    msg_key(&m, s, key);
+    msg_put(&m, &delta, sizeof delta);
+    return c10d_call(s, &m, out, sizeof *out, err, errlen);
+}
+
+// The keys of one job attempt: "/kit/<job id>/<attempt>/" (PyTorch's client puts a "/" before every key, so
+// a Python `store.get("kit/...")` finds them). torchrun keeps its store across the restarts of a group and
+// numbers them (TORCHELASTIC_RESTART_COUNT): a restarted rank must not find the keys, or the join, of the
+// attempt that failed.
+static void c10d_prefix(Store *s) {
+    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+    snprintf(s->prefix, sizeof s->prefix, "/kit/%.80s/%.16s/", s->job, attempt && *attempt ? attempt : "0");
+}
+
+static int open_c10d(Store *s, const char *addr, char *err, size_t errlen) {
+    char host[SOCK_ADDR_LEN], why[512];
+    if (sock_split_addr(addr, host, sizeof host, &s->port) < 0)
+        return check_reason(err, errlen, "'c10d://%s': expected c10d://HOST:PORT with a port in 1..65535", addr);
+    snprintf(s->where, sizeof s->where, "%s:%d", host, s->port);
+    c10d_prefix(s);
+    s->fd = sock_connect(host, s->port, time_now() + s->timeout_s, why, sizeof why);
+    if (s->fd < 0)
+        return check_reason(err, errlen, "rank %d cannot reach the c10d store (torchrun's agent) at %s: %s", s->rank,
+                            s->where, why);
+    // The handshake of PyTorch's client: VALIDATE (no reply), then PING, whose nonce must come back.
+    Msg m = {0};
+    uint32_t magic = C10D_MAGIC, nonce = (uint32_t)getpid() ^ 0x5EED0000u, echo = 0;
+    msg_u8(&m, C10D_VALIDATE);
+    msg_put(&m, &magic, sizeof magic);
+    msg_u8(&m, C10D_PING);
+    msg_put(&m, &nonce, sizeof nonce);
+    int rc = c10d_call(s, &m, &echo, sizeof echo, why, sizeof why);
+    if (rc == 0 && echo != nonce) snprintf(why, sizeof why, "its reply to PING is not the nonce sent");
+    if (rc < 0 || echo != nonce)
+        return check_reason(err, errlen, "%s does not answer as a PyTorch c10d TCPStore (torchrun's agent store) "
+                            "does: %s", s->where, why);
+    // Join: a counter per rank, so that a rank number given twice in one attempt is seen (the second gets 2).
+    char join[32];
+    int64_t n;
+    snprintf(join, sizeof join, "__join/%d", s->rank);
+    if (c10d_add(s, join, 1, &n, err, errlen) < 0) return -1;
+    if (n != 1)
+        return check_reason(err, errlen, "%s: refused: rank %d already joined this job's keys (%s): one RANK given "
+                            "twice", s->where, s->rank, s->prefix);
+    return 0;
+}
+
 // ---------------------------------------------------------------- the file store
 
 // Reads every record of the file into t; the caller holds a lock on it (a record is appended whole, under
@@ -299,20 +450,28 @@ const char *store_job_id(void) {
 
 static int open_tcp(Store *s, const char *addr, char *err, size_t errlen) {
     char host[SOCK_ADDR_LEN];
-    int port;
-    if (sock_split_addr(addr, host, sizeof host, &port) < 0)
-        return check_reason(err, errlen, "'tcp://%s': expected tcp://HOST:PORT with a port in 1..65535", addr);
-    snprintf(s->where, sizeof s->where, "%s:%d", host, port);
+    size_t alen = strlen(addr);
+    // Port 0 (rank 0 only): the system picks a free port, store_port() says which, and the caller hands it to
+    // the other ranks. Nothing else can take a port between its choice and its use: the listener holds it.
+    bool any_port = alen > 2 && strcmp(addr + alen - 2, ":0") == 0 && s->rank == 0;
+    if (any_port && alen - 2 < sizeof host) {
+        memcpy(host, addr, alen - 2);
+        host[alen - 2] = '\0';
+        s->port = 0;
+    } else if (sock_split_addr(addr, host, sizeof host, &s->port) < 0)
+        return check_reason(err, errlen, "'tcp://%s': expected tcp://HOST:PORT with a port in 1..65535 (0: rank 0 "
+                            "only, any free port)", addr);
     double deadline = time_now() + s->timeout_s;
     char why[512];
     if (s->rank == 0) {
-        s->listen_fd = sock_listen(port, NULL, why, sizeof why);
+        s->listen_fd = sock_listen(s->port, &s->port, why, sizeof why);
         if (s->listen_fd < 0) return check_reason(err, errlen, "rank 0 cannot serve the store: %s", why);
         if (pipe2(s->stop_pipe, O_CLOEXEC) < 0) return check_reason(err, errlen, "pipe: %s", strerror(errno));
         CHECK_PTHREAD(pthread_create(&s->server, NULL, server_main, s));
         s->serving = true;
     }
-    s->fd = sock_connect(host, port, deadline, why, sizeof why);
+    snprintf(s->where, sizeof s->where, "%s:%d", host, s->port);
+    s->fd = sock_connect(host, s->port, deadline, why, sizeof why);
     if (s->fd < 0)
         return check_reason(err, errlen, "rank %d cannot reach the store (rank 0) at %s: %s", s->rank, s->where, why);
     int32_t rw[2] = {s->rank, s->world};
@@ -340,10 +499,13 @@ Store *store_open(const char *url, const char *job_id, int rank, int world, doub
     snprintf(s->job, sizeof s->job, "%s", job_id && *job_id ? job_id : "none");
     int rc;
     if (strncmp(url, "tcp://", 6) == 0) rc = open_tcp(s, url + 6, err, errlen);
-    else if (strncmp(url, "file://", 7) == 0 && url[7] != '\0') {
+    else if (strncmp(url, "c10d://", 7) == 0) {
+        s->is_c10d = true;
+        rc = open_c10d(s, url + 7, err, errlen);
+    } else if (strncmp(url, "file://", 7) == 0 && url[7] != '\0') {
         s->is_file = true;
         rc = open_file(s, url + 7, err, errlen);
-    } else rc = check_reason(err, errlen, "'%s': a store is tcp://HOST:PORT or file:///PATH", url);
+    } else rc = check_reason(err, errlen, "'%s': a store is tcp://HOST:PORT, c10d://HOST:PORT or file:///PATH", url);
     if (rc < 0) {
         s->rank = -1;  // leave without waiting for anyone, and without removing another job's file
         store_close(s);
@@ -356,6 +518,7 @@ int store_set(Store *s, const char *key, const void *value, size_t len, char *er
     if (strlen(key) == 0 || strlen(key) >= STORE_KEY_MAX || len > STORE_VALUE_MAX)
         return check_reason(err, errlen, "store_set('%s', %zu bytes): keys are 1..%d bytes, values at most %d", key, len,
                             STORE_KEY_MAX - 1, STORE_VALUE_MAX);
+    if (s->is_c10d) return c10d_set(s, key, value, len, err, errlen);
     if (!s->is_file) {
         uint32_t status;
         return tcp_request(s, OP_SET, key, value, (uint32_t)len, &status, NULL, 0, err, errlen) < 0 ? -1 : 0;
@@ -368,6 +531,11 @@ int store_set(Store *s, const char *key, const void *value, size_t len, char *er
 
 // Looks key up once, without waiting: 1 found (value copied, *len set), 0 missing, -1 error.
 static int lookup(Store *s, const char *key, void *buf, size_t cap, long *len, char *err, size_t errlen) {
+    if (s->is_c10d) {
+        int found = c10d_check(s, key, err, errlen);
+        if (found == 1 && (*len = c10d_get(s, key, buf, cap, err, errlen)) < 0) return -1;
+        return found;
+    }
     if (!s->is_file) {
         uint32_t status;
         long n = tcp_request(s, OP_GET, key, NULL, 0, &status, buf, cap, err, errlen);
@@ -473,6 +641,7 @@ int store_rank(const Store *s) { return s->rank; }
 int store_world(const Store *s) { return s->world; }
 double store_timeout(const Store *s) { return s->timeout_s; }
 int store_fd(const Store *s) { return s->is_file ? -1 : s->fd; }
+int store_port(const Store *s) { return s->is_file ? 0 : s->port; }
 
 // Rank 0 waits until every rank that joined has left; the others only say they leave.
 static int leave(Store *s, char *err, size_t errlen) {
@@ -501,7 +670,9 @@ void store_close(Store *s) {
     if (!s) return;
     char err[1024];
     // A rank that is already gone only costs the timeout here; whatever waited for it before reported it.
-    if (s->rank == 0 && s->fd >= 0 && leave(s, err, sizeof err) < 0)
+    // A c10d store outlives the job (its agent serves it): nobody has to wait before leaving it.
+    if (s->is_c10d) {}
+    else if (s->rank == 0 && s->fd >= 0 && leave(s, err, sizeof err) < 0)
         fprintf(stderr, "warning: closing the store: %s\n", err);
     else if (s->rank > 0 && s->fd >= 0)
         leave(s, err, sizeof err);

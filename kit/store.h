@@ -8,6 +8,11 @@
 // Two kinds, one interface:
 //   tcp://HOST:PORT   rank 0 serves the store (a thread) on PORT; every rank, rank 0 included, connects to
 //                     HOST:PORT. HOST must be rank 0's address as the other nodes reach it (MASTER_ADDR).
+//                     PORT 0 (rank 0 only): any free port, which store_port() reports for the other ranks.
+//   c10d://HOST:PORT  a PyTorch c10d TCPStore that someone else serves (torchrun's agent, when it sets
+//                     TORCHELASTIC_USE_AGENT_STORE=True): every rank is a client; the kit's keys live under
+//                     "kit/<job id>/<TORCHELASTIC_RESTART_COUNT>/" (as a PyTorch client names them), apart from torchrun's and from an earlier
+//                     attempt's.
 //   file://PATH       a file on a file system every rank sees (NFS, Lustre; /tmp for one node). No server,
 //                     no port: the ranks append records under a lock and read the file back.
 //
@@ -57,7 +62,9 @@ double store_timeout(const Store *s);
 // The connected socket to the tcp store (-1 for a file store): its local address is the interface that
 // reaches the master (kit/sock.h sock_local_address).
 int store_fd(const Store *s);
-// Leaves the store. Rank 0 waits (the timeout) until every rank has left, then stops serving (tcp) or removes
+// The port of a tcp or c10d store (for rank 0 of a tcp://HOST:0 url: the one the system chose); 0 for a file.
+int store_port(const Store *s);
+// Leaves the store. Rank 0 of a tcp or file store waits (the timeout) until every rank has left, then stops serving (tcp) or removes
 // the file (file), so that no rank loses the store while it still reads from it.
 void store_close(Store *s);
 

@@ -8,6 +8,11 @@
 #                          namespaces -> bench/results-scaling.md + bench/figures/scaling-*.csv, then the plots
 #   make plot-scaling      bench/figures/scaling-*.csv -> bench/figures/scaling-*.png (also part of `make plot`)
 #   make slurm-up / slurm-down   a local Slurm (SLURM_NODES=2) in $(BUILD)/slurm to try scripts/slurm/*.sbatch
+#   make test-torchrun     lesson 07's program under the real torchrun (standalone, c10d and static rendezvous;
+#                          a worker killed, the group restarted and resumed bit for bit); skipped with its reason
+#                          when `python3 -c 'import torch'` fails
+#   make stress-multirank  lessons 03, 04 and 07's multi-rank extra tests (tests/lessonNN/run-tests.sh), 3 at a
+#                          time, STRESS_ROUNDS rounds (default 5): the failures counted (not part of `make test`)
 #
 # The program the tests and the study drive: SCALEOUT_PROGRAM (needs --checkpoint-dir/--resume: lesson 04 or
 # later), SCALING_PROGRAM (needs --bucket-mb and the DDP summary lines: lesson 03 or later).
@@ -22,9 +27,9 @@ SLURM_NODES ?= 2
 SCALEOUT_SCRIPTS := scripts/slurm/*.sh scripts/netns-cluster.sh scripts/netns-rsh.sh tests/scale-out/*.sh \
                     bench/run-scaling.sh bench/plot-scaling.sh
 
-.PHONY: test-scaleout bench-scaling plot-scaling slurm-up slurm-down
-TEST_TARGETS += test-scaleout
-HELP_TARGETS += test-scaleout bench-scaling plot-scaling slurm-up slurm-down
+.PHONY: test-scaleout bench-scaling plot-scaling slurm-up slurm-down test-torchrun stress-multirank
+TEST_TARGETS += test-scaleout test-torchrun
+HELP_TARGETS += test-scaleout bench-scaling plot-scaling slurm-up slurm-down test-torchrun stress-multirank
 
 ifeq ($(HAVE_MPI),yes)
 test-scaleout: $(SCALEOUT_PROGRAM) $(CKPT_COMPARE) $(SCALEOUT_ENV_PROGRAM)
@@ -37,6 +42,19 @@ else
 test-scaleout:
 	@tests/scale-out/torchrun-env.sh
 	@echo "test-scaleout: Slurm and netns parts skipped: Open MPI was not found (make deps)"
+endif
+
+ifeq ($(HAVE_MPI),yes)
+test-torchrun: $(BUILD)/solutions/07-scale-out/train $(CKPT_COMPARE)
+	@tests/scale-out/torchrun.sh $(BUILD)/solutions/07-scale-out/train $(CKPT_COMPARE)
+
+STRESS_ROUNDS ?= 5
+stress-multirank: $(foreach n,03 04 07,$(BUILD)/grade-solutions/test_lesson$(n)) $(BUILD)/solutions/03-ddp/train \
+                  $(BUILD)/solutions/04-checkpoint/train $(BUILD)/solutions/07-scale-out/train $(CKPT_COMPARE)
+	@tests/scale-out/stress-multirank.sh $(BUILD) $(STRESS_ROUNDS)
+else
+test-torchrun stress-multirank:
+	@echo "$@: skipped: Open MPI was not found (make deps)"
 endif
 
 bench-scaling: $(SCALING_PROGRAM)

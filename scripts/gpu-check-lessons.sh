@@ -4,7 +4,9 @@
 #
 #   scripts/gpu-check-lessons.sh compare START PROGRAM ARGS... [-- GPU_ARGS...]
 #       START: `1` one process, no launcher; `mpi:N` scripts/launch.sh N; `store:N` N processes started from a
-#       rendezvous store (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as torchrun starts them: lesson 07).
+#       rendezvous store (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, as torchrun starts them: lesson 07);
+#       `torchrun:N` the real torchrun --standalone with N workers (lesson 07 joins its agent's store; skipped,
+#       saying so, when python3 cannot import torch).
 #       Runs PROGRAM ARGS --device cpu, then PROGRAM ARGS --device cuda GPU_ARGS (e.g. --backend nccl), and
 #       compares the two `final:` lines.
 #   scripts/gpu-check-lessons.sh infer TRAIN04 TRAIN06 DIR
@@ -23,7 +25,18 @@ cd "$(dirname "$0")/.." || exit 2
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+# rank0_port LOG [PID]: the port rank 0's store serves on, once its log (MASTER_PORT=0: any free port) says it;
+# nothing (status 1) after 30 s or once PID has ended.
+rank0_port() {
+  local i p
+  for ((i = 0; i < 300; i++)); do
+    p=$(sed -n 's/^store: rank 0 serves the store on port \([0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n1)
+    [ -n "$p" ] && { echo "$p"; return 0; }
+    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1  # rank 0 ended without serving
+    sleep 0.1
+  done
+  return 1
+}
 
 # start HOW PROGRAM ARGS...: runs the program the way HOW says; rank 0's output on stdout.
 start() {
@@ -32,20 +45,26 @@ start() {
     1) "$@" ;;
     mpi:*) scripts/launch.sh "${how#mpi:}" "$@" ;;
     store:*)
-      local n=${how#store:} port r pids=() rc=0 logs
-      port=$(free_port)
+      # Rank 0 first, on a port of the system's choosing (MASTER_PORT=0), the others once it has said which:
+      # no port is picked free and bound later (other jobs share the machine).
+      local n=${how#store:} port=0 r pids=() rc=0 logs
       logs=$(mktemp -d)
-      for ((r = n - 1; r >= 0; r--)); do
+      for ((r = 0; r < n; r++)); do
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="gpu-check-$$" \
           "$@" >"$logs/$r.log" 2>&1 &
         pids+=($!)
+        if [ $r = 0 ] && ! port=$(rank0_port "$logs/0.log" "${pids[0]}"); then
+          echo "gpu-check-lessons: rank 0 never said the port of its store:"; cat "$logs/0.log"
+          rc=1; break
+        fi
       done
       for p in "${pids[@]}"; do wait "$p" || rc=1; done
       cat "$logs/0.log"
       for ((r = 1; r < n; r++)); do [ $rc = 0 ] || sed "s/^/[rank $r] /" "$logs/$r.log"; done
       rm -rf "$logs"
       return $rc ;;
-    *) echo "gpu-check-lessons: START is 1, mpi:N or store:N, not '$how'" >&2; return 2 ;;
+    torchrun:*) torchrun --no-python --standalone --nproc-per-node "${how#torchrun:}" "$@" 2>&1 | grep -v '^W[0-9]\{4\}' ;;
+    *) echo "gpu-check-lessons: START is 1, mpi:N, store:N or torchrun:N, not '$how'" >&2; return 2 ;;
   esac
 }
 
@@ -55,6 +74,9 @@ compare() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do common+=("$1"); shift; done
   [ $# -gt 0 ] && { shift; gpu=("$@"); }
   local cpu_out gpu_out want got
+  if [[ $how == torchrun:* ]] && ! python3 -c 'import torch' >/dev/null 2>&1; then
+    echo "gpu-check-lessons: skipped: python3 cannot import torch, so there is no torchrun to start $how"; return 0
+  fi
   echo "== CPU: $how ${common[*]} --device cpu"
   cpu_out=$(start "$how" "${common[@]}" --device cpu 2>&1); echo "$cpu_out"
   echo "== GPU: $how ${common[*]} --device cuda ${gpu[*]}"

@@ -233,9 +233,11 @@ for s in "${steps[@]}"; do
       run lesson06-infer 1 60 $lessons infer "$train04" "$train06" "$logdir/lesson06"
       run lesson07-store1 1 60 $lessons compare store:1 "$train07" "${tiny[@]}" -- --backend nccl
       run lesson07-store2 1 60 $lessons compare store:2 "$train07" "${tiny[@]}"
-      run lesson07-mpi2 1 60 $lessons compare mpi:2 "$train07" "${tiny[@]}" -- --backend mpi ;;
+      run lesson07-mpi2 1 60 $lessons compare mpi:2 "$train07" "${tiny[@]}" -- --backend mpi
+      run lesson07-torchrun2 1 90 env LD_LIBRARY_PATH="$orig_ld" $lessons compare torchrun:2 "$train07" "${tiny[@]}" ;;
     tests)
-      for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done ;;
+      for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done
+      run test-torchrun 0 300 env LD_LIBRARY_PATH="$orig_ld" make test-torchrun ;;
     fashion)
       run fashion01 1 420 "$train01" --device cuda --dataset fashion-mnist \
         --data-dir "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}" --metrics "$logdir/fashion01.csv" ;;

@@ -5,6 +5,8 @@
 #include "tests/testutil.h"
 
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,19 +16,39 @@
 #include "kit/sock.h"
 #include "kit/store.h"
 
-static int free_port(void) {
-    char err[256];
-    int port = 0, fd = sock_listen(0, &port, err, sizeof err);
+// A port where a connection is refused and that no other process can take while the test runs: a socket bound
+// to a port of the system's choosing that never listens. Returns the socket (the caller closes it) and *port.
+static int refusing_port(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
     assert_true(fd >= 0);
-    close(fd);
-    return port;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 // Rank `rank` of a job of 3 on url: sets "v/<rank>", waits for all three, checks them, and rank 0's "root".
 // Returns 0 when everything held (the exit status of a child).
-static int rank_main(const char *url, int rank) {
-    char err[1024];
+// A tcp url ending in ":0" (any free port): rank 0 writes the port it got to port_fd, once per other rank, and
+// the other ranks read it from there (ports are never picked free and bound later: other tests run beside).
+static int rank_main(const char *url, int rank, int port_fd[2]) {
+    char err[1024], mine[128];
+    size_t ulen = strlen(url);
+    bool any_port = ulen > 2 && strcmp(url + ulen - 2, ":0") == 0;
+    int port = 0;
+    if (any_port && rank > 0) {
+        if (read(port_fd[0], &port, sizeof port) != (ssize_t)sizeof port || port <= 0) return 1;
+        snprintf(mine, sizeof mine, "%.*s:%d", (int)(ulen - 2), url, port);
+        url = mine;
+    }
     Store *s = store_open(url, "job-3", rank, 3, 10.0, err, sizeof err);
+    if (any_port && rank == 0) {
+        port = s ? store_port(s) : -1;
+        for (int i = 0; i < 2; i++)
+            if (write(port_fd[1], &port, sizeof port) != (ssize_t)sizeof port) port = -1;
+    }
     if (!s) {
         fprintf(stderr, "rank %d: %s\n", rank, err);
         return 1;
@@ -52,12 +74,16 @@ static int rank_main(const char *url, int rank) {
 
 static void run_three(const char *url) {
     pid_t kids[2];
+    int port_fd[2];
+    assert_int_equal(pipe(port_fd), 0);
     for (int r = 1; r <= 2; r++) {
         kids[r - 1] = fork();
         assert_true(kids[r - 1] >= 0);
-        if (kids[r - 1] == 0) _exit(rank_main(url, r));
+        if (kids[r - 1] == 0) _exit(rank_main(url, r, port_fd));
     }
-    int rc0 = rank_main(url, 0);
+    int rc0 = rank_main(url, 0, port_fd);
+    close(port_fd[0]);
+    close(port_fd[1]);
     for (int i = 0; i < 2; i++) {
         int status;
         assert_int_equal(waitpid(kids[i], &status, 0), kids[i]);
@@ -68,9 +94,7 @@ static void run_three(const char *url) {
 
 static void test_tcp_three_ranks(void **state) {
     (void)state;
-    char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
-    run_three(url);
+    run_three("tcp://127.0.0.1:0");
 }
 
 static void test_file_three_ranks(void **state) {
@@ -88,9 +112,8 @@ static void test_file_three_ranks(void **state) {
 // A key that never comes: the wait ends at the timeout, naming the key and the ranks that never joined.
 static void test_timeout_names_missing(void **state) {
     (void)state;
-    char url[64], err[1024] = "";
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
-    Store *s = store_open(url, "j", 0, 4, 0.5, err, sizeof err);
+    char err[1024] = "";
+    Store *s = store_open("tcp://127.0.0.1:0", "j", 0, 4, 0.5, err, sizeof err);
     assert_non_null(s);
     double start = time_now();
     char buf[8];
@@ -106,10 +129,14 @@ static void test_timeout_names_missing(void **state) {
 static void test_tcp_refusals(void **state) {
     (void)state;
     char url[64], err[1024] = "";
-    int port = free_port();
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
-    Store *a0 = store_open(url, "A", 0, 2, 5.0, err, sizeof err);
+    Store *a0 = store_open("tcp://127.0.0.1:0", "A", 0, 2, 5.0, err, sizeof err);
     assert_non_null(a0);
+    int port = store_port(a0);
+    assert_true(port > 0);
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    // Port 0 is rank 0's alone: another rank must be told the port.
+    assert_null(store_open("tcp://127.0.0.1:0", "A", 1, 2, 5.0, err, sizeof err));
+    assert_non_null(strstr(err, "rank 0"));
     assert_null(store_open(url, "B", 1, 2, 5.0, err, sizeof err));
     assert_non_null(strstr(err, "serves job 'A', not job 'B'"));
     assert_null(store_open(url, "A", 1, 3, 5.0, err, sizeof err));
@@ -159,9 +186,11 @@ static void test_file_refusals(void **state) {
 static void test_unreachable(void **state) {
     (void)state;
     char url[64], err[1024] = "";
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    int port, held = refusing_port(&port);
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
     double start = time_now();
     assert_null(store_open(url, "A", 1, 2, 0.5, err, sizeof err));
+    close(held);
     assert_true(time_now() - start < 3.0);
     assert_non_null(strstr(err, "cannot reach the store"));
     assert_non_null(strstr(err, "refused"));

@@ -5,12 +5,13 @@
 // N ranks in a ring, each sending only to the next and receiving only from the previous. The buffer is cut
 // into N chunks. Two phases of N - 1 steps each:
 //
-//   reduce-scatter: in step s, rank r sends chunk (r - s) mod N to the next rank and receives chunk
-//                   (r - s - 1) mod N from the previous one, adding it into its own. After N - 1 steps
-//                   rank r holds the complete sum of chunk (r + 1) mod N.
-//   all-gather:     in step s, rank r sends chunk (r + 1 - s) mod N (complete) and receives chunk
-//                   (r - s) mod N (complete), copying it over its own. After N - 1 steps every rank holds
-//                   every complete chunk.
+//   reduce-scatter: in each step a rank sends one chunk to the next rank and receives another from the
+//                   previous one, adding it into its own; what it sends is the sum it has built so far of
+//                   that chunk. After N - 1 steps each rank holds the complete sum of a different chunk.
+//   all-gather:     in each step a rank passes a complete chunk on to the next rank and receives one from
+//                   the previous, copying it over its own. After N - 1 steps every rank holds every chunk.
+//
+// Which chunk goes out at step s on rank r is yours to work out (draw 3 ranks and 3 chunks).
 //
 // Each rank sends 2 (N - 1) / N of the buffer in all, whatever N: the reason a ring scales ("bus bandwidth",
 // busbw = size x 2 (N - 1) / N / time, is the number that compares across N).
@@ -33,13 +34,13 @@ static void chunk_range(size_t n, int world, int c, size_t *off, size_t *len) {
     *len = base + (uc < extra ? 1 : 0);
 }
 
-// TODO 5: the ring all-reduce of buf (n floats): reduce-scatter, then all-gather, as described at the top.
-//   One step is sock_sendrecv (kit/sock.h): send one chunk to ring->next_fd WHILE receiving another from
-//   ring->prev_fd (why both at once: the comment of sock_sendrecv). The deadline of each step is
-//   time_now() + ring->timeout_s. chunk_range above cuts the buffer. A received chunk in the reduce-scatter
-//   goes into a scratch buffer first, then is added: receiving straight into buf would overwrite your own
-//   part of the sum. On a failed step return -1 with the phase, the step and the reason in err.
-//   world == 1: nothing to do.
+// TODO 5: the ring all-reduce of buf (n floats), in place: reduce-scatter, then all-gather (the top of this
+//   file). Must hold: in both phases data goes to the next rank and comes from the previous one; a step
+//   sends and receives at once (chunks may be far larger than the sockets' buffers: kit/sock.h says what
+//   happens to two neighbours that both send first); every chunk lies inside buf for any n, n < world
+//   included (chunk_range above); a chunk received in the reduce-scatter is added to your own part of the
+//   sum, never written over it; a failed step (a peer died) ends the call with -1 and the phase, the step
+//   and the reason in err, within the ring's timeout. world == 1: nothing to do.
 // NCCL: ncclAllReduce with NCCL_ALGO=Ring;  Open MPI: coll_tuned_allreduce_algorithm 4 ("ring")
 int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen) {
     (void)ring, (void)buf, (void)n, (void)chunk_range;

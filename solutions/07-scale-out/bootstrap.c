@@ -39,11 +39,14 @@ static int env_int(const char *name, int *out, char *err, size_t errlen) {
     return 0;
 }
 
-// TODO 1a: what torchrun gives every process it starts (and what srun or your own script can give too):
-//   RANK and WORLD_SIZE (required; a RANK outside 0..WORLD_SIZE-1 is an error naming both), LOCAL_RANK
-//   (optional: -1 when absent; the node map of TODO 4 finds it anyway), and the store's address: with
-//   init_method "env", tcp://MASTER_ADDR:MASTER_PORT (both required); otherwise init_method IS the url.
-//   Every error names the variable, so that a typo in a job script is found in one look. (env_int above helps.)
+// TODO 1a: what a launcher (torchrun, srun with the kit's script, your own loop) tells each process, into *e.
+//   Must hold: e->rank numbers the ranks of the whole job and e->local_rank those of this node (-1 when the
+//   launcher gave none: TODO 4 finds it); e->world is the job's size, and a rank outside it is an error.
+//   e->url names the store: init_method itself unless it is "env"; for "env", the one at
+//   MASTER_ADDR:MASTER_PORT, which rank 0 serves (tcp://), unless torchrun's agent serves one there already
+//   (TORCHELASTIC_USE_AGENT_STORE=True): then the ranks join that one (c10d://). MASTER_PORT 0 ("any free
+//   port") is for rank 0 alone. Every error names the variable, so that a typo in a job script is found at
+//   one look.
 // PyTorch: dist.init_process_group(init_method="env://")  reads the same five variables
 int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen) {
     // BEGIN SOLUTION
@@ -57,12 +60,21 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
         snprintf(e->url, sizeof e->url, "%s", init_method);
         return 0;
     }
-    const char *addr = getenv("MASTER_ADDR");
+    const char *addr = getenv("MASTER_ADDR"), *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     int port;
     if (!addr || !*addr) return check_reason(err, errlen, "MASTER_ADDR is not set (rank 0's host, as the others reach it)");
     if (env_int("MASTER_PORT", &port, err, errlen) < 0) return -1;
-    if (port < 1 || port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
-    snprintf(e->url, sizeof e->url, "tcp://%s:%d", addr, port);
+    bool by_agent = agent && strcmp(agent, "True") == 0;
+    if (port == 0 && by_agent)  // torchrun's static rendezvous passes --master-port on as it was given
+        return check_reason(err, errlen, "MASTER_PORT=0: torchrun bound a free port for its store but passes 0 on; "
+                            "give --master-port a port, or let the c10d rendezvous choose one (--standalone, or "
+                            "--rdzv-backend c10d --rdzv-endpoint HOST:0)");
+    if (port > 65535) return check_reason(err, errlen, "MASTER_PORT=%d is not a port (1..65535)", port);
+    if (port == 0 && e->rank != 0)  // rank 0 may serve on any free port: it says which, the others need that one
+        return check_reason(err, errlen, "MASTER_PORT=0 is for rank 0 only (it serves the store on a free port and "
+                            "prints it): start rank %d with that port", e->rank);
+    // torchrun's agent already serves a store there: join it, never serve a second one on its port.
+    snprintf(e->url, sizeof e->url, "%s://%s:%d", by_agent ? "c10d" : "tcp", addr, port);
     return 0;
     // STARTER: (void)init_method, (void)env_int;
     // STARTER: *e = (RdzvEnv){.local_rank = -1};
@@ -70,9 +82,9 @@ int rdzv_env_read(RdzvEnv *e, const char *init_method, char *err, size_t errlen)
     // END SOLUTION
 }
 
-// TODO 1b: join the store e->url as e->rank of e->world (kit/store.h), within timeout_s. Which job is this?
-//   Two jobs that picked the same port or file must not mix their ranks: the kit's store refuses a rank
-//   that comes with another job's id, if it is told the id (kit/store.h says where a job's id comes from).
+// TODO 1b: join the store of e as its rank of its world, giving up after timeout_s. Must hold: two jobs that
+//   picked the same port or file never mix their ranks (the kit's store can refuse another job's rank only
+//   when it knows each rank's job: kit/store.h).
 // PyTorch: dist.TCPStore(MASTER_ADDR, MASTER_PORT, world_size, is_master=(rank == 0))
 Store *rdzv_open(const RdzvEnv *e, double timeout_s, char *err, size_t errlen) {
     // BEGIN SOLUTION
@@ -85,10 +97,10 @@ Store *rdzv_open(const RdzvEnv *e, double timeout_s, char *err, size_t errlen) {
 
 // ---------------------------------------------------------------- rank 0's bytes to everyone (TODO 2)
 
-// TODO 2: rank 0 publishes its len bytes under key; every other rank waits for them and copies them into
-//   its buf. A value of another length than len is an error (a rank of another build or version). This is
-//   how NCCL's unique id travels on GPUs (ncclGetUniqueId on rank 0, ncclCommInitRank on every rank with it),
-//   and how rank 0's socket-backend address does here.
+// TODO 2: rank 0's len bytes at buf reach every other rank's buf, under key. Must hold: a rank waits (within
+//   the store's timeout) until they are there; a value of another length than len is an error (a rank of
+//   another build or version). This is how NCCL's unique id travels on GPUs, and how rank 0's socket-backend
+//   address does here.
 // PyTorch: inside init_process_group("nccl"): rank 0 store.set("ncclUniqueId", id); the others store.get(...)
 int bootstrap_share(Store *s, const char *key, void *buf, size_t len, char *err, size_t errlen) {
     // BEGIN SOLUTION
@@ -106,11 +118,10 @@ int bootstrap_share(Store *s, const char *key, void *buf, size_t len, char *err,
 
 // ---------------------------------------------------------------- everyone's bytes to everyone (TODO 3)
 
-// TODO 3: every rank publishes its own bytes under a key of its own (key and rank: "host/3"), waits until
-//   EVERY rank has published (one wait for all the keys: the store's error then names all that are
-//   missing, not just the first), then reads them all into all, rank r's at all + r * len.
-//   Which wait? store_wait over all the keys, with the store's timeout: a rank that never comes must be an
-//   error that names it, within the timeout, never a hang.
+// TODO 3: every rank's len bytes `mine` reach every rank: rank r's at all + r * len. Rank r publishes under
+//   "<key>/<r>" (e.g. "host/3": the kit's ring and the checks read these names). Must hold: a rank that never
+//   comes is an error within the store's timeout, never a hang, and the error names EVERY key and rank that
+//   is missing, not only the first.
 // PyTorch: dist.all_gather_object before the process group exists: one store.set per rank, store.get of all
 int bootstrap_allgather(Store *s, const char *key, const void *mine, size_t len, void *all, char *err,
                         size_t errlen) {
@@ -140,9 +151,9 @@ int bootstrap_allgather(Store *s, const char *key, const void *mine, size_t len,
 
 // ---------------------------------------------------------------- the node map (TODO 4)
 
-// TODO 4: where does rank `rank` run? Ranks with the same host name share a node. Number the nodes in order
-//   of first appearance (the node of rank 0 is node 0), and the ranks of a node in rank order (its local
-//   rank). This is what mpirun's MPI_COMM_TYPE_SHARED split told lesson 03, found from names alone: with
+// TODO 4: where does rank `rank` run? Ranks with the same host name share a node. Must hold: rank 0's node is
+//   node 0 and the others are numbered as they first appear in rank order, whatever the names (they need not
+//   sort that way); the ranks of a node are numbered in rank order (its local rank). This is what mpirun's MPI_COMM_TYPE_SHARED split told lesson 03, found from names alone: with
 //   one rank per GPU, the local rank is the GPU a rank drives.
 // PyTorch: torchrun sets LOCAL_RANK itself (it starts the processes of its node); Lightning reads it back.
 NodeMap rdzv_node_map(const char (*hosts)[RDZV_HOST_LEN], int world, int rank) {
@@ -190,6 +201,17 @@ static void rdzv_fail(int line, const char *call, int rank, const char *err) {
     check_failf(__FILE__, line, call, RDZV_HINT, "rank %d: %s", rank, err);
 }
 
+void scaleout_check_init_method(const char *m) {
+    const char *kinds[] = {"tcp://", "c10d://", "file://"};
+    bool ok = m && strcmp(m, "env") == 0;
+    for (int i = 0; i < 3 && m && !ok; i++) ok = strncmp(m, kinds[i], strlen(kinds[i])) == 0 && m[strlen(kinds[i])];
+    if (!ok)
+        check_failf(__FILE__, __LINE__, "--init-method", "env reads MASTER_ADDR/MASTER_PORT (torchrun sets them); "
+                    "tcp://HOST:PORT: rank 0 serves the store there; c10d://HOST:PORT: join a PyTorch TCPStore served "
+                    "by someone else (torchrun's agent); file:///PATH: a file every rank sees",
+                    "--init-method '%s' is not a store this program knows", m ? m : "");
+}
+
 bool scaleout_started_by_mpi(void) {
     // mpirun (Open MPI) and srun --mpi=pmix put these in every rank's environment; torchrun does not.
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
@@ -198,14 +220,27 @@ bool scaleout_started_by_mpi(void) {
 ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev) {
     char err[2048];
     RdzvEnv e;
+    Store *s;
     if (rdzv_env_read(&e, o->init_method, err, sizeof err) < 0)
         check_failf(__FILE__, __LINE__, "rdzv_env_read",
                     "without mpirun every process needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun "
                     "sets them: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./train & RANK=1 ...",
                     "%s", err);
-    Store *s = rdzv_open(&e, o->timeout_s, err, sizeof err);
+    s = rdzv_open(&e, o->timeout_s, err, sizeof err);
     if (!s) rdzv_fail(__LINE__, "rdzv_open", e.rank, err);
+    // MASTER_PORT=0: rank 0 took a port no other process held; the other ranks are started once it says which.
+    size_t ulen = strlen(e.url);
+    if (e.rank == 0 && ulen > 2 && strcmp(e.url + ulen - 2, ":0") == 0) {
+        printf("store: rank 0 serves the store on port %d (MASTER_PORT=0): start the other ranks with "
+               "MASTER_PORT=%d\n", store_port(s), store_port(s));
+        fflush(stdout);
+    }
+    return scaleout_setup_on(s, &e, o, dev);
+}
 
+ProcessGroup *scaleout_setup_on(Store *s, const RdzvEnv *env, const TrainOptions *o, Device dev) {
+    char err[2048];
+    RdzvEnv e = *env;
     // Who shares a node: from every rank's host name.
     char me[RDZV_HOST_LEN];
     node_name(me);
@@ -260,6 +295,9 @@ void scaleout_print_mapping(ProcessGroup *pg, const char *host) {
         for (int i = 0; i < RDZV_HOST_LEN - 1; i++) hosts[r][i] = (char)rows[(size_t)r * ROW + (size_t)i];
     if (rank == 0) {
         NodeMap first = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, world, 0);
+        if (first.nodes < 1)  // no rank runs on no node: rdzv_node_map left its answer empty
+            printf("mapping: TODO 4 is missing: rdzv_node_map says %d nodes for %d rank%s (write it in bootstrap.c)\n",
+                   first.nodes, world, world == 1 ? "" : "s");
         printf("mapping: %d rank%s on %d node%s\n", world, world == 1 ? "" : "s", first.nodes, first.nodes == 1 ? "" : "s");
         for (int r = 0; r < world; r++) {
             NodeMap m = rdzv_node_map((const char (*)[RDZV_HOST_LEN])hosts, world, r);

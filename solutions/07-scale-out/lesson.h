@@ -1,13 +1,14 @@
 // lesson.h: the functions you write in lesson 07, shared by train.c, bootstrap.c, ring.c and the autograder.
 //
-// Lesson 03's DDP comes complete from its solution (solutions/03-ddp/lesson.h: ddp_step, ddp_evaluate, ...).
+// Lesson 03's DDP comes complete from its solution (solutions/03-ddp/lesson.h: ddp_step, ddp_evaluate, ...), and
+// lesson 04's program with checkpoints from its own (solutions/04-checkpoint/lesson.h: run_program).
 // The kit supplies the rendezvous store (kit/store.h: a key-value table served by rank 0 over TCP, or kept in a
 // shared file), sockets with deadlines (kit/sock.h) and the process group's socket backend (kit/dist.h,
 // pg_init_socket). You write how processes that nobody introduced find each other, and an all-reduce.
 #ifndef LESSON07_H
 #define LESSON07_H
 
-#include "solutions/03-ddp/lesson.h"
+#include "solutions/04-checkpoint/lesson.h"  // lesson 03's DDP (it includes solutions/03-ddp/lesson.h) and the checkpoints
 #include "kit/cli.h"
 #include "kit/dist.h"
 #include "kit/model.h"
@@ -80,8 +81,14 @@ void ring_close(Ring *ring);
 // (the node map), shares rank 0's process-group address and starts the socket backend. Prints one line per
 // rank: its rank, local rank and node. Errors end the process with the reason and a HINT.
 ProcessGroup *scaleout_setup_store(const TrainOptions *o, Device dev);
+// Its second half, on a store already open (e: what rdzv_env_read gave): host names, the node map, rank 0's
+// address, the socket backend. Closes the store.
+ProcessGroup *scaleout_setup_on(Store *s, const RdzvEnv *e, const TrainOptions *o, Device dev);
 // mpirun or srun started this process (their environment is there): the start of lesson 03.
 bool scaleout_started_by_mpi(void);
+// Ends the process with a usage error unless init_method is one the store start understands: env, tcp://HOST:PORT,
+// c10d://HOST:PORT or file:///PATH (checked on every start, mpirun's included, so that a typo is never ignored).
+void scaleout_check_init_method(const char *init_method);
 // Prints this rank's place (rank, local rank, node, host) in rank order: the check of a hostfile or --map-by.
 void scaleout_print_mapping(ProcessGroup *pg, const char *host);
 

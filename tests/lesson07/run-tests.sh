@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/lesson07/run-tests.sh: lesson 07's checks beyond `make grade-solutions` (which runs the autograder on
 # GRADE_NP ranks, one test per process):
-#   1. the whole autograder of the SOLUTION on other world sizes (LESSON07_WORLDS, default "1 3")
+#   1. the whole autograder of the SOLUTION on other world sizes than GRADE_NP's 3 (LESSON07_WORLDS, default "1 2")
 #   2. the real program started both ways: mpirun -np 2, and 2 processes with RANK/WORLD_SIZE/MASTER_* (tcp
 #      store) and with --init-method file://: every epoch line (losses, accuracies) must be the same text
 #   3. every failure mode ends within its limit with a non-zero status, the reason and a HINT: the master
@@ -24,19 +24,43 @@ trap cleanup EXIT
 failed=0
 ok()   { echo "ok   $*"; }
 bad()  { echo "!! FAIL: $*"; failed=1; }
-# A free TCP port (bound to port 0 by the system, then released): tests here run beside other suites.
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+# Ports: tests here run beside other suites, so no port is picked "free" and bound later. Rank 0 is started
+# with MASTER_PORT=0: it serves its store on a port the system gives it and prints which ("store: ... port N"),
+# and the other ranks are started with that port (rank0_port). A port nobody may answer on, or one that is
+# taken, is held by a helper that binds port 0 itself and reports it (hold_port).
+# rank0_port OUT [PID]: waits (30 s, or until PID ends) for rank 0's stdout OUT to name its port; prints it.
+rank0_port() {
+  local i p
+  for ((i = 0; i < 300; i++)); do
+    p=$(sed -n 's/^store: rank 0 serves the store on port \([0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n1)
+    [ -n "$p" ] && { echo "$p"; return 0; }
+    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1  # rank 0 ended without serving
+    sleep 0.1
+  done
+  return 1
+}
+# hold_port listen|bind NAME: a helper process binds port 0 (and listens, or only binds: a connection there is
+# refused) for 120 s; prints the port. Its pid is in $work/NAME.pid.
+hold_port() {
+  python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("", 0))
+if sys.argv[1] == "listen": s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(120)' "$1" >"$work/$2.port" &
+  echo $! >"$work/$2.pid"; pids+=($!)
+  local i
+  for ((i = 0; i < 100; i++)); do [ -s "$work/$2.port" ] && break; sleep 0.1; done
+  cat "$work/$2.port"
+}
 ARGS=(--dataset synthetic --model tiny --epochs 2 --bucket-mb 0 --seed 5)
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT KIT_SOCKET_IFNAME KIT_NODE_NAME
 
 # ---- 1. the autograder on other world sizes
-count=$("$tests" --list | wc -l)
-for np in ${LESSON07_WORLDS:-1 3}; do
+for np in ${LESSON07_WORLDS:-1 2}; do
   start=$(date +%s)
   timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$work/grade.log" 2>&1
   rc=$?
-  # A world above 2 skips the bit-for-bit training comparison (its reason is in the test).
-  if [ $rc -eq 0 ] && grep -Eq "PASSED.*\\b($count|$((count - 1))) test" "$work/grade.log"; then
+  # One rank skips the tests that need a peer (their reason is in the test); nothing may fail.
+  if [ $rc -eq 0 ] && grep -q "PASSED" "$work/grade.log" && ! grep -q "FAILED" "$work/grade.log"; then
     ok "lesson 07 autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
   else
     bad "lesson 07 autograder on the solution, world $np (exit $rc)"
@@ -47,6 +71,7 @@ done
 # ---- 2. the program, started three ways: the same training
 epochs() { grep -E '^epoch [0-9]+:' "$1" | sed 's/ ([0-9.]* s, [0-9]* img\/s)//'; }
 # Starts `world` ranks of the program in the background, torchrun-style; extra arguments go to every rank.
+# Port 0: rank 0 first, the others once it has said its port (a file store has none: all at once).
 store_start() {
   local world=$1 port=$2 tag=$3; shift 3
   local r
@@ -54,10 +79,13 @@ store_start() {
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-$tag-$$" \
       timeout --kill-after=5 120 "$train" "$@" >"$work/$tag.$r.out" 2>"$work/$tag.$r.err" &
     pids+=($!)
+    if [ "$r" = 0 ] && [ "$port" = 0 ] && [[ " $* " != *" --init-method "* ]]; then
+      port=$(rank0_port "$work/$tag.0.out" "$!") || { bad "$tag: rank 0 never said its port"; return; }
+    fi
   done
 }
 timeout --kill-after=5 120 scripts/launch.sh 2 "$train" "${ARGS[@]}" >"$work/mpi.out" 2>&1 || bad "mpirun -np 2 failed"
-store_start 2 "$(free_port)" tcp "${ARGS[@]}"
+store_start 2 0 tcp "${ARGS[@]}"
 store_start 2 0 file "${ARGS[@]}" --init-method "file://$work/job.store"
 wait
 epochs "$work/mpi.out" >"$work/mpi.epochs"
@@ -97,28 +125,37 @@ run_rank() {
   echo $? >"$work/$name.rc"; echo $(( $(date +%s) - start )) >"$work/$name.s"
 }
 
-# The master unreachable: rank 1 alone, nobody serves the port.
-run_rank unreachable 1 2 "$(free_port)" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+# An --init-method the program does not know: refused at once on any start (mpirun's too), never ignored.
+for im in foo://x ''; do
+  start=$(date +%s)
+  timeout 60 "$train" "${ARGS[@]}" --init-method "$im" >"$work/init_method.out" 2>"$work/init_method.err" </dev/null
+  echo $? >"$work/init_method.rc"; echo $(( $(date +%s) - start )) >"$work/init_method.s"
+  expect init_method 10 "init-method '$im' is not a store this program knows" "$work/init_method.err"
+done
+
+# The master unreachable: rank 1 alone; the port is held (bound, not listening) by a helper: connections refused.
+port=$(hold_port bind unreachable)
+run_rank unreachable 1 2 "$port" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+kill "$(cat "$work/unreachable.pid")" 2>/dev/null
 expect unreachable 10 'cannot reach the store .*(refused|timeout)' "$work/unreachable.err"
 
 # The port in use: something else listens on MASTER_PORT when rank 0 starts.
-port=$(free_port)
-python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("", int(sys.argv[1]))); s.listen(); time.sleep(60)' "$port" &
-holder=$!; pids+=($holder); sleep 0.5
+port=$(hold_port listen in_use)
 run_rank port_in_use 0 2 "$port" timeout 60 "$train" "${ARGS[@]}" --timeout 3
-kill $holder 2>/dev/null
+kill "$(cat "$work/in_use.pid")" 2>/dev/null
 expect port_in_use 10 "port $port is already in use" "$work/port_in_use.err"
 
 # A rank that never starts: rank 0 of 2 alone.
-run_rank missing_rank 0 2 "$(free_port)" timeout 60 "$train" "${ARGS[@]}" --timeout 3
+run_rank missing_rank 0 2 0 timeout 60 "$train" "${ARGS[@]}" --timeout 3
 expect missing_rank 10 'rank 1 never joined the store' "$work/missing_rank.err"
 
-# A wrong interface: rank 0 is told to publish the address of an interface this host does not have.
-port=$(free_port)
-RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-wrong_if-$$" KIT_SOCKET_IFNAME=nosuch0 \
-  timeout 60 "$train" "${ARGS[@]}" --timeout 3 >"$work/wrong_if1.out" 2>"$work/wrong_if1.err" &
-other=$!; pids+=($other)
-run_rank wrong_if 0 2 "$port" env KIT_SOCKET_IFNAME=nosuch0 timeout 60 "$train" "${ARGS[@]}" --timeout 3
+# A wrong interface: rank 0 is told to publish the address of an interface this host does not have; rank 1
+# joins once rank 0 has said its port.
+( port=$(rank0_port "$work/wrong_if.out") || exit 9
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-wrong_if-$$" KIT_SOCKET_IFNAME=nosuch0 \
+    exec timeout 60 "$train" "${ARGS[@]}" --timeout 3 >"$work/wrong_if1.out" 2>"$work/wrong_if1.err" ) &
+other=$!; pids+=("$other")
+run_rank wrong_if 0 2 0 env KIT_SOCKET_IFNAME=nosuch0 timeout 60 "$train" "${ARGS[@]}" --timeout 3
 expect wrong_if 10 'KIT_SOCKET_IFNAME=nosuch0: no such interface' "$work/wrong_if.err"
 wait $other; rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'lost the store' "$work/wrong_if1.err"; then ok "wrong_if: rank 1 stopped too (exit $rc): the store is gone"
@@ -134,17 +171,17 @@ else bad "wrong_if: rank 1 exit $rc:"; head -n 4 "$work/wrong_if1.err" | sed 's/
 # A hang before the kill still fails: rank 0 runs under `timeout 120` (exit 124), and one that ends before its
 # first epoch leaves no kill time.
 killed_limit=20
-port=$(free_port)
-# (no `timeout` in front: $! must be the program itself, not a wrapper that would survive the kill)
-RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-killed-$$" \
-  "$train" "${ARGS[@]}" --epochs 50 --timeout 5 >"$work/killed1.out" 2>&1 &
-victim=$!; pids+=($victim); disown $victim  # its death by kill -9 is expected: no job notice
-# The killer waits for rank 0's first epoch line (or its end: then there is nothing to time) and notes when it
-# kills; run_rank writes killed.rc when rank 0 has ended.
+# Rank 1 starts once rank 0 has said its port (a subshell that execs the program: its pid is the program's,
+# no wrapper that would survive the kill). The killer waits for rank 0's first epoch line (or its end: then
+# there is nothing to time) and notes when it kills; run_rank writes killed.rc when rank 0 has ended.
+( port=$(rank0_port "$work/killed.out") || exit 9
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KIT_RUN_ID="l07-killed-$$" \
+    exec "$train" "${ARGS[@]}" --epochs 50 --timeout 5 >"$work/killed1.out" 2>&1 ) &
+victim=$!; pids+=("$victim"); disown "$victim"  # its death by kill -9 is expected: no job notice
 ( until grep -q '^epoch 1:' "$work/killed.out" 2>/dev/null || [ -e "$work/killed.rc" ]; do sleep 0.1; done
   [ -e "$work/killed.rc" ] || date +%s >"$work/killed.at"
   kill -9 $victim ) 2>/dev/null &
-run_rank killed 0 2 "$port" timeout 120 "$train" "${ARGS[@]}" --epochs 50 --timeout 5
+run_rank killed 0 2 0 timeout 120 "$train" "${ARGS[@]}" --epochs 50 --timeout 5
 ended=$(date +%s)
 wait 2>/dev/null
 if [ -e "$work/killed.at" ]; then
