@@ -11,17 +11,14 @@
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
-# A feature with build rules of its own adds mk/NAME.mk and one `include` line to this list.
-include mk/config.mk      # finds the compilers and libraries, prints what it found, sets the flags
-include mk/emu.mk         # EMU=1: the CUDA emulation build (must follow config.mk)
+# Six make files, each with one job, included in this order (later ones use what earlier ones define).
+# A feature with build rules of its own adds them to the file whose job it is.
+include mk/config.mk      # finds the compilers and libraries, sets the flags; EMU=1, the CUDA emulation build
 include mk/kit.mk         # kit/ -> $(BUILD)/libkit.a, and the kit's tests (unit, CUDA, process group)
-include mk/inference.mk   # lesson 06: libpng, make lesson-06's checkpoint, bench-inference (before lessons.mk)
 include mk/lessons.mk     # lessons (found by pattern), starters, the autograder, grading, lesson extras
 include mk/extras.mk      # run, slides, plots, benchmarks
-include mk/numerics.mk   # numeric suites under other OpenBLAS kernels; DDP drift tool
-include mk/ckpt.mk        # checkpoints: reader + PyTorch interchange test, fuzzing, speed + kill drill, lesson 04 extras
-include mk/scaleout.mk    # scale-out: Slurm scripts + local Slurm, network-namespace hosts, the scaling study (issue 13)
-include mk/ring.mk        # lesson 07: the ring all-reduce over sockets against MPI_Allreduce (make bench-ring)
+include mk/suites.mk      # numeric suites under other OpenBLAS kernels; checkpoint reader, interchange, fuzzing, drill
+include mk/scaleout.mk    # scale-out: Slurm scripts + local Slurm, network-namespace hosts, scaling study, ring bench
 
 .PHONY: all help clean test
 all: $(ALL_TARGETS)

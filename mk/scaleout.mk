@@ -1,4 +1,4 @@
-# mk/scaleout.mk: scale-out infrastructure (issue 13, items 3-5): Slurm batch scripts against a local Slurm,
+# mk/scaleout.mk: scale-out infrastructure: Slurm batch scripts against a local Slurm,
 # two hosts on one machine (network namespaces), and the scaling study.
 #
 #   make test-scaleout     tests/scale-out/: torchrun-style env from Slurm's (always), the batch scripts under a
@@ -69,3 +69,27 @@ slurm-up:
 	@scripts/slurm/local-cluster.sh start $(SLURM_DIR) $(SLURM_NODES)
 slurm-down:
 	@scripts/slurm/local-cluster.sh stop $(SLURM_DIR)
+
+# ======================================================================== lesson 07's ring against MPI_Allreduce
+
+# Lesson 07's ring all-reduce (solutions/07-scale-out/ring.c) measured against MPI_Allreduce.
+#
+#   make bench-ring      NP ranks (default "2 4"), 64 KB..16 MB, MPI over shared memory and over TCP
+#                        -> bench/results-ring.md (with the machine and its load average)
+
+RING_BENCH := $(BUILD)/bench/ring_allreduce
+RING_SOURCES := solutions/07-scale-out/ring.c solutions/07-scale-out/bootstrap.c
+
+ifneq ($(HAVE_MPI),)
+$(RING_BENCH): bench/ring_allreduce.c $(RING_SOURCES) $(KIT_LIB) $(wildcard solutions/07-scale-out/*.h solutions/03-ddp/*.h)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -Isolutions/07-scale-out bench/ring_allreduce.c $(RING_SOURCES) -o $@ \
+	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+ALL_TARGETS += $(RING_BENCH)
+endif
+
+HELP_TARGETS += bench-ring
+.PHONY: bench-ring
+bench-ring: $(RING_BENCH)
+	@bench/run-ring.sh $< bench/results-ring.md

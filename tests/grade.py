@@ -378,7 +378,7 @@ def result(lesson, test, status, message, output="", seconds=0.0):
             "ran_on": ran_on}
 
 
-# ---- hint levels (issue 10): hints.tsv says what to think about; tests/lessonNN/hints-full.tsv
+# ---- hint levels: hints.tsv says what to think about; tests/lessonNN/hints-full.tsv
 # (test<TAB>hint) gives the exact calls, shown only when asked for: `make grade HINTS=full` (GRADE_HINTS=full).
 # A test that failed with "fix TODO N first" (tests/grading.h) is about an earlier TODO: its own hint would mislead.
 def pick_hint(lesson, name, hint, status, message):
@@ -411,7 +411,7 @@ GPU_MARK = "[  CUDA    ] runs on the CUDA device"
 
 
 def default_emu_build(build):
-    """The emulation build folder make uses beside `build` (mk/emu.mk's EMU_BUILD): build-emu, with build's
+    """The emulation build folder make uses beside `build` (mk/config.mk's EMU_BUILD): build-emu, with build's
     -debug and -clang suffixes."""
     name = os.path.basename(os.path.normpath(build))
     return os.path.join(os.path.dirname(os.path.normpath(build)),
@@ -422,7 +422,7 @@ def grade_lesson(root, build_dir, lesson, source, make_args, limits, ctx, grade_
                  log_path=None, strict_names=False, shown_dir=None, emu_build=None, emu_grade_out=None):
     """Builds and runs one lesson's autograder. source: 'solutions' or 'lessons' (then lessons_dir is a staged
     private copy, see stage_lesson, shown as shown_dir in messages). Returns (results, build log).
-    emu_build: the CUDA emulation build folder (mk/emu.mk); tests skipped for want of a GPU run again there
+    emu_build: the CUDA emulation build folder (mk/config.mk); tests skipped for want of a GPU run again there
     (emu_grade_out: where their binary goes; a class run gives each student their own)."""
     rs, log = grade_lesson_in(root, build_dir, lesson, source, make_args, limits, ctx, grade_out, lessons_dir,
                               log_path, strict_names, shown_dir)
@@ -792,7 +792,7 @@ def check_expectation(results, expect):
             problems.append(f"{tag}: expected PASS, got {r['status']}: {one_line(r['message'], 200)}")
         if expect == "fail":
             if r["status"] == PASS:
-                problems.append(f"{tag}: passes, but on the unmodified starter it must fail (invariant 10)")
+                problems.append(f"{tag}: passes, but on the unmodified starter it must fail")
             elif r["status"] in (TIMEOUT, NOBUILD, MISSING, ERROR):
                 problems.append(f"{tag}: the starter must fail quickly with a hint, got {r['status']}: "
                                 f"{one_line(r['message'], 200)}")

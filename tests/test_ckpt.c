@@ -1,4 +1,4 @@
-// tests/test_ckpt.c: the checkpoint file of kit/ckpt.h (invariant 7's file half): a round trip is bit for
+// tests/test_ckpt.c: the checkpoint file of kit/ckpt.h (what resuming bit for bit needs from the file): a round trip is bit for
 // bit; every truncation, a flipped bit in every section, a wrong magic, version or model is refused with a
 // message naming what is wrong and leaves the model untouched; a writer killed at random moments always
 // leaves a loadable file; a folder of checkpoints gives its latest valid one; and a file saved from one

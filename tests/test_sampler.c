@@ -1,4 +1,4 @@
-// tests/test_sampler.c: invariant 6 of the design, the DistributedSampler semantics of kit/data.h:
+// tests/test_sampler.c: the DistributedSampler semantics (shards disjoint and covering the data, order new each epoch, every evaluation sample counted once) of kit/data.h:
 // disjoint covering shards, PAD/DROP sizes, an order that depends on (seed, epoch) only, and an
 // evaluation sampler that sees every sample exactly once.
 #include "tests/testutil.h"

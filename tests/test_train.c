@@ -1,4 +1,4 @@
-// tests/test_train.c: invariant 3 of the design: a small net learns the synthetic set, from a fixed seed.
+// tests/test_train.c: training learns: a small net learns the synthetic set, from a fixed seed.
 #include "tests/testutil.h"
 
 #include "kit/data.h"

@@ -3,8 +3,8 @@
 // Built with Open MPI and run on GRADE_NP ranks (solutions/05-syncbn/lesson.mk) like lessons 03 and 04: every rank
 // runs the same test and writes its own verdict (tests/grading.h); a test passes only when it passes on every
 // rank. The reference is always the kit's own batch norm (kit/ops_cpu.c, plain BN, sums in double) run in ONE
-// process on the GLOBAL batch, which every rank builds itself (the data is deterministic): invariant 8 of the
-// design says SyncBN on N ranks must equal exactly that. Tests decide from values every rank has (maxima over the
+// process on the GLOBAL batch, which every rank builds itself (the data is deterministic): SyncBN on N
+// ranks must equal exactly that. Tests decide from values every rank has (maxima over the
 // ranks) before asserting, so the ranks make the same collective calls, and the process group's timeout is short,
 // so a learner's mismatched collective stops the test within seconds instead of hanging it.
 // Hints for failures are in hints.tsv.
@@ -718,7 +718,7 @@ static StepErrors ddp_vs_one(ProcessGroup *pg, bool sync, int steps, Model **out
 
 static bool within(const StepErrors *e) { return e->logits <= 1.0 && e->grads <= 1.0 && e->buffers <= 1.0 && e->move <= 1.0; }
 
-// Invariant 8 of the design, in the training program's own step: DDP (lesson 03's ddp_step) + SyncBN on N ranks,
+// SyncBN equals BN on the global batch, in the training program's own step: DDP (lesson 03's ddp_step) + SyncBN on N ranks,
 // LOCAL_BATCH images each, against one process with the kit's plain BN on the N * LOCAL_BATCH images.
 static void test_ddp_syncbn_equals_single_process(void **state) {
     ProcessGroup *pg = test_pg();

@@ -1,5 +1,5 @@
 // kit/cuda/emu/cuda_emu.h: the CUDA emulator's interface: enough of the CUDA runtime and of cuBLAS for the
-// kit's .cu files to compile with the host C++ compiler and run on the CPU (the EMU=1 build, mk/emu.mk).
+// kit's .cu files to compile with the host C++ compiler and run on the CPU (the EMU=1 build, mk/config.mk).
 //
 // It is reached through the shims include/cuda_runtime.h and include/cublas_v2.h, so the sources keep their
 // usual #include lines. What it models and what it does not is in kit/cuda/README.md; in short:
