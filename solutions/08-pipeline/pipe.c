@@ -78,7 +78,8 @@ void pipe_send_forward(Pipe *p, int s, int off, int n) {
     // BEGIN SOLUTION
     Stage *st = &p->stages[s], *next = &p->stages[s + 1];
     size_t f = next->in_floats;
-    pipe_copy(next->device, next->input + (size_t)off * f, st->device, stage_out(st) + (size_t)off * f, (size_t)n * f);
+    pipe_copy(next->device, next->input + (size_t)off * f, st->device, stage_out(st) + (size_t)off * f,
+              (size_t)n * f);
     // STARTER: (void)p, (void)s, (void)off, (void)n;
     // END SOLUTION
 }
@@ -88,7 +89,8 @@ void pipe_send_backward(Pipe *p, int s, int off, int n) {
     // BEGIN SOLUTION
     Stage *st = &p->stages[s], *next = &p->stages[s + 1];
     size_t f = next->in_floats;
-    pipe_copy(st->device, stage_dout(st) + (size_t)off * f, next->device, next->dinput + (size_t)off * f, (size_t)n * f);
+    pipe_copy(st->device, stage_dout(st) + (size_t)off * f, next->device, next->dinput + (size_t)off * f,
+              (size_t)n * f);
     // STARTER: (void)p, (void)s, (void)off, (void)n;
     // END SOLUTION
 }
@@ -223,9 +225,10 @@ static void stage_free(Stage *st) {
 Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch) {
     CHECK(stages >= 1 && stages <= PIPE_MAX_STAGES, "--stages out of range");
     CHECK(micro_batches >= 1 && micro_batches <= PIPE_MAX_MICRO, "--micro-batches out of range");
-    CHECK(first[0] == 0 && first[stages] == table->n_layers, "the stages must cover the layers from 0 to the end");
+    CHECK(first[0] == 0 && first[stages] == table->n_layers,
+          "the stages must cover the layers from 0 to the end (TODO 1b: pipe_balance fills first[])");
     for (int s = 0; s < stages; s++) {
-        CHECK(first[s] < first[s + 1], "a stage with no layer (the cuts must increase: TODO 1b)");
+        CHECK(first[s] < first[s + 1], "a stage with no layer (TODO 1b: the cuts in first[] must increase)");
         CHECK(s == 0 || pipe_cut_ok(table, first[s]), "a cut where more than one activation crosses (pipe_cut_ok)");
     }
     Pipe *p = xcalloc(1, sizeof *p);
@@ -283,13 +286,14 @@ void stage_forward(Stage *st, const Model *m, int off, int n, int k, bool train)
         switch (l->kind) {
         case LAYER_CONV: {
             Conv2dDims cd = conv_dims(m, l, n);
-            conv2d_forward(d, &cd, in, param_at(st->params, st, m, l->weight), param_at(st->params, st, m, l->bias_view),
-                           out, st->work);
+            conv2d_forward(d, &cd, in, param_at(st->params, st, m, l->weight),
+                           param_at(st->params, st, m, l->bias_view), out, st->work);
             break;
         }
         case LAYER_BN: {
             BatchNormDims bd = bn_dims(l, n);
-            const float *gamma = param_at(st->params, st, m, l->weight), *beta = param_at(st->params, st, m, l->bias_view);
+            const float *gamma = param_at(st->params, st, m, l->weight);
+            const float *beta = param_at(st->params, st, m, l->bias_view);
             float *rm = running_at(st, m, l->running), *rv = running_at(st, m, l->running + 1);
             float *mean = st->saved + (size_t)k * st->saved_floats + st->saved_offset[i], *invstd = mean + l->c;
             if (train) batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, rm, rv, NULL, st->work);
@@ -317,7 +321,8 @@ void stage_backward(Stage *st, const Model *m, int off, int n, int k) {
     // starts at zero, but the output gradient, which the caller has just written.
     for (int i = st->first; i < st->last - 1; i++)
         device_memset_zero(d, dact_at(st, m, i, off), (size_t)n * layer_floats(&m->layers[i]) * sizeof(float));
-    if (st->dinput) device_memset_zero(d, dact_at(st, m, st->first - 1, off), (size_t)n * st->in_floats * sizeof(float));
+    if (st->dinput)
+        device_memset_zero(d, dact_at(st, m, st->first - 1, off), (size_t)n * st->in_floats * sizeof(float));
     for (int i = st->last - 1; i >= st->first; i--) {
         double t0 = time_now();
         const Layer *l = &m->layers[i];
@@ -408,8 +413,10 @@ void stage_optim_step(Stage *st, const Model *m, const SgdConfig *opt) {
 }
 
 void pipe_zero_grad(Pipe *p) {
-    for (int s = 0; s < p->n_stages; s++)
-        device_memset_zero(p->stages[s].device, p->stages[s].grads, (p->stages[s].n_params ? p->stages[s].n_params : 1) * sizeof(float));
+    for (int s = 0; s < p->n_stages; s++) {
+        Stage *st = &p->stages[s];
+        device_memset_zero(st->device, st->grads, (st->n_params ? st->n_params : 1) * sizeof(float));
+    }
 }
 
 void pipe_micro_range(int n, int M, int k, int *off, int *size) {
@@ -422,7 +429,8 @@ void pipe_measure_layers(const Model *table, Device d, int batch, int reps, doub
     int first[2] = {0, table->n_layers};
     Pipe *p = pipe_create(table, d, first, 1, 1, batch);
     size_t image = p->stages[0].in_floats;
-    Batch b = {.n = batch, .x = xmalloc((size_t)batch * image * sizeof(float)), .y = xmalloc((size_t)batch * sizeof(int))};
+    Batch b = {.n = batch, .x = xmalloc((size_t)batch * image * sizeof(float)),
+               .y = xmalloc((size_t)batch * sizeof(int))};
     for (size_t i = 0; i < (size_t)batch * image; i++) b.x[i] = (float)sin(0.37 * (double)i);
     for (int i = 0; i < batch; i++) b.y[i] = i % table->cfg.classes;
     for (int r = 0; r <= reps; r++) {

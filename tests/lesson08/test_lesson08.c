@@ -35,9 +35,10 @@ enum { IMAGE = 3 * 32 * 32, BATCH = 16 };
 // far more: a loss scaled by 1/(micro-batch) makes the gradient M times too large; gradients zeroed per
 // micro-batch leave 1/M of it; a missing hand-off gives a gradient of unrelated numbers (or none).
 #define STEP_TOL 1e-3
-// The lower bound the BN test needs: per-micro-batch statistics change the loss function itself, by O(1/sqrt(
-// micro-batch)) relative in each BN output; the gradient moves by tens of percents (measured: 0.3 of its largest element here, tiny-bn, 4 micro-batches of 4), a
-// hundred times STEP_TOL. 1e-2 is ten times the tolerance: the difference cannot be rounding.
+// The lower bound the BN test needs: per-micro-batch statistics change the loss function itself, by
+// O(1/sqrt(micro-batch)) relative in each BN output; the gradient moves by tens of percents (measured: 0.3 of its
+// largest element, tiny-bn, 4 micro-batches of 4), hundreds of times STEP_TOL. 1e-2 is ten times the
+// tolerance: the difference cannot be rounding.
 #define BN_DIFFERS 1e-2
 
 static ModelConfig config(const char *name) {
