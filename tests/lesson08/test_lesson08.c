@@ -348,6 +348,8 @@ static Compare pipe_vs_reference(const char *name, const int *first, int P, int 
                  M > 1 && fabs(c.ratio - M) < 0.15 * M ? ": the loss scaled by 1/(micro-batch) instead of 1/(batch)?"
                  : M > 1 && c.ratio * M < 1.5 ? ": only one micro-batch's share (gradients zeroed per micro-batch?)"
                  : fabs(c.ratio) < 0.05 ? ": no gradient (backward not run, or not handed back across the cut)"
+                 : fabs(c.ratio - 1) < 0.15 ? ": close, not equal: weights updated before every micro-batch's "
+                                              "backward was done (one SGD step per stage, after ALL of them)?"
                  : "");
     else if (!(*move_err <= STEP_TOL))
         snprintf(why, sizeof why, "the gradient is right but the update moved the weights %.3g off (one SGD step "
