@@ -43,7 +43,8 @@ enum { IMAGE = 3 * 32 * 32, BATCH = 16 };
 
 static ModelConfig config(const char *name) {
     ModelConfig cfg;
-    assert_true(model_config(&cfg, name, 0, 3, 32, 32, 10));
+    // ResNet-9 at width 8 (not its default 64): the same layer table, residual blocks included, in a second.
+    assert_true(model_config(&cfg, name, strcmp(name, "resnet9") == 0 ? 8 : 0, 3, 32, 32, 10));
     return cfg;
 }
 
@@ -378,7 +379,8 @@ static void require_handoffs(void) {
     grading_require_todo(b == NULL, "2", "%s", b ? b : "");
 }
 
-// M = 1: naive model parallelism equals one model, on a BN-free net in 2 and 3 stages and with BN in 2.
+// M = 1: naive model parallelism equals one model, on a BN-free net in 2 and 3 stages, with BN in 2, and on
+// ResNet-9 (BN and residual blocks) in 3.
 static void test_naive_equals_one_model(void **state) {
     (void)state;
     require_handoffs();
@@ -387,6 +389,8 @@ static void test_naive_equals_one_model(void **state) {
     pipe_vs_reference("tiny", two, 2, 1, false, &e);
     pipe_vs_reference("tiny", three, 3, 1, false, &e);
     pipe_vs_reference("tiny-bn", bn, 2, 1, false, &e);
+    int res[4] = {0, 7, 22, 31};  // after the first max-pool, and after the third: each stage has a residual block
+    pipe_vs_reference("resnet9", res, 3, 1, false, &e);
 }
 
 // GPipe on a BN-free net: M micro-batches (4 of 4 images; 3 of 6, 5, 5) equal one model on the whole batch.
