@@ -43,8 +43,8 @@ bool pipe_balance(const Model *m, const double *cost, int stages, int *first) {
     if (stages < 1 || stages > n) return false;
     // best[s][j]: the smallest possible largest-stage cost when layers [0, j) form s stages; from[s][j] its
     // last cut. Dynamic programming over (stages, end), O(stages * n^2).
-    static double best[PIPE_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
-    static int from[PIPE_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
+    double best[PIPE_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
+    int from[PIPE_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
     double prefix[MODEL_MAX_LAYERS + 1] = {0};
     for (int i = 0; i < n; i++) prefix[i + 1] = prefix[i] + cost[i];
     for (int s = 0; s <= stages; s++)
