@@ -1,0 +1,135 @@
+// lesson.h: model parallelism and GPipe, the structures and functions of lesson 08, shared by pipe.c, train.c
+// and the autograder.
+//
+// One process, the model cut into P contiguous STAGES. Stage s owns layers [first, last) and only their
+// parameters, gradients, momentum and BN statistics, and keeps the activations of its own layers. A step:
+//
+//   split     the batch of B images -> M micro-batches (sizes differ by at most 1)             (given)
+//   forward   micro-batch k through stage 0, hand its output across the cut to stage 1, ...    (TODO 2)
+//   loss      on the last stage, scaled by 1/B (so the M micro-batches add up to the batch's mean)
+//   backward  micro-batch k from the last stage down, the input gradient handed back across   (TODO 2)
+//             each cut; parameter gradients ACCUMULATE over the micro-batches
+//   update    one SGD step per stage, on its own parameters                                   (TODO 3)
+//
+// Where to cut: TODO 1 (pipe_layer_costs, pipe_balance).
+#ifndef LESSON08_H
+#define LESSON08_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kit/data.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PIPE_MAX_STAGES 8        // --stages accepts 1..8
+#define PIPE_MAX_MICRO 64        // --micro-batches accepts 1..64
+
+typedef enum { BALANCE_PARAMS, BALANCE_TIME } BalanceRule;
+
+// One stage: a contiguous run of the layer table with everything those layers own. Pointers are on `device`.
+typedef struct {
+    int first, last;                 // its layers: [first, last) of the table
+    Device device;
+    size_t param_offset, n_params;   // its slice of the whole model's flat parameter layout
+    size_t buffer_offset, n_buffers; // its slice of the BN running statistics
+    float *params, *grads, *velocity, *buffers;  // (n_params) x 3, (n_buffers)
+    size_t in_floats;                // floats per sample of its input (stage 0: an image)
+    float *input;                    // (max_batch, in_floats): what came across the cut (stage 0: the images)
+    float *dinput;                   // (max_batch, in_floats): gradient of the input, sent back (NULL: stage 0)
+    float *acts[MODEL_MAX_LAYERS];   // layer i's output (max_batch, c, h, w), i in [first, last)
+    float *dacts[MODEL_MAX_LAYERS];  // its gradient
+    size_t saved_offset[MODEL_MAX_LAYERS];  // BN: its mean and invstd within one micro-batch's saved area
+    size_t saved_floats;             // per micro-batch
+    float *saved;                    // (PIPE_MAX_MICRO, saved_floats): BN statistics of every micro-batch
+    float *work;                     // scratch of the conv / BN ops
+    int *labels;                     // last stage: (max_batch) the batch's labels
+    float *loss;                     // last stage: (max_batch) per-sample loss
+    int *pred;                       // last stage: (max_batch) argmax of the logits
+    double layer_seconds[MODEL_MAX_LAYERS];  // forward + backward time per layer, summed (TIME balance)
+    double seconds;                  // this stage's forward + backward, summed over the steps
+} Stage;
+
+typedef struct {
+    const Model *table;              // the layer table and the initial weights (batch 1, never trained)
+    int n_stages, micro_batches, max_batch;
+    Stage stages[PIPE_MAX_STAGES];
+    int *host_labels;                // (max_batch) the batch's labels, for the correct count
+    float *host_loss;                // (max_batch) per-sample losses copied back
+    int *host_pred;                  // (max_batch) predictions copied back
+    long steps;
+} Pipe;
+
+// Given: may the model be cut before layer `cut` (0 < cut < n_layers)? Only where ONE activation crosses: no
+// layer at or after the cut reads an activation from before it other than layer cut-1's output (a residual's
+// skip connection cannot straddle a cut).
+bool pipe_cut_ok(const Model *m, int cut);
+
+// TODO 1a: the cost of every layer (n_layers values) by `rule`: PARAMS: its parameter count; TIME: its measured
+// forward + backward seconds, `seconds` (from pipe_measure_layers; NULL for PARAMS).
+void pipe_layer_costs(const Model *m, BalanceRule rule, const double *seconds, double *cost);
+
+// TODO 1b: cuts the layers into `stages` contiguous stages: first[0] = 0 < first[1] < ... < first[stages] =
+// n_layers, stage s = layers [first[s], first[s+1]), cuts only where pipe_cut_ok, every stage non-empty, and the
+// largest stage cost (sum of cost over its layers) as small as any such split can make it. False when no split
+// into `stages` exists (more stages than cut points allow).
+bool pipe_balance(const Model *m, const double *cost, int stages, int *first);
+
+// Given: the stages of `first` (as pipe_balance fills it) on device d, their weights copied from table (which
+// must outlive the pipe), for batches of up to max_batch split into up to PIPE_MAX_MICRO micro-batches.
+Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch);
+void pipe_free(Pipe *p);
+
+// Given: forward of samples [off, off + n) through stage s (its input must already hold them), micro-batch
+// index k (where its BN statistics are kept); train: batch statistics, else running ones.
+void stage_forward(Stage *st, const Model *table, int off, int n, int k, bool train);
+// Given: backward of samples [off, off + n) of micro-batch k through stage s: its output gradient must already
+// hold them (the next stage's input gradient, or the loss's). Parameter gradients ACCUMULATE.
+void stage_backward(Stage *st, const Model *table, int off, int n, int k);
+// Given: stage st's output gradient slot (the gradient of its last layer's output), for writing into.
+float *stage_dout(Stage *st);
+// Given: stage st's output (its last layer's activation).
+float *stage_out(Stage *st);
+// Given: the loss of samples [off, off + n) on the last stage (labels already there): adds their loss sum and
+// correct count to *r and writes scale * dloss/dlogits into the last stage's output gradient.
+void pipe_loss(Pipe *p, int off, int n, float smoothing, float scale, Metrics *r);
+// Given: copies n floats from src (on device `from`) to dst (on device `to`): a cut can join two devices.
+void pipe_copy(Device to, float *dst, Device from, const float *src, size_t n);
+// Given: puts the batch's images in stage 0's input and its labels on the last stage.
+void pipe_load_batch(Pipe *p, const Batch *b);
+// Given: one SGD step of stage st on its own parameters (the whole model's views that fall in its slice).
+void stage_optim_step(Stage *st, const Model *table, const SgdConfig *opt);
+// Given: zeroes every stage's parameter gradients.
+void pipe_zero_grad(Pipe *p);
+// Given: micro-batch k of M over a batch of n: its first sample and its size (sizes differ by at most 1).
+void pipe_micro_range(int n, int M, int k, int *off, int *size);
+// Given: per-layer forward + backward seconds of `table`'s architecture, one pipe of one stage, `reps` steps on
+// a synthetic batch of `batch`: what BALANCE_TIME cuts by.
+void pipe_measure_layers(const Model *table, Device d, int batch, int reps, double *seconds);
+// Given: the test split in eval mode through the stages (BN running statistics), whole batches, no micro-batches.
+Metrics pipe_evaluate(Pipe *p, Loader *L);
+// Given: every stage's parameters and BN buffers copied into m (the whole model's layout), for comparing.
+void pipe_gather(const Pipe *p, Model *m);
+
+// TODO 2: the hand-offs across the cut after stage s (s < n_stages - 1) for samples [off, off + n):
+// forward: stage s's output -> stage s+1's input; backward: stage s+1's input gradient -> stage s's output
+// gradient. The two stages may be on different devices.
+void pipe_send_forward(Pipe *p, int s, int off, int n);
+void pipe_send_backward(Pipe *p, int s, int off, int n);
+
+// TODO 3: one GPipe step over the batch b: its M micro-batches forward through every stage (all of them), the
+// loss on the last stage scaled for the mean over the WHOLE batch, backward (all of them), then one SGD step per
+// stage with opt->lr. Returns the batch's loss sum, correct and count (before the update). M = 1 is naive
+// model parallelism.
+Metrics pipe_step(Pipe *p, const Batch *b, const SgdConfig *opt, float label_smoothing);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // LESSON08_H
