@@ -17,6 +17,7 @@
 #include "kit/train.h"
 
 #include "tests/grading.h"
+#include "tests/learn_testutil.h"
 
 enum { IMAGE = 3 * 32 * 32 };
 
@@ -395,36 +396,22 @@ static void test_dp_batchnorm_is_per_replica(void **state) {
 
 // ---------------------------------------------------------------- all together: it learns
 
+static Metrics dp_step_adapter(void *dp, const Batch *b, const SgdConfig *opt, float label_smoothing) {
+    return dp_step(dp, b, opt, label_smoothing);
+}
+
 static void test_dp_short_run_learns(void **state) {
     enum { BATCH = 32, EPOCHS = 4 };
     require_pieces();
-    Dataset train;
-    dataset_synthetic(&train, 600, 10, 3, 32, 32, 7, SPLIT_TRAIN);
-    Sampler sampler;
-    sampler_init(&sampler, train.n, 0, 1, 7, SAMPLER_TRAIN_DROP);
-    Loader *L = loader_create(&train, &sampler, BATCH, true, NULL, 7);
     ModelConfig cfg = config("tiny-bn");
     DataParallel *dp = dp_create(&cfg, DEVICE_CPU, 2, BATCH, 42);
-    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
-    long correct = 0, seen = 0;
-    for (int e = 0; e < EPOCHS; e++) {
-        loader_start_epoch(L, e, 0);
-        correct = seen = 0;
-        const Batch *b;
-        while ((b = loader_next(L, NULL)) != NULL) {
-            Metrics r = dp_step(dp, b, &opt, 0.0f);
-            correct += r.correct;
-            seen += r.count;
-        }
-    }
-    if (seen == 0) print_error("dp_step returned count 0 for every batch\n");
-    assert_true(seen > 0);
-    double acc = (double)correct / seen;
+    Metrics last = learn_short_run(dp_step_adapter, dp, BATCH, EPOCHS);
+    if (last.count == 0) print_error("dp_step returned count 0 for every batch\n");
+    assert_true(last.count > 0);
+    double acc = (double)last.correct / last.count;
     print_message("training accuracy in the last epoch, 2 replicas: %.1f%%\n", 100 * acc);
     assert_true(acc >= 0.9);
     dp_free(dp);
-    loader_free(L);
-    dataset_free(&train);
 }
 
 int main(int argc, char **argv) {

@@ -18,6 +18,7 @@
 #include "lesson.h"
 
 #include "tests/grading.h"
+#include "tests/learn_testutil.h"
 
 enum { IMAGE = 3 * 32 * 32, BATCH = 16 };
 
@@ -441,40 +442,26 @@ static void test_batchnorm_differs(void **state) {
 }
 
 // A short training through 2 stages and 4 micro-batches learns the synthetic task.
+static Metrics pipe_step_adapter(void *p, const Batch *b, const SgdConfig *opt, float label_smoothing) {
+    return pipe_step(p, b, opt, label_smoothing);
+}
+
 static void test_short_run_learns(void **state) {
     (void)state;
     enum { B = 32, EPOCHS = 4 };
     require_handoffs();
-    Dataset train;
-    dataset_synthetic(&train, 600, 10, 3, 32, 32, 7, SPLIT_TRAIN);
-    Sampler sampler;
-    sampler_init(&sampler, train.n, 0, 1, 7, SAMPLER_TRAIN_DROP);
-    Loader *L = loader_create(&train, &sampler, B, true, NULL, 7);
     ModelConfig cfg = config("tiny-bn");
     Model *table = model_create(&cfg, DEVICE_CPU, 1, 42);
     int first[3] = {0, 4, table->n_layers};
     Pipe *p = pipe_create(table, DEVICE_CPU, first, 2, 4, B);
-    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
-    long correct = 0, seen = 0;
-    for (int e = 0; e < EPOCHS; e++) {
-        loader_start_epoch(L, e, 0);
-        correct = seen = 0;
-        const Batch *b;
-        while ((b = loader_next(L, NULL)) != NULL) {
-            Metrics r = pipe_step(p, b, &opt, 0.0f);
-            correct += r.correct;
-            seen += r.count;
-        }
-    }
-    if (seen == 0) print_error("pipe_step returned count 0 for every batch\n");
-    assert_true(seen > 0);
-    double acc = (double)correct / seen;
+    Metrics last = learn_short_run(pipe_step_adapter, p, B, EPOCHS);
+    if (last.count == 0) print_error("pipe_step returned count 0 for every batch\n");
+    assert_true(last.count > 0);
+    double acc = (double)last.correct / last.count;
     print_message("training accuracy in the last epoch, 2 stages, 4 micro-batches: %.1f%%\n", 100 * acc);
     assert_true(acc >= 0.9);
     pipe_free(p);
     model_free(table);
-    loader_free(L);
-    dataset_free(&train);
 }
 
 int main(int argc, char **argv) {
