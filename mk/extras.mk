@@ -130,3 +130,10 @@ $(SLIDES_PDF): $(wildcard slides/figures/*.png)
 HELP_TARGETS += gpu-bundle
 gpu-bundle:
 	@scripts/gpu-bundle.sh
+
+# ---------------------------------------------------------------- mutation testing of the autograder (not part of make test)
+# make mutants [LESSON=NN] [JOBS=n]: each planted classic mistake (tests/mutants/lessonNN.tsv) graded -> tests/mutants/RESULTS.md
+.PHONY: mutants
+HELP_TARGETS += mutants
+mutants: $(KIT_LIB)
+	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) --jobs $(or $(JOBS),1)

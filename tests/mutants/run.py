@@ -107,6 +107,11 @@ def make_tree(mutant, dest):
             return f"line {number}: the snippet occurs {count} times in {file}"
         with open(path, "w", encoding="utf-8") as f:
             f.write(text.replace(find, replace))
+    # Every file new: make rebuilds by time stamp, and the grader keeps the stamps of what it grades, so a
+    # solution file older than the objects of the previous mutant in this build folder would not be recompiled.
+    for dirpath, _, files in os.walk(folder):
+        for fn in files:
+            os.utime(os.path.join(dirpath, fn))
     return None
 
 
@@ -163,13 +168,13 @@ def seed_slot(src, dest):
             shutil.copy2(p, os.path.join(dest, part))
 
 
-def run_all(mutants, jobs, build, emu_build, keep):
+def run_all(mutants, jobs, build, emu_build, keep, slots_dir):
     scratch = tempfile.mkdtemp(prefix="mutants-")
     queue, lock = list(mutants), threading.Lock()
     slots = []
     for j in range(jobs):
-        b = f"{build}-mutants/slot{j}"
-        e = f"{build}-mutants/slot{j}-emu" if emu_build else None
+        b = f"{slots_dir}/slot{j}"
+        e = f"{slots_dir}/slot{j}-emu" if emu_build else None
         seed_slot(os.path.join(ROOT, build), os.path.join(ROOT, b))
         if emu_build:
             seed_slot(os.path.join(ROOT, emu_build), os.path.join(ROOT, e))
@@ -210,14 +215,14 @@ def run_all(mutants, jobs, build, emu_build, keep):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def control(lesson, build, emu_build):
+def control(lesson, slots_dir, emu_build):
     """The unmodified solution, graded the same way, must get full marks: else every mutant looks caught."""
     scratch = tempfile.mkdtemp(prefix="mutants-control-")
     try:
         m = Mutant(lesson, "(solution)", "")
         make_tree(m, scratch)
-        judge(m, grade(scratch, lesson, f"{build}-mutants/slot0",
-                       f"{build}-mutants/slot0-emu" if emu_build else None, os.path.join(scratch, "log")), "")
+        judge(m, grade(scratch, lesson, f"{slots_dir}/slot0", f"{slots_dir}/slot0-emu" if emu_build else None,
+                       os.path.join(scratch, "log")), "")
         return m
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -308,10 +313,13 @@ def main():
     ap.add_argument("--build", default="build", help="the kit's build folder (default build)")
     ap.add_argument("--emu-build", default="build-emu", help="CUDA emulation build folder for GPU tests "
                                                              "(default build-emu; '' for none)")
+    ap.add_argument("--slots", help="where the job slots' build folders go (default <build>-mutants; two runs at "
+                                    "the same time need two)")
     ap.add_argument("--label", default="current", help="the RESULTS.md section label (e.g. baseline)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     ap.add_argument("--keep", action="store_true", help="keep the mutated trees and the grader's logs")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--check", action="store_true", help="only apply every edit: list the STALE ones, exit 1 if any")
     args = ap.parse_args()
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.label):
         ap.error("--label: letters, digits, . _ - only")
@@ -326,20 +334,31 @@ def main():
     if not mutants:
         print("mutants: nothing to run")
         return 1
+    if args.check:
+        stale = 0
+        for m in mutants:
+            with tempfile.TemporaryDirectory(prefix="mutants-check-") as d:
+                why = make_tree(m, d)
+            if why:
+                stale += 1
+                print(f"STALE lesson {m.lesson} {m.name}: {why}")
+        print(f"mutants: {len(mutants) - stale} of {len(mutants)} apply cleanly")
+        return 1 if stale else 0
     jobs = max(1, args.jobs)
+    slots_dir = args.slots or f"{args.build}-mutants"
     emu = args.emu_build or None
     command = "tests/mutants/run.py " + " ".join(sys.argv[1:])
     print(f"mutants: {len(mutants)} mutant(s) of lesson(s) {' '.join(lessons)}, {jobs} at a time", flush=True)
     for l in sorted({m.lesson for m in mutants}):
-        seed_slot(os.path.join(ROOT, args.build), os.path.join(ROOT, f"{args.build}-mutants/slot0"))
+        seed_slot(os.path.join(ROOT, args.build), os.path.join(ROOT, slots_dir, "slot0"))
         if emu:
-            seed_slot(os.path.join(ROOT, emu), os.path.join(ROOT, f"{args.build}-mutants/slot0-emu"))
-        c = control(l, args.build, emu)
+            seed_slot(os.path.join(ROOT, emu), os.path.join(ROOT, slots_dir, "slot0-emu"))
+        c = control(l, slots_dir, emu)
         if c.verdict != "MISSED":
             print(f"mutants: lesson {l}'s unmodified solution does not get full marks here ({c.verdict}: "
                   f"{c.caught_by or c.detail}); fix that first")
             return 1
-    run_all(mutants, jobs, args.build, emu, args.keep)
+    run_all(mutants, jobs, args.build, emu, args.keep, slots_dir)
     stamp = (f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; commit {commit_id()}; "
              f"command: `{command}`")
     sections = []
