@@ -10,6 +10,7 @@
 #include "tests/testutil.h"
 
 #include "kit/data.h"
+#include "kit/log.h"
 #include "lesson.h"
 #include "kit/model.h"
 #include "kit/ops.h"
@@ -427,6 +428,57 @@ static void test_dp_short_run_learns(void **state) {
     dataset_free(&train);
 }
 
+// ---------------------------------------------------------------- TODO 4: the time split
+
+// The lesson measures the master bottleneck from dp->times: every step counted, each phase timed into its own
+// field. Only what holds by construction is checked, never a duration against a number: the compute phase's
+// interval encloses every replica's own forward + backward (so compute >= compute_slowest, which the given
+// code adds up inside the workers), and the five phases are disjoint intervals inside this test's own.
+static void test_dp_step_times_phases(void **state) {
+    enum { BATCH = 16, STEPS = 3 };
+    require_pieces();
+    Batches bt;
+    batches_make(&bt, BATCH, STEPS);
+    ModelConfig cfg = config("tiny");
+    DataParallel *dp = dp_create(&cfg, DEVICE_CPU, 2, BATCH, 42);
+    double start = time_now();
+    for (int s = 0; s < STEPS; s++) {
+        Batch b = batches_get(&bt, s);
+        dp_step(dp, &b, &OPT, 0.0f);
+    }
+    double wall = time_now() - start;
+    DpTimes t = dp->times;
+    dp_free(dp);
+    batches_free(&bt);
+    if (t.steps != STEPS) {
+        print_error("dp->times.steps is %ld after %d calls of dp_step: count every step (the time split divides "
+                    "by it)\n", t.steps, STEPS);
+        fail();
+    }
+    const double phase[5] = {t.scatter, t.replicate, t.compute, t.reduce, t.update};
+    const char *name[5] = {"scatter", "replicate", "compute", "reduce", "update"};
+    double sum = 0.0;
+    for (int i = 0; i < 5; i++) {
+        if (!(phase[i] >= 0.0)) {
+            print_error("dp->times.%s is %g: each phase adds now - t, t being the end of the phase before\n", name[i],
+                        phase[i]);
+            fail();
+        }
+        sum += phase[i];
+    }
+    if (!(t.compute_slowest > 0.0 && t.compute >= t.compute_slowest)) {
+        print_error("dp->times.compute is %.3g s, but the replicas' forward + backward alone took %.3g s: time the "
+                    "compute phase (dp_parallel_forward_backward) into dp->times.compute\n", t.compute,
+                    t.compute_slowest);
+        fail();
+    }
+    if (!(sum <= wall)) {
+        print_error("the five phases add up to %.3g s, but the %d steps took %.3g s: a phase counted twice, or t "
+                    "not moved on (dp_phase_done does both)\n", sum, STEPS, wall);
+        fail();
+    }
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scatter_chunks),
@@ -438,6 +490,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dp_equals_one_model_n3),
         cmocka_unit_test(test_dp_batchnorm_is_per_replica),
         cmocka_unit_test(test_dp_short_run_learns),
+        cmocka_unit_test(test_dp_step_times_phases),
     };
     return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

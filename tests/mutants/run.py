@@ -348,6 +348,8 @@ def main():
     slots_dir = args.slots or f"{args.build}-mutants"
     emu = args.emu_build or None
     command = "tests/mutants/run.py " + " ".join(sys.argv[1:])
+    stamp = (f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; commit {commit_id()}; "
+             f"command: `{command}`")  # as it was when the run started
     print(f"mutants: {len(mutants)} mutant(s) of lesson(s) {' '.join(lessons)}, {jobs} at a time", flush=True)
     for l in sorted({m.lesson for m in mutants}):
         seed_slot(os.path.join(ROOT, args.build), os.path.join(ROOT, slots_dir, "slot0"))
@@ -359,8 +361,6 @@ def main():
                   f"{c.caught_by or c.detail}); fix that first")
             return 1
     run_all(mutants, jobs, args.build, emu, args.keep, slots_dir)
-    stamp = (f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; commit {commit_id()}; "
-             f"command: `{command}`")
     sections = []
     for l in lessons:
         ms = [m for m in mutants if m.lesson == l]
