@@ -132,8 +132,10 @@ gpu-bundle:
 	@scripts/gpu-bundle.sh
 
 # ---------------------------------------------------------------- mutation testing of the autograder (not part of make test)
-# make mutants [LESSON=NN] [JOBS=n]: each planted classic mistake (tests/mutants/lessonNN.tsv) graded -> tests/mutants/RESULTS.md
+# make mutants [LESSON=NN] [JOBS=n] [LABEL=name]: each planted classic mistake (tests/mutants/lessonNN.tsv) graded
+# by tests/grade.py; which test caught it -> tests/mutants/RESULTS.md (tests/mutants/run.py --help)
 .PHONY: mutants
 HELP_TARGETS += mutants
 mutants: $(KIT_LIB)
-	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) --jobs $(or $(JOBS),1)
+	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
+	  --jobs $(or $(JOBS),1) $(if $(LABEL),--label $(LABEL))
