@@ -285,7 +285,7 @@ static void check_dp_equals_one_model(int n) {
         // The loss: a sum of BATCH positive per-image losses of O(1), each a log-sum-exp of those logits: the
         // rounding of the forward (gamma_72 per layer, above) makes at most a few 1e-6 of it.
         Compare g = compare_arrays(master->grads, one->grads, one->n_params);
-        char why[300] = "";
+        char why[400] = "";
         if (got.count != BATCH)
             snprintf(why, sizeof why, "step %d: dp_step returned count %ld for a batch of %d", s, got.count, BATCH);
         else if (labs(got.correct - ref.correct) > ties || !(fabs(got.loss_sum - ref.loss_sum) <= 1e-5 * fabs(ref.loss_sum)))
@@ -295,8 +295,13 @@ static void check_dp_equals_one_model(int n) {
             snprintf(why, sizeof why, "step %d: master's gradient %.3g x one model's (max diff %.2g)%s", s,
                      g.ratio, g.error,
                      n > 1 && fabs(g.ratio - n) < 0.15 * n ? ": 1/(chunk) instead of 1/(global batch)?"
-                     : n > 1 && fabs(g.ratio * n - 1) < 0.15 ? ": divided by the number of replicas again?"
-                     : fabs(g.ratio) < 0.05 ? ": no gradient reached the master" : "");
+                     : n > 1 && fabs(g.ratio * n - 1) < 0.15
+                         ? ": about 1/N of it: the other replicas' gradients not added (reduce?), or divided by the "
+                           "number of replicas again?"
+                     : fabs(g.ratio) < 0.05 ? ": no gradient reached the master"
+                     : n > 1 && BATCH % n != 0 && fabs(g.ratio - 1) < 0.2
+                         ? ": a scale that depends on the chunk? every image weighs 1/(global batch)"
+                         : "");
         if (why[0]) {
             print_error("%d replica(s): %s\n", n, why);
             fail();
