@@ -4,8 +4,9 @@
 #include "kit/cuda_check.h"
 #include "lesson.h"
 
-// TODO 2: the same update as TODO 1, one thread per element.
-// A grid-stride loop lets any grid size cover any n: thread t handles t, t + stride, t + 2*stride, ...
+// TODO 2: the same update as TODO 1, on the GPU. The launch below caps the grid, so it may start fewer threads
+//   than n: whatever the grid size, the threads together must update every i < n exactly once, and nothing
+//   past the end (README section 5: the grid-stride loop).
 __global__ void sgd_kernel(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum,
                            float weight_decay, int nesterov) {
 }

@@ -202,9 +202,9 @@ void dp_phase_done(DataParallel *dp, double *total, double *t) {
 
 // ---------------------------------------------------------------- TODO 1: scatter
 
-// TODO 1: split `global` (global->n images: x is (n, C, H, W), y is (n)) into dp->n contiguous chunks:
-//   - chunk i gets global->n / dp->n images, and the first global->n % dp->n chunks one more
-//     (10 images on 3 replicas: 4, 3, 3 -- sizes differ by at most 1, none is empty)
+// TODO 1: split `global` (global->n images: x is (n, C, H, W), y is (n)) into dp->n contiguous chunks, in order:
+//   - as even as possible: sizes differ by at most one, none is empty, the larger chunks first
+//     (10 images on 3 replicas: 4, 3, 3)
 //   - chunks[i].x and .y point INTO global->x / global->y at the chunk's first image (an image is
 //     C * H * W floats: m->cfg.in_c * in_h * in_w of any replica); chunks[i].index = global->index
 //   - nothing is copied here: each replica's thread copies its own chunk to its device (in parallel)
@@ -236,19 +236,17 @@ void dp_reduce_to_master(DataParallel *dp) {
 
 // ---------------------------------------------------------------- TODO 4: the step
 
-// TODO 4: one DataParallel step on the global batch, phase by phase, timing each one:
-//     double t = time_now();
-//     dp_scatter(dp, global);   dp_phase_done(dp, &dp->times.scatter, &t);
-//   then the same pattern for
-//     dp_replicate                                              -> dp->times.replicate
-//     dp_parallel_forward_backward(dp, label_smoothing, scale)  -> dp->times.compute
-//     dp_reduce_to_master                                       -> dp->times.reduce
-//     optim_step(master, opt)  (the master only, at opt->lr)    -> dp->times.update
-//   - scale: the loss is the mean over the GLOBAL batch, the chunks differ in size (6, 5, 5), and TODO 3 adds
-//     the replicas' gradients without dividing. Which scale makes every image weigh the same, whichever
-//     replica computed it?
-//   - return the sum of dp->results[i] over the replicas (loss_sum, correct, count) and count the step in
-//     dp->times.steps
+// TODO 4: one DataParallel step on the global batch, built from TODO 1-3, the replicas' forward + backward
+//   (dp_parallel_forward_backward, given) and one SGD step at opt->lr (optim_step). What must hold:
+//   - the result is lesson 01's step on the whole batch: no replica computes with the weights of the step
+//     before, and the master alone updates, once, with every replica's gradient;
+//   - the scale handed to the replicas: the loss is the mean over the GLOBAL batch, the chunks differ in size
+//     (6, 5, 5), and TODO 3 adds the replicas' gradients without dividing. Which scale makes every image weigh
+//     the same, whichever replica computed it?
+//   - each of the five phases (scatter, replicate, compute, reduce, update) is timed into its dp->times field:
+//         double t = time_now();  ...a phase...  dp_phase_done(dp, &dp->times.scatter, &t);  ...the next...
+//   - the return value is the sum of dp->results[i] (loss_sum, correct, count) over the replicas, and the step
+//     is counted in dp->times.steps
 // PyTorch: out = dp_model(x)  (scatter, replicate, parallel_apply, gather); loss.backward(); opt.step()
 Metrics dp_step(DataParallel *dp, const Batch *global, const SgdConfig *opt, float label_smoothing) {
     Metrics total = {0, 0, 0};

@@ -107,7 +107,84 @@ static double sgd_case(Device d, size_t N, float momentum, float weight_decay, i
     return err;
 }
 
+
+// The classic mistakes of TODO 1, each as a float64 variant of the reference: when the learner's update equals
+// one of them (and not the right one), the failure names it instead of a bare difference.
+typedef enum {
+    SGD_ASCENT, SGD_V_NOT_STORED, SGD_NO_DECAY, SGD_DECAY_ON_STEP, SGD_NESTEROV_OLD_V, SGD_NESTEROV_IGNORED,
+    SGD_NESTEROV_ALWAYS, SGD_DAMPENED, SGD_VARIANTS
+} SgdVariant;
+
+static const char *const SGD_MISTAKE[SGD_VARIANTS] = {
+    "the parameters moved UP the gradient: the update subtracts lr times the step",
+    "the new velocity was not stored: each call must leave it in velocity[i], where the next call starts from",
+    "weight decay was left out: the gradient is grad + weight_decay * param",
+    "weight decay was added to the step after the momentum: torch adds it to the gradient, BEFORE the velocity update",
+    "Nesterov's look-ahead used the velocity from before this step: it uses the new one (g + momentum * v_new)",
+    "the nesterov flag was ignored: with it, the step is g + momentum * v, not v",
+    "Nesterov's look-ahead was applied though nesterov is 0",
+    "the velocity was averaged (momentum * v + (1 - momentum) * g): torch's SGD sums, v = momentum * v + g",
+};
+
+static void sgd_variant(SgdVariant k, size_t n, double *p, const double *g, double *v, double lr, double mom,
+                        double wd, int nesterov) {
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] + (k == SGD_NO_DECAY || k == SGD_DECAY_ON_STEP ? 0.0 : wd * p[i]);
+        double old = v[i];
+        double vi = k == SGD_DAMPENED ? mom * old + (1 - mom) * gi : mom * old + gi;
+        int nest = k == SGD_NESTEROV_IGNORED ? 0 : k == SGD_NESTEROV_ALWAYS ? 1 : nesterov;
+        double step = nest ? gi + mom * (k == SGD_NESTEROV_OLD_V ? old : vi) : vi;
+        if (k == SGD_DECAY_ON_STEP) step += wd * p[i];
+        p[i] += k == SGD_ASCENT ? lr * step : -lr * step;
+        v[i] = k == SGD_V_NOT_STORED ? old : vi;
+    }
+}
+
+// Three updates of lesson_sgd_update on a small case; the mistake of SGD_MISTAKE it matches, or NULL.
+static const char *sgd_diagnose(Device d, float momentum, float weight_decay, int nesterov) {
+    enum { N = 64, STEPS = 3 };
+    float p[N], g[N], v[N] = {0};
+    double pr[N], vr[N] = {0}, gr[N], pk[SGD_VARIANTS][N], vk[SGD_VARIANTS][N];
+    fill_uniform(p, N, -1.0f, 1.0f, 21);
+    for (size_t i = 0; i < N; i++) pr[i] = p[i];
+    for (int k = 0; k < SGD_VARIANTS; k++)
+        for (size_t i = 0; i < N; i++) pk[k][i] = p[i], vk[k][i] = 0.0;
+    float *dp = device_alloc(d, sizeof p), *dg = device_alloc(d, sizeof g), *dv = device_alloc(d, sizeof v);
+    device_copy_to(d, dp, p, sizeof p);
+    device_copy_to(d, dv, v, sizeof v);
+    for (int s = 0; s < STEPS; s++) {
+        fill_uniform(g, N, -1.0f, 1.0f, 200 + (uint64_t)s);
+        for (size_t i = 0; i < N; i++) gr[i] = g[i];
+        device_copy_to(d, dg, g, sizeof g);
+        lesson_sgd_update(d, N, dp, dg, dv, 0.1f, momentum, weight_decay, nesterov);
+        sgd_reference(N, pr, gr, vr, 0.1, momentum, weight_decay, nesterov);
+        for (int k = 0; k < SGD_VARIANTS; k++) sgd_variant(k, N, pk[k], gr, vk[k], 0.1, momentum, weight_decay, nesterov);
+    }
+    device_copy_from(d, p, dp, sizeof p);
+    device_copy_from(d, v, dv, sizeof v);
+    device_free(d, dp), device_free(d, dg), device_free(d, dv);
+    // float32 against float64 after 3 steps: 3.8e-6 at most (sgd_case's comment); every variant that differs
+    // from the right update here differs by 1e-2 or more.
+    double err = 0.0;
+    for (size_t i = 0; i < N; i++) err = fmax(err, fmax(fabs(p[i] - pr[i]), fabs(v[i] - vr[i])));
+    if (err <= 1e-4) return NULL;
+    for (int k = 0; k < SGD_VARIANTS; k++) {
+        double ek = 0.0, dk = 0.0;  // learner vs variant; variant vs the right update
+        for (size_t i = 0; i < N; i++) {
+            ek = fmax(ek, fmax(fabs(p[i] - pk[k][i]), fabs(v[i] - vk[k][i])));
+            dk = fmax(dk, fmax(fabs(pr[i] - pk[k][i]), fabs(vr[i] - vk[k][i])));
+        }
+        if (ek <= 1e-4 && dk > 1e-3) return SGD_MISTAKE[k];
+    }
+    return NULL;
+}
+
 static void check_sgd_case(Device d, size_t N, float momentum, float weight_decay, int nesterov) {
+    const char *mistake = sgd_diagnose(d, momentum, weight_decay, nesterov);
+    if (mistake) {
+        print_error("%s\n", mistake);
+        fail();
+    }
     sgd_case(d, N, momentum, weight_decay, nesterov, true);
 }
 
@@ -189,12 +266,12 @@ static double reference_step(Model *m, const Batch *b, const SgdConfig *opt, flo
 
 // What a gradient or update ratio usually means, for the messages ("" when no usual cause fits).
 static const char *explain_ratio(double ratio, int step, int n, int max_batch) {
-    if (fabs(ratio) < 0.05) return ": nothing arrived (no backward? no update?)";
+    if (fabs(ratio - 1.0 / n) < 0.05 / n) return ": n times too small (1/n applied twice?)";
+    if (fabs(ratio) < 0.05) return ": nothing arrived (no backward before the update? no update?)";
     if (fabs(ratio + 1) < 0.05) return ": the opposite sign (a step goes DOWN the gradient)";
     if (n != max_batch && fabs(ratio - (double)n / max_batch) < 0.02)
         return ": divided by the model's largest batch, not by THIS batch's size";
     if (fabs(ratio - n) < 0.05 * n) return ": n times too large (the loss is a MEAN: 1/n)";
-    if (fabs(ratio - 1.0 / n) < 0.05 / n) return ": n times too small (1/n applied twice?)";
     if (step >= 2 && ratio > 1.2 && ratio < 3.0) return ": old gradients left in them? (backward ADDS: zero first)";
     return "";
 }
@@ -390,8 +467,11 @@ static void test_evaluate_counts_every_sample_once(void **state) {
     }
     // 250 positive per-image losses of order 1: their rounding (above) and the sum's (gamma_250 = 1.5e-5 of it).
     if (labs(r.correct - correct) > ties || !(fabs(r.loss_sum - loss) <= 1e-4 * loss)) {
-        print_error("evaluate gave correct %ld, loss_sum %.6g; one image at a time in eval mode gives %ld, %.6g\n",
-                    r.correct, r.loss_sum, correct, loss);
+        // Per-batch means added up instead of per-image losses: about 4 batches' worth of a mean loss.
+        bool means = r.correct == correct && r.loss_sum > 0 && fabs(r.loss_sum * test.n / 4.0 / loss - 1) < 0.5;
+        print_error("evaluate gave correct %ld, loss_sum %.6g; one image at a time in eval mode gives %ld, %.6g%s\n",
+                    r.correct, r.loss_sum, correct, loss,
+                    means ? ": per-batch means added up? loss_sum is the SUM of the per-image losses" : "");
         fail();
     }
     model_free(m);
