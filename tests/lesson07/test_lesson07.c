@@ -165,6 +165,9 @@ static void test_env_read(void **state) {
     if (strcmp(e.url, "tcp://127.0.0.1:0") != 0) fail_msg("rank 0, MASTER_PORT=0: url '%s', expected 'tcp://127.0.0.1:0'", e.url);
     set_env(1, 2, 0, "x");
     env_error("env", "MASTER_PORT", "rank 1 with MASTER_PORT=0 (only rank 0 may: the others must be told its port)");
+    // A port is 16 bits: 70000 would be truncated by the socket call into another, valid-looking port (4464).
+    set_env(1, 2, 70000, "x");
+    env_error("env", "MASTER_PORT", "MASTER_PORT=70000 (ports end at 65535: the range is not checked?)");
     set_env(1, 3, 1234, "x");
     unsetenv("MASTER_PORT");
     env_error("env", "MASTER_PORT", "MASTER_PORT missing");
