@@ -36,6 +36,7 @@ test-scaleout: $(SCALEOUT_PROGRAM) $(CKPT_COMPARE) $(SCALEOUT_ENV_PROGRAM)
 	@if command -v shellcheck >/dev/null 2>&1; then shellcheck -x $(SCALEOUT_SCRIPTS) && \
 	  echo "ok   scale-out: shellcheck clean"; else echo "skip scale-out: shellcheck not installed"; fi
 	@tests/scale-out/torchrun-env.sh
+	@tests/scale-out/slurm-port-race.sh
 	@SCALEOUT_ENV_PROGRAM=$(SCALEOUT_ENV_PROGRAM) tests/scale-out/slurm.sh $(SCALEOUT_PROGRAM) $(CKPT_COMPARE)
 	@SCALEOUT_ENV_PROGRAM=$(SCALEOUT_ENV_PROGRAM) tests/scale-out/netns.sh $(SCALEOUT_PROGRAM) $(CKPT_COMPARE)
 else

@@ -57,16 +57,20 @@ mkdir -p "$dir/spool" "$dir/state" "$dir/log"
 dir=$(cd "$dir" && pwd)
 stop_cluster   # a previous run from the same DIR
 
-# Free ports: the controller's and one per node, from a range chosen by the folder so two clusters (two test
-# runs at once) do not collide; a taken port is skipped.
+# Ports: the controller's and one per node, from a range chosen by the folder so two clusters (two test runs
+# at once) rarely meet; a taken port is skipped. A port found free can still be taken before its daemon binds
+# it (Slurm's daemons cannot bind port 0 and say which they got), so a start that finds a port in use is
+# retried on the next ports (start_cluster below).
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+choose_ports() {  # FIRST: fills ports[] with nodes + 1 free ports from FIRST on
+  local p=$1
+  ports=()
+  while [ ${#ports[@]} -lt $((nodes + 1)) ]; do
+    port_free "$p" && ports+=("$p")
+    p=$((p + 1))
+  done
+}
 base=$((20000 + ($(cksum <<< "$dir" | cut -d' ' -f1) % 2000) * 10))
-ports=()
-p=$base
-while [ ${#ports[@]} -lt $((nodes + 1)) ]; do
-  port_free $p && ports+=("$p")
-  p=$((p + 1))
-done
 
 # Every "node" is the same host with the same hostname, so Open MPI's shared-memory files of two nodes' local
 # rank 0 would get the same name (vader_segment.HOST.JOB.LOCALRANK) and trample each other (a segfault). A
@@ -82,6 +86,7 @@ chmod +x "$dir/task-prolog.sh"
 
 cpus=$(nproc)
 conf="$dir/slurm.conf"
+write_conf() {
 {
   echo "# written by scripts/slurm/local-cluster.sh: $nodes node(s) on $(hostname), all on 127.0.0.1"
   echo "ClusterName=kitlocal"
@@ -120,6 +125,7 @@ conf="$dir/slurm.conf"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
 } > "$conf"
+}
 
 export SLURM_CONF=$conf
 fail() {
@@ -128,16 +134,36 @@ fail() {
   stop_cluster
   exit 1
 }
-slurmctld -f "$conf" -i >"$dir/log/slurmctld.out" 2>&1 || fail "slurmctld did not start"
-for i in $(seq "$nodes"); do
-  mkdir -p "$dir/spool/n$i" "$dir/tmp/n$i"
-  slurmd -f "$conf" -N "n$i" >"$dir/log/slurmd-n$i.out" 2>&1 || fail "slurmd n$i did not start"
+# 0: up; 1: failed; 2: a daemon found its port taken (by another job since choose_ports looked).
+port_taken() { grep -qi "address already in use" "$dir"/log/* 2>/dev/null; }
+start_daemons() {
+  rm -f "$dir"/log/*
+  slurmctld -f "$conf" -i >"$dir/log/slurmctld.out" 2>&1 || { port_taken && return 2; return 1; }
+  for i in $(seq "$nodes"); do
+    mkdir -p "$dir/spool/n$i" "$dir/tmp/n$i"
+    slurmd -f "$conf" -N "n$i" >"$dir/log/slurmd-n$i.out" 2>&1 || { port_taken && return 2; return 1; }
+  done
+  # Up when every node is idle (slurmd registered with the controller).
+  for _ in $(seq 100); do
+    idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
+    [ "$idle" -ge "$nodes" ] && return 0
+    port_taken && return 2
+    sleep 0.2
+  done
+  port_taken && return 2
+  return 1
+}
+for attempt in 1 2 3 4 5; do
+  choose_ports "$base"
+  write_conf
+  rc=0
+  start_daemons || rc=$?
+  [ $rc -eq 0 ] && break
+  if [ $rc -ne 2 ] || [ "$attempt" -eq 5 ]; then
+    fail "the daemons did not start (sinfo: $(sinfo -h -N 2>&1 | tr '\n' ' '))"
+  fi
+  echo "local-cluster: a port was taken before its daemon bound it (attempt $attempt): retrying on the next ports" >&2
+  stop_cluster
+  base=$((ports[nodes] + 1))
 done
-# Up when every node is idle (slurmd registered with the controller).
-for _ in $(seq 100); do
-  idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
-  [ "$idle" -ge "$nodes" ] && break
-  sleep 0.2
-done
-[ "${idle:-0}" -ge "$nodes" ] || fail "the nodes did not register within 20 s (sinfo: $(sinfo -h -N 2>&1 | tr '\n' ' '))"
 echo "local-cluster: $nodes node(s) up: export SLURM_CONF=$conf"
