@@ -19,9 +19,11 @@
 #include <stddef.h>
 
 #include "kit/data.h"
+#include "kit/dist.h"
 #include "kit/model.h"
 #include "kit/optim.h"
 #include "kit/train.h"
+#include "schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,6 +129,95 @@ void pipe_send_backward(Pipe *p, int s, int off, int n);
 // stage with opt->lr. Returns the batch's loss sum, correct and count (before the update). M = 1 is naive
 // model parallelism.
 Metrics pipe_step(Pipe *p, const Batch *b, const SgdConfig *opt, float label_smoothing);
+
+// ================================================================ across processes (pipe_dist.c, README 12-14)
+//
+// With more than one rank (mpirun), rank r holds ONE stage: its parameters, gradients, momentum and activations
+// only. The world of P x R ranks is a grid: P stages (the pipe of one replica) times R replicas (data parallel,
+// as lesson 03). Activations go forward and their gradients come back by point-to-point messages inside the
+// replica's pipe; the gradients of a stage are averaged over the R ranks that hold that same stage, and only
+// there. Each rank runs its stage's ops of the schedule (schedule.h) in order.
+
+typedef struct {
+    int stages, replicas;  // P x R = the world
+    int stage, replica;    // this rank's place in the grid
+} PipeGrid;
+
+// A rank's stage alone, and where it sits in the grid. Pointers are on the stage's device.
+typedef struct {
+    PipeGrid grid;
+    ProcessGroup *world;       // every rank
+    ProcessGroup *same_stage;  // the R ranks holding this rank's stage, one per replica (ranked by replica)
+    ProcessGroup *pipe;        // the P ranks of this rank's replica, ranked by stage: rank s of it holds stage s
+    Pipe *local;               // a Pipe of ONE stage (local->stages[0]): this rank's stage of the split
+    const Model *table;
+    int micro_batches;
+    ScheduleKind schedule;
+    PgSend *sends[2 * PIPE_MAX_MICRO];  // sends started this step, waited for at its end
+    char send_what[2 * PIPE_MAX_MICRO][96];
+    int n_sends;
+    double wait_s, step_s;     // summed over the steps: waiting in pg_recv / pg_send_wait, and the whole step
+    long steps;
+} DistPipe;
+
+// This rank's ops for one step: the schedule of its stage for M = min(micro_batches, batch) micro-batches.
+typedef struct {
+    int micro;                        // M
+    int n_ops;                        // 2 M
+    PipeOp ops[2 * PIPE_MAX_MICRO];
+    int peak_inflight;                // most micro-batches forward-done and not yet backward, at once
+} PipePlan;
+
+// TODO 5a: the place of `rank` in a world of `world` ranks cut into `stages` stages: the ranks of one replica's
+// pipe are CONSECUTIVE (rank = replica * stages + stage), so neighbouring stages are neighbouring ranks (on one
+// node, where messages are cheap). False when world is not a multiple of stages.
+bool pipe_grid(int rank, int world, int stages, PipeGrid *g);
+// TODO 5b: the two sub-groups of the grid (pg_split, collective over world): *same_stage, the ranks holding
+// g's stage (ranked by replica); *pipe, the ranks of g's replica (ranked by stage).
+void pipe_dist_groups(ProcessGroup *world, const PipeGrid *g, ProcessGroup **same_stage, ProcessGroup **pipe);
+// TODO 5c: the data of this rank: its REPLICA's shard (all ranks of a pipe read the same images: stage 0 feeds
+// them in, the last stage takes their labels), in local batches of the global --batch-size / replicas.
+void pipe_dist_data_open(TrainData *td, const TrainOptions *o, const PipeGrid *g);
+
+// TODO 6a: the message tag of a micro-batch's activation (backward false) or gradient (true): a different
+// number for each (direction, micro-batch) of a step, in [0, 32767] (the least MPI_TAG_UB any MPI allows).
+int pipe_tag(bool backward, int micro);
+// TODO 6b: one op of this rank's stage, for a batch of `batch` images in M micro-batches: forward: receive the
+// micro-batch's activation from the stage before (unless first), forward, send the output to the stage after
+// (or, on the last stage, the loss with scale 1/batch into *r); backward: receive the output gradient from the
+// stage after (unless last: the loss wrote it), backward, send the input gradient to the stage before (unless
+// first). Receives and sends through pipe_dist_recv / pipe_dist_send, each with its tag and a `what` that
+// names the micro-batch and the two stages.
+void pipe_dist_run_op(DistPipe *dp, PipeOp op, int batch, int M, float smoothing, Metrics *r);
+
+// TODO 7a: this stage's gradient averaged over the replicas that hold it (nothing to do with one replica).
+void pipe_dist_average_grads(DistPipe *dp);
+// TODO 7b: one step: the plan's ops in order (pipe_dist_run_op), the sends waited for, the gradients averaged,
+// one SGD step of this rank's stage. Returns the metrics of this rank's micro-batches: the replica's batch on
+// the last stage, zeros elsewhere.
+Metrics pipe_dist_step(DistPipe *dp, const Batch *b, const PipePlan *plan, const SgdConfig *opt, float smoothing);
+
+// Given: this rank's stage of the split `first` (stages = pg_world(world) / replicas), its grid and groups.
+DistPipe *pipe_dist_create(ProcessGroup *world, const Model *table, Device d, const int *first, int stages,
+                           int micro_batches, int max_batch, ScheduleKind schedule);
+void pipe_dist_free(DistPipe *dp);
+// Given: the plan of this rank's stage for a batch of n images.
+void pipe_dist_plan(const DistPipe *dp, int n, PipePlan *plan);
+// Given: puts the batch in: the images into stage 0's input, the labels on the last stage; zeroes the gradients.
+void pipe_dist_load(DistPipe *dp, const Batch *b);
+// Given: pg_recv from stage `peer` of this pipe (the time counted as waiting).
+void pipe_dist_recv(DistPipe *dp, float *buf, size_t n, int peer, int tag, const char *what);
+// Given: pg_send_start to stage `peer`; the send is waited for by pipe_dist_wait_sends (buf must stay unchanged).
+void pipe_dist_send(DistPipe *dp, const float *buf, size_t n, int peer, int tag, const char *what);
+void pipe_dist_wait_sends(DistPipe *dp);
+// Given: floats per sample of stage st's output (what it sends forward).
+size_t stage_out_floats(const Stage *st, const Model *table);
+// Given: the test split through the pipe in eval mode (forward only); the metrics summed over the replicas, on
+// every rank.
+Metrics pipe_dist_evaluate(DistPipe *dp, Loader *L);
+// Given: a Pipe holding only stage s of the split `first` into `stages` (for one rank).
+Pipe *pipe_create_stage(const Model *table, Device d, const int *first, int stages, int s, int micro_batches,
+                        int max_batch);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,6 @@
-# Lesson 08 is one process: the stages of the model run one after another on this machine's CPU.
-NEEDS :=
+# Lesson 08: one process runs every stage (parts 1-3); under mpirun each rank runs one stage (parts 4-5), so the
+# program links Open MPI and the kit's process group. The autograder runs on 4 ranks: a pipe of 4 stages, and a
+# grid of 2 stages x 2 replicas (the single-process tests run on rank 0 only).
+NEEDS := mpi
 DEFAULT_NP := 1
-GRADE_NP := 1
+GRADE_NP := 4

@@ -179,6 +179,21 @@ Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, in
     return p;
 }
 
+Pipe *pipe_create_stage(const Model *table, Device d, const int *first, int stages, int s, int micro_batches,
+                        int max_batch) {
+    CHECK(s >= 0 && s < stages && stages <= PIPE_MAX_STAGES, "a stage outside the split");
+    CHECK(micro_batches >= 1 && micro_batches <= PIPE_MAX_MICRO, "--micro-batches out of range");
+    CHECK(first[s] < first[s + 1] && first[s + 1] <= table->n_layers && (s == 0 || pipe_cut_ok(table, first[s])),
+          "not a stage of a valid split (TODO 1b: pipe_balance fills first[])");
+    Pipe *p = xcalloc(1, sizeof *p);
+    p->table = table, p->n_stages = 1, p->micro_batches = micro_batches, p->max_batch = max_batch;
+    stage_create(&p->stages[0], table, d, first[s], first[s + 1], s == stages - 1, max_batch);
+    p->host_labels = xmalloc((size_t)max_batch * sizeof(int));
+    p->host_loss = xmalloc((size_t)max_batch * sizeof(float));
+    p->host_pred = xmalloc((size_t)max_batch * sizeof(int));
+    return p;
+}
+
 void pipe_free(Pipe *p) {
     if (!p) return;
     for (int s = 0; s < p->n_stages; s++) stage_free(&p->stages[s]);
