@@ -410,8 +410,7 @@ static void dist_vs_one_process(ProcessGroup *world, int P, int M, ScheduleKind 
         e2 += d * d, m2 += mv * mv;
     }
     double move = isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
-    // The reference's loss over the replica's images: the sum of their per-image losses is not available from
-    // one call, so the last stage's loss of its replica is compared through the sum over replicas below.
+    // The last stages' losses, summed over the replicas, against one process's over the whole batch.
     double sums[2] = {last ? got.loss_sum : 0.0, last ? (double)got.count : 0.0};
     pg_allreduce_sum_double_host(world, sums, 2);
     if (!last && got.count != 0)
@@ -427,6 +426,8 @@ static void dist_vs_one_process(ProcessGroup *world, int P, int M, ScheduleKind 
         snprintf(why, sizeof why, "stage %d's gradient is %.3g x one process's (max diff %.2g of its largest, "
                  "tolerance %.0e)%s", g.stage, c.ratio, c.error, DIST_TOL,
                  fabs(c.ratio) < 0.05 ? ": none (backward not run, or the gradient not received from the next stage)"
+                 : M > 1 && fabs(c.ratio - M) < 0.1 * M ? ": the loss scaled by 1/(micro-batch) instead of 1/(the "
+                                                          "replica's batch)"
                  : R > 1 && fabs(c.ratio - R) < 0.1 * R ? ": summed over the replicas, not averaged"
                  : "");
     else if (st->n_params > 0 && !(move <= DIST_TOL))
@@ -446,6 +447,8 @@ static void dist_vs_one_process(ProcessGroup *world, int P, int M, ScheduleKind 
 // The grid and the messages first: with either wrong, the step is wrong for a reason another test names.
 static void require_messages(void) {
     char why[400];
+    grid_problem(why, sizeof why);
+    grading_require_todo(!why[0], "5a", "%s", why);
     tags_problem(why, sizeof why);
     grading_require_todo(!why[0], "6a", "%s", why);
 }
