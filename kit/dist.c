@@ -53,6 +53,11 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mp
 void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) { no_mpi(); }
 void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) { no_mpi(); }
+PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag) { no_mpi(); }
+void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what) { no_mpi(); }
+void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) { no_mpi(); }
+ProcessGroup *pg_split(ProcessGroup *pg, int color, int key) { no_mpi(); }
+void pg_send(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag, const char *what) { no_mpi(); }
 #else
 // ---------------------------------------------------------------- built with MPI
 #include "kit/log.h"
@@ -84,6 +89,7 @@ struct ProcessGroup {
     PgBackend backend;
     double timeout_s;
     SockGroup *sock;     // the socket backend (pg_init_socket, no MPI at all), else NULL
+    bool is_sub;         // made by pg_split: pg_finalize frees it but leaves MPI running
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
     // Arrival notes, for naming the rank a timed-out collective waits for (see wait_until).
     MPI_Comm note_comm;      // another duplicate: notes never match a collective's messages
@@ -95,6 +101,7 @@ struct ProcessGroup {
     float *stage;        // (stage_cap) staging for blocking broadcast / all-gather on CUDA + MPI
     size_t stage_cap;
 #ifdef KIT_NCCL
+    struct PgSend *pending;  // NCCL sends started but not yet posted (see nccl_post)
     ncclComm_t nccl;
     cudaStream_t stream;     // NCCL's own stream
     cudaEvent_t inputs_ready; // recorded on the compute stream before each collective
@@ -404,10 +411,15 @@ static void nccl_init(ProcessGroup *pg) {
 }
 
 // The communicator from rank 0's id, however it came (MPI_Bcast above, or a rendezvous store: pg_init_socket).
-static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
+// NCCL's own stream and the two events every NCCL group uses.
+static void nccl_stream_init(ProcessGroup *pg) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&pg->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->inputs_ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&pg->blocking_done, cudaEventDisableTiming));
+}
+
+static void nccl_init_with(ProcessGroup *pg, ncclUniqueId id) {
+    nccl_stream_init(pg);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
     // Non-blocking: init returns at once and we poll, so a missing peer cannot hang us here.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -439,6 +451,18 @@ static void mpi_prefer_ring_iallreduce(void) {
     MPI_T_finalize();  // the written value stays in effect: MPI_T only gave access to it
 }
 
+// Rank and size from pg->comm, and the arrival notes' own communicator and arrays (see wait_until).
+static void comm_adopt(ProcessGroup *pg) {
+    MPI_CHECK(MPI_Comm_set_errhandler(pg->comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(pg->comm, &pg->rank));
+    MPI_CHECK(MPI_Comm_size(pg->comm, &pg->world));
+    MPI_CHECK(MPI_Comm_dup(pg->comm, &pg->note_comm));
+    pg->seen = xcalloc((size_t)pg->world, sizeof *pg->seen);
+    pg->note_buf = xcalloc((size_t)pg->world, sizeof *pg->note_buf);
+    pg->note_req = xmalloc((size_t)pg->world * sizeof *pg->note_req);
+    for (int r = 0; r < pg->world; r++) pg->note_req[r] = MPI_REQUEST_NULL;
+}
+
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -454,14 +478,7 @@ ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, 
     pg->timeout_s = timeout_from_env(timeout_s);
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &pg->comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(pg->comm, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_rank(pg->comm, &pg->rank));
-    MPI_CHECK(MPI_Comm_size(pg->comm, &pg->world));
-    MPI_CHECK(MPI_Comm_dup(pg->comm, &pg->note_comm));
-    pg->seen = xcalloc((size_t)pg->world, sizeof *pg->seen);
-    pg->note_buf = xcalloc((size_t)pg->world, sizeof *pg->note_buf);
-    pg->note_req = xmalloc((size_t)pg->world * sizeof *pg->note_req);
-    for (int r = 0; r < pg->world; r++) pg->note_req[r] = MPI_REQUEST_NULL;
+    comm_adopt(pg);
 
     MPI_Comm node;
     find_local_rank(pg, &node);
@@ -616,8 +633,9 @@ void pg_finalize(ProcessGroup *pg) {
     free(pg->note_req);
     MPI_CHECK(MPI_Comm_free(&pg->note_comm));
     MPI_CHECK(MPI_Comm_free(&pg->comm));
+    bool world_group = !pg->is_sub;
     free(pg);
-    MPI_Finalize();
+    if (world_group) MPI_Finalize();
 }
 
 // ---------------------------------------------------------------- all-reduce
@@ -755,6 +773,230 @@ void pg_barrier(ProcessGroup *pg) {
     MPI_Request req;
     MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
     mpi_wait(pg, &req, "barrier", 0, "bytes");
+}
+
+// ---------------------------------------------------------------- point to point
+//
+// Two ranks only: the arrival notes of wait_until (which count collectives, the same count on every rank) do
+// not apply, so these waits have their own loop and their own error, which names the peer and the message.
+
+struct PgSend {
+    MPI_Request req;
+    float *host;         // MPI on a CUDA device: the data staged on the host (owned), else NULL
+    size_t n;
+    int peer, tag;
+#ifdef KIT_NCCL
+    const float *buf;    // NCCL: the device buffer, sent at the next pg_recv / pg_send_wait (see nccl_flush)
+    bool posted;
+    cudaEvent_t done;
+#endif
+    PgSend *next_pending;
+};
+
+#define PG_MAX_TAG 32767  // the least MPI_TAG_UB the MPI standard allows
+
+static void p2p_check_args(const ProcessGroup *pg, size_t n, int peer, int tag, const char *op) {
+    CHECKF(pg->backend != PG_BACKEND_SOCKET, "point-to-point messages need mpirun (the MPI or NCCL backend)",
+           "%s on the socket backend", op);
+    CHECKF(peer >= 0 && peer < pg->world && peer != pg->rank, "the peer is another rank of this group: 0 <= peer < world",
+           "%s with peer %d on rank %d of %d", op, peer, pg->rank, pg->world);
+    CHECKF(tag >= 0 && tag <= PG_MAX_TAG, "build the tag from small numbers (direction, micro-batch index)",
+           "%s with tag %d: tags go from 0 to %d", op, tag, PG_MAX_TAG);
+    mpi_count(n);
+}
+
+typedef struct {
+    const char *op, *what;  // "receiving" / "sending", and the caller's name for the message
+    size_t n;
+    int peer, tag;
+} P2pInfo;
+
+static void p2p_fail(ProcessGroup *pg, const P2pInfo *m, double waited, const char *extra) __attribute__((noreturn));
+static void p2p_fail(ProcessGroup *pg, const P2pInfo *m, double waited, const char *extra) {
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "%s %s (%zu floats, tag %d) %s rank %d: not done after %.1f s (limit %.0f s)%s\n"
+             "  HINT: rank %d never %s it: check that both ranks' schedules post this message (same tag, same size, "
+             "same order); if rank %d itself stopped, its own output says why",
+             m->op, m->what ? m->what : "a message", m->n, m->tag, m->op[0] == 'r' ? "from" : "to", m->peer, waited,
+             pg->timeout_s, extra, m->peer, m->op[0] == 'r' ? "sent" : "received", m->peer);
+    pg_abort(pg, msg);
+}
+
+// Polls done() until true, or stops the job when the group's timeout passes.
+static void p2p_wait(ProcessGroup *pg, PollFn done, void *ctx, const P2pInfo *m) {
+    const double start = time_now();
+    for (;;) {
+        if (done(pg, ctx)) return;
+        double waited = time_now() - start;
+        if (waited > pg->timeout_s) {
+            char extra[160] = "";
+            int flag = 0;
+            MPI_Status st;
+            // A message from the same peer under another tag is the usual cause: a swapped or skipped micro-batch.
+            if (m->op[0] == 'r' && pg->backend == PG_BACKEND_MPI &&
+                MPI_Iprobe(m->peer, MPI_ANY_TAG, pg->comm, &flag, &st) == MPI_SUCCESS && flag)
+                snprintf(extra, sizeof extra, "; a message with tag %d from rank %d is waiting instead", st.MPI_TAG,
+                         m->peer);
+            p2p_fail(pg, m, waited, extra);
+        }
+        poll_pause(waited);
+    }
+}
+static void p2p_free(PgSend *s) {
+    host_free_pinned(s->host);
+#ifdef KIT_NCCL
+    if (s->posted) CUDA_CHECK(cudaEventDestroy(s->done));
+#endif
+    free(s);
+}
+
+#ifdef KIT_NCCL
+// NCCL matches sends and receives by order, and a send blocks NCCL's stream until the peer's receive runs:
+// two neighbours that each send before they receive (1F1B does) would wait for each other forever. So a send is
+// only queued by pg_send_start, and posted together with the next receive (or at its pg_send_wait) in one NCCL
+// group, in which NCCL progresses them together.
+static void nccl_post(ProcessGroup *pg, float *recv_buf, size_t recv_n, int recv_peer, const P2pInfo *m) {
+    nccl_after_compute(pg);
+    NCCL_CHECK(ncclGroupStart());
+    for (PgSend *s = pg->pending; s; s = s->next_pending) {
+        ncclResult_t r = ncclSend(s->buf, s->n, ncclFloat, s->peer, pg->nccl, pg->stream);
+        if (r != ncclInProgress) NCCL_CHECK(r);
+    }
+    if (recv_buf) {
+        ncclResult_t r = ncclRecv(recv_buf, recv_n, ncclFloat, recv_peer, pg->nccl, pg->stream);
+        if (r != ncclInProgress) NCCL_CHECK(r);
+    }
+    ncclResult_t r = ncclGroupEnd();
+    p2p_wait(pg, nccl_settled, &r, m);
+    NCCL_CHECK(r);
+    for (PgSend *s = pg->pending; s; s = s->next_pending) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(s->done, pg->stream));
+        s->posted = true;
+    }
+    pg->pending = NULL;
+}
+#endif
+
+PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag) {
+    p2p_check_args(pg, n, peer, tag, "pg_send_start");
+    PgSend *s = xcalloc(1, sizeof *s);
+    s->n = n;
+    s->peer = peer;
+    s->tag = tag;
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {  // queued in start order: NCCL matches by order
+        s->buf = buf;
+        PgSend **tail = &pg->pending;
+        while (*tail) tail = &(*tail)->next_pending;
+        *tail = s;
+        return s;
+    }
+#endif
+    const float *data = buf;
+    if (staged(pg)) {
+        s->host = host_alloc_pinned(n * sizeof(float));
+        device_copy_from(pg->dev, s->host, buf, n * sizeof(float));
+        data = s->host;
+    }
+    MPI_CHECK(MPI_Isend(data, mpi_count(n), MPI_FLOAT, peer, tag, pg->comm, &s->req));
+    return s;
+}
+
+void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what) {
+    CHECK(s != NULL, "pg_send_wait needs the PgSend that pg_send_start returned");
+    P2pInfo m = {"sending", what, s->n, s->peer, s->tag};
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        if (!s->posted) nccl_post(pg, NULL, 0, 0, &m);
+        EventWait w = {s->done, what, s->n};
+        p2p_wait(pg, nccl_event_done, &w, &m);
+        p2p_free(s);
+        return;
+    }
+#endif
+    p2p_wait(pg, mpi_done, &s->req, &m);
+    p2p_free(s);
+}
+
+void pg_send(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag, const char *what) {
+    pg_send_wait(pg, pg_send_start(pg, buf, n, peer, tag), what);
+}
+
+typedef struct {
+    int peer, tag;
+    MPI_Status st;
+} Probe;
+
+static bool probe_arrived(ProcessGroup *pg, void *ctx) {
+    Probe *p = ctx;
+    int flag = 0;
+    MPI_CHECK(MPI_Iprobe(p->peer, p->tag, pg->comm, &flag, &p->st));
+    return flag != 0;
+}
+
+void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) {
+    p2p_check_args(pg, n, peer, tag, "pg_recv");
+    P2pInfo m = {"receiving", what, n, peer, tag};
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {  // no tags, no lengths: the order and the sizes must agree
+        nccl_post(pg, buf, n, peer, &m);
+        CUDA_CHECK(cudaEventRecord(pg->blocking_done, pg->stream));
+        EventWait w = {pg->blocking_done, what, n};
+        p2p_wait(pg, nccl_event_done, &w, &m);
+        return;
+    }
+#endif
+    // Probe first: the message's length is checked before it lands, so a wrong size is an error that says so
+    // (an MPI_Recv would stop at MPI_ERR_TRUNCATE, or take a shorter message silently).
+    Probe probe = {peer, tag, {0}};
+    p2p_wait(pg, probe_arrived, &probe, &m);
+    int count = 0;
+    MPI_CHECK(MPI_Get_count(&probe.st, MPI_FLOAT, &count));
+    if (count < 0 || (size_t)count != n) {
+        char msg[768];
+        snprintf(msg, sizeof msg,
+                 "receiving %s (tag %d) from rank %d: the message holds %d floats, this rank expects %zu\n"
+                 "  HINT: both ranks must agree on every message's size: the micro-batch's samples and the "
+                 "activation's shape at the cut", what ? what : "a message", tag, peer, count, n);
+        pg_abort(pg, msg);
+    }
+    float *data = staged(pg) ? stage_reserve(&pg->stage, &pg->stage_cap, n * sizeof(float)) : buf;
+    MPI_CHECK(MPI_Recv(data, count, MPI_FLOAT, peer, tag, pg->comm, MPI_STATUS_IGNORE));  // arrived: returns now
+    if (staged(pg)) device_copy_to(pg->dev, buf, data, n * sizeof(float));
+}
+
+// ---------------------------------------------------------------- sub-groups
+
+ProcessGroup *pg_split(ProcessGroup *pg, int color, int key) {
+    CHECKF(pg->backend != PG_BACKEND_SOCKET, "sub-groups need mpirun (the MPI or NCCL backend)",
+           "pg_split on the socket backend");
+    CHECKF(color >= 0, "every rank passes a color >= 0 (the ranks with the same color form one group)",
+           "pg_split with color %d", color);
+    // MPI_Comm_split blocks until every rank arrives: a barrier with the deadline first, so a missing rank is
+    // named instead of hanging the split.
+    pg_barrier(pg);
+    ProcessGroup *g = xcalloc(1, sizeof *g);
+    g->is_sub = true;
+    g->dev = pg->dev;
+    g->backend = pg->backend;
+    g->timeout_s = pg->timeout_s;
+    g->local_rank = pg->local_rank;    // the GPU was chosen by the node-local rank in pg_init: it stays
+    g->local_world = pg->local_world;
+    MPI_CHECK(MPI_Comm_split(pg->comm, color, key, &g->comm));
+    comm_adopt(g);
+#ifdef KIT_NCCL
+    if (g->backend == PG_BACKEND_NCCL) {
+        nccl_stream_init(g);
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        // Non-blocking, as the world's communicator: the new one reports its progress itself (nccl_settled).
+        ncclResult_t r = ncclCommSplit(pg->nccl, color, key, &g->nccl, &config);
+        nccl_settle(g, r, "NCCL communicator split", (size_t)g->world);
+    }
+#endif
+    return g;
 }
 
 // ---------------------------------------------------------------- checks across ranks

@@ -100,6 +100,28 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root);
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n);
 void pg_barrier(ProcessGroup *pg);
 
+// ---------------------------------------------------------------- point to point (lesson 08's pipeline)
+// Messages between two ranks, matched by (peer, tag) on the MPI backend and by order on NCCL (which has no tags:
+// every pair of ranks must post its sends and receives in the same order). Each wait runs under the timeout and
+// names this rank, the peer, the tag and `what` ("activation of micro-batch 3, stage 0 -> 1") when it fails.
+typedef struct PgSend PgSend;  // a send in flight
+// Starts sending n floats (on the group's device) to rank `peer` with tag (0 <= tag <= 32767). buf must stay
+// unchanged until pg_send_wait: the send may still be reading it.
+PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag);
+// Waits until the send is done (the peer took it, or MPI buffered it) and frees s.
+void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what);
+// pg_send_start + pg_send_wait.
+void pg_send(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag, const char *what);
+// Receives exactly n floats from `peer` with `tag` into buf. A message of another length, or none within the
+// timeout, ends the job with an error (and names a message with another tag from that peer, if one waits).
+void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what);
+
+// ---------------------------------------------------------------- sub-groups
+// The ranks that pass the same color (>= 0) as a group of their own, ranked by key then by rank in pg
+// (MPI_Comm_split's rule); same backend, device and timeout. Collective over pg: every rank calls it.
+// pg_finalize frees a sub-group (only the world group ends MPI); free sub-groups before their parent.
+ProcessGroup *pg_split(ProcessGroup *pg, int color, int key);
+
 // ---------------------------------------------------------------- checks across ranks
 // True when buf (n) hashes the same on every rank. Collective: every rank gets the same answer.
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n);

@@ -58,7 +58,7 @@ try_link() {
     "$cc" -x c - -o /dev/null "$@" >/dev/null 2>&1
 }
 
-echo "check-setup: what this machine has for the workshop (lessons 01-07)"
+echo "check-setup: what this machine has for the workshop (lessons 01-08)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -368,8 +368,14 @@ if [ $base = 1 ]; then
   else
     say "NOT" "07 scale-out: needs Open MPI (above)"
   fi
+  # lesson 08's first parts run in one process; one stage per rank and the 2 x 2 grid need mpirun
+  if [ "$mpi" = 1 ]; then
+    say ready "08 pipeline: the stages in one process, one stage per rank, the 2 x 2 grid, make grade"
+  else
+    say ready "08 pipeline: the stages in one process only (one stage per rank and the grid need Open MPI, above)"
+  fi
 else
-  say "NOT" "01-07: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
+  say "NOT" "01-08: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
 
 if [ $n_missing -gt 0 ]; then

@@ -8,7 +8,9 @@
 //   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
 //   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
 //   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
-//   all           the four above in one launch
+//   p2p           point-to-point messages around a ring, several in flight, matched by tag, 1 to 1000003 floats
+//   split         sub-groups (even / odd ranks): their all-reduce, ranks and messages
+//   all           the six above in one launch
 // Cases that must FAIL fast with a message (the script checks exit status, time and text):
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
@@ -18,6 +20,9 @@
 //   exit          the last rank exits with status 3 before the all-reduce
 //   mark-twice    a bucket view marked ready twice in one step
 //   mark-partial  a marked range that ends inside a view
+//   p2p-size      rank 1 sends 8 floats where rank 0 expects 7
+//   p2p-tag       rank 1 sends micro-batch 5's tag where rank 0 waits for 4
+//   p2p-missing   rank 1 sends nothing
 // Any wrong value: "rank R: FAIL ..." and the job aborts (non-zero exit).
 #include <math.h>
 #include <signal.h>
@@ -355,6 +360,88 @@ static void case_slow(void) {
     free(h);
 }
 
+// ---------------------------------------------------------------- point to point and sub-groups
+
+// A ring: every rank sends 3 messages to the next rank with tags 0-2 (all started before any wait) and receives
+// them from the previous rank in reverse tag order: tags, not arrival order, match. Then an odd size (1 float)
+// and a large one (1000003 floats, past MPI's eager limit: the send completes only when the receive runs).
+static void case_p2p(void) {
+    int w = pg_world(pg), r = pg_rank(pg);
+    if (w < 2) return;
+    int next = (r + 1) % w, prev = (r + w - 1) % w;
+    const size_t sizes[] = {1, 7, 1000003};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        float *h = xmalloc(n * sizeof(float));
+        float *out[3], *in[3];
+        PgSend *sends[3];
+        for (int t = 0; t < 3; t++) {
+            for (size_t i = 0; i < n; i++) h[i] = value_at(r * 3 + t, i);
+            out[t] = to_device(h, n);
+            in[t] = device_alloc(dev, n * sizeof(float));
+        }
+        // On 2 ranks next == prev: both start sends to each other before either receives (1F1B's pattern).
+        for (int t = 0; t < 3; t++) sends[t] = pg_send_start(pg, out[t], n, next, t);
+        for (int t = 2; t >= 0; t--) pg_recv(pg, in[t], n, prev, t, "ring message");
+        for (int t = 0; t < 3; t++) pg_send_wait(pg, sends[t], "ring message");
+        for (int t = 0; t < 3; t++) {
+            from_device(h, in[t], n);
+            for (size_t i = 0; i < n; i++)
+                EXPECT(h[i] == value_at(prev * 3 + t, i), "p2p %zu floats, tag %d: element %zu is %g, expected %g",
+                       n, t, i, (double)h[i], (double)value_at(prev * 3 + t, i));
+            device_free(dev, out[t]);
+            device_free(dev, in[t]);
+        }
+        free(h);
+    }
+}
+
+// Two sub-groups (even and odd ranks, ranked in reverse): an all-reduce sums over the group only, its ranks are
+// 0..size-1 in key order, and a message inside it uses the group's ranks.
+static void case_split(void) {
+    int w = pg_world(pg), r = pg_rank(pg);
+    ProcessGroup *g = pg_split(pg, r % 2, -r);
+    int members = (w - r % 2 + 1) / 2;  // ranks of the same parity in 0..w-1
+    EXPECT(pg_world(g) == members, "sub-group of parity %d has %d ranks, expected %d", r % 2, pg_world(g), members);
+    int higher = 0;  // same-parity ranks above r come first (key -rank)
+    for (int q = r + 2; q < w; q += 2) higher++;
+    EXPECT(pg_rank(g) == higher, "rank %d is rank %d of its sub-group, expected %d", r, pg_rank(g), higher);
+    float v = (float)(r + 1), sum = 0;
+    for (int q = r % 2; q < w; q += 2) sum += (float)(q + 1);
+    float *d = to_device(&v, 1);
+    pg_allreduce_sum(g, d, 1);
+    from_device(&v, d, 1);
+    EXPECT(v == sum, "sub-group all-reduce on rank %d: %g, expected %g (the sum over its parity only)", r, (double)v,
+           (double)sum);
+    if (pg_world(g) > 1) {  // group rank 0 -> 1: the world ranks differ, the group's are used
+        float x = (float)(100 + r);
+        if (pg_rank(g) == 0) pg_send(g, d, 1, 1, 9, "sub-group message");
+        if (pg_rank(g) == 1) {
+            pg_recv(g, d, 1, 0, 9, "sub-group message");
+            from_device(&x, d, 1);
+            EXPECT(x == sum, "sub-group message on rank %d: %g, expected %g", r, (double)x, (double)sum);
+        }
+    }
+    device_free(dev, d);
+    pg_finalize(g);
+}
+
+// Mistakes in a pipeline's messages, which must end the job naming them (the script checks the words).
+static void case_p2p_failure(const char *which) {
+    if (pg_world(pg) < 2) return;
+    float buf[8] = {0};
+    float *d = to_device(buf, 8);
+    if (pg_rank(pg) == 1) {
+        if (strcmp(which, "p2p-size") == 0) pg_send(pg, d, 8, 0, 4, "activation of micro-batch 4");
+        if (strcmp(which, "p2p-tag") == 0) pg_send_start(pg, d, 7, 0, 5);  // micro-batch 5 sent where 4 is awaited
+        // p2p-missing: rank 1 sends nothing
+    }
+    if (pg_rank(pg) == 0) pg_recv(pg, d, 7, 1, 4, "activation of micro-batch 4");
+    if (pg_rank(pg) == 0) printf("UNEXPECTED: the receive completed\n");
+    pg_barrier(pg);
+    device_free(dev, d);
+}
+
 // ---------------------------------------------------------------- failures (the script checks them)
 
 static void case_failure(const char *which) {
@@ -415,11 +502,16 @@ int main(int argc, char **argv) {
         case_buckets();
         case_model();
         case_hash();
+        case_p2p();
+        case_split();
     } else if (strcmp(which, "collectives") == 0) case_collectives();
     else if (strcmp(which, "model") == 0) case_model();
     else if (strcmp(which, "buckets") == 0) case_buckets();
     else if (strcmp(which, "hash") == 0) case_hash();
     else if (strcmp(which, "slow") == 0) case_slow();
+    else if (strcmp(which, "p2p") == 0) case_p2p();
+    else if (strcmp(which, "split") == 0) case_split();
+    else if (strncmp(which, "p2p-", 4) == 0) case_p2p_failure(which);
     else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
              strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
         case_failure(which);

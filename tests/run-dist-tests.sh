@@ -103,6 +103,13 @@ must_fail "--backend nccl, $np ranks on $gpus GPU(s)" "backend nccl refused: .*U
   $np "$bin" collectives --backend nccl --device auto
 must_fail "bucket view marked twice" "view 'view3' was marked ready twice" 1 "$bin" mark-twice
 must_fail "bucket range ends inside a view" "ends inside view .view4." 1 "$bin" mark-partial
+# Point-to-point mistakes (lesson 08's pipeline): each names the peer, the tag and the message.
+must_fail "p2p: wrong size" "activation of micro-batch 4 \\(tag 4\\) from rank 1: the message holds 8 floats, this rank expects 7" \
+  2 "$bin" p2p-size --timeout 3
+must_fail "p2p: wrong tag" "receiving activation of micro-batch 4 \\(7 floats, tag 4\\) from rank 1: not done after .*a message with tag 5 from rank 1 is waiting instead" \
+  2 "$bin" p2p-tag --timeout 3
+must_fail "p2p: nothing sent" "rank 0: receiving activation of micro-batch 4 \\(7 floats, tag 4\\) from rank 1: not done after [0-9.]+ s \\(limit 3 s\\)" \
+  2 "$bin" p2p-missing --timeout 3
 must_fail "unknown backend" "unknown backend 'gloo'" 2 "$bin" collectives --backend gloo
 
 if [ ${#failed[@]} -ne 0 ]; then
