@@ -23,20 +23,25 @@ static double arg_number(int argc, char **argv, int i) {
     return v;
 }
 
+// The value after option argv[i], a whole number in [lo, hi], or a clear stop.
+static int arg_int(int argc, char **argv, int i, int lo, int hi) {
+    double v = arg_number(argc, argv, i);
+    CHECKF(v >= lo && v <= hi && v == (int)v, "a whole number in range", "%s %s: expected %d..%d", argv[i],
+           argv[i + 1], lo, hi);
+    return (int)v;
+}
+
 int main(int argc, char **argv) {
     int P = 2, max_micro = 16;
     double t_fwd = 1.0, t_bwd = 2.0, t_hop = 0.0;  // backward ~ twice the forward: two products per weight
     for (int i = 1; i < argc; i += 2) {
-        double v = arg_number(argc, argv, i);
-        if (strcmp(argv[i], "--stages") == 0) P = (int)v;
-        else if (strcmp(argv[i], "--max-micro") == 0) max_micro = (int)v;
-        else if (strcmp(argv[i], "--fwd") == 0) t_fwd = v;
-        else if (strcmp(argv[i], "--bwd") == 0) t_bwd = v;
-        else if (strcmp(argv[i], "--hop") == 0) t_hop = v;
+        if (strcmp(argv[i], "--stages") == 0) P = arg_int(argc, argv, i, 1, SCHEDULE_MAX_STAGES);
+        else if (strcmp(argv[i], "--max-micro") == 0) max_micro = arg_int(argc, argv, i, 1, 4096);
+        else if (strcmp(argv[i], "--fwd") == 0) t_fwd = arg_number(argc, argv, i);
+        else if (strcmp(argv[i], "--bwd") == 0) t_bwd = arg_number(argc, argv, i);
+        else if (strcmp(argv[i], "--hop") == 0) t_hop = arg_number(argc, argv, i);
         else CHECKF(false, "options: --stages --max-micro --fwd --bwd --hop", "unknown option %s", argv[i]);
     }
-    CHECKF(P >= 1 && P <= SCHEDULE_MAX_STAGES && max_micro >= 1, "--stages 1..64, --max-micro >= 1",
-           "--stages %d --max-micro %d", P, max_micro);
     printf("schedule,P,M,step,idle_sim,idle_formula,peak_inflight\n");
     for (int k = 0; k < 2; k++) {
         ScheduleKind kind = k == 0 ? SCHEDULE_GPIPE : SCHEDULE_1F1B;

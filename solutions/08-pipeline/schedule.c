@@ -1,5 +1,6 @@
 // schedule.c: the order of one stage's forwards and backwards in a step (GPipe given, 1F1B: TODO 4, a stretch
 // goal) and a timeline simulator that runs every stage's order against the others (given).
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,7 +116,8 @@ ScheduleStats schedule_simulate_ops(int stages, int micro_batches, PipeOp *const
                                     double t_fwd, double t_bwd, double t_hop) {
     CHECKF(stages >= 1 && stages <= SCHEDULE_MAX_STAGES && micro_batches >= 1, "1..64 stages, micro-batches >= 1",
            "%d stages, %d micro-batches", stages, micro_batches);
-    CHECKF(t_fwd >= 0 && t_bwd >= 0 && t_hop >= 0, "op and hop times are durations (>= 0)",
+    CHECKF(isfinite(t_fwd + t_bwd + t_hop) && t_fwd >= 0 && t_bwd >= 0 && t_hop >= 0,
+           "op and hop times are durations (finite, >= 0)",
            "t_fwd %g, t_bwd %g, t_hop %g", t_fwd, t_bwd, t_hop);
     int P = stages, M = micro_batches;
     Timeline t = {.P = P, .M = M};
