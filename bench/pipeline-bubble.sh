@@ -11,7 +11,10 @@
 #
 #   bench/pipeline-bubble.sh                      P = 2, M = 1 2 4 8 16, GPipe and 1F1B; P = 4 when the machine
 #                                                 has 4 cores (else with P4=1, oversubscribed: mark it so)
-#   STEPS=20 BATCH=64 MODEL=tiny P4=1 bench/pipeline-bubble.sh
+#   STEPS=10 BATCH=256 MODEL=tiny REPEAT=3 P4=1 bench/pipeline-bubble.sh      (the defaults, but P4)
+#
+# Each configuration runs REPEAT times and the run with the median step time is kept: on a shared machine a
+# single run is at the mercy of whatever else runs (the text file records the load).
 #
 # With more ranks than cores, ranks share cores: a rank that waits yields its core (kit/dist.c polls with
 # sched_yield, then sleeps), but the time it waits then includes other ranks' compute: the idle fraction of an
@@ -22,8 +25,9 @@ BUILD=${BUILD:-build}
 train=$BUILD/solutions/08-pipeline/train
 out=${OUT:-bench/results-pipeline.csv}
 info=${out%.csv}.txt
-steps=${STEPS:-20}
-batch=${BATCH:-64}
+steps=${STEPS:-10}
+batch=${BATCH:-256}
+repeat=${REPEAT:-3}
 model=${MODEL:-tiny}
 schedules=${SCHEDULES:-gpipe 1f1b}
 [ -x "$train" ] || make --no-print-directory "$train" >/dev/null
@@ -33,17 +37,24 @@ cores=$(nproc 2>/dev/null || echo 1)
   echo "# bench/pipeline-bubble.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "machine: $(uname -m), $cores cores, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')"
   echo "load before: $(uptime)"
-  echo "runs: $train --dataset synthetic --model $model --batch-size $batch --balance time --bench $steps"
+  echo "runs: $train --dataset synthetic --model $model --batch-size $batch --balance time --bench $steps (median of $repeat by step time)"
 } >"$info"
 
 echo "schedule,P,M,batch,step_ms,idle_measured,idle_formula,peak_inflight" >"$out"
-run() {  # P M schedule
+one() {  # P M schedule -> the CSV row of one run
   local line
   line=$(KIT_PROGRESS=plain scripts/launch.sh "$1" "$train" --dataset synthetic --model "$model" --batch-size "$batch" \
          --balance time --stages "$1" --micro-batches "$2" --schedule "$3" --bench "$steps" 2>&1 | grep '^bench:' || true)
-  if [ -z "$line" ]; then echo "pipeline-bubble: P=$1 M=$2 $3 printed no bench line" >&2; return 1; fi
-  echo "$line" | sed -E 's/^bench: schedule=([^ ]+) P=([^ ]+) M=([^ ]+) batch=([^ ]+) step_ms=([^ ]+) idle_measured=([^ ]+) idle_formula=([^ ]+) peak_inflight=([^ ]+)$/\1,\2,\3,\4,\5,\6,\7,\8/' >>"$out"
-  echo "  $line"
+  [ -n "$line" ] || { echo "pipeline-bubble: P=$1 M=$2 $3 printed no bench line" >&2; return 1; }
+  echo "$line" | sed -E 's/^bench: schedule=([^ ]+) P=([^ ]+) M=([^ ]+) batch=([^ ]+) step_ms=([^ ]+) idle_measured=([^ ]+) idle_formula=([^ ]+) peak_inflight=([^ ]+)$/\1,\2,\3,\4,\5,\6,\7,\8/'
+}
+run() {  # P M schedule: REPEAT runs, the median by step time appended to the CSV
+  local rows="" i
+  for ((i = 0; i < repeat; i++)); do rows+="$(one "$@")"$'\n'; done
+  local row
+  row=$(printf '%s' "$rows" | sort -t, -k5,5g | sed -n "$(( (repeat + 1) / 2 ))p")
+  echo "$row" >>"$out"
+  echo "  $row"
 }
 for s in $schedules; do
   for m in 1 2 4 8 16; do run 2 "$m" "$s"; done
