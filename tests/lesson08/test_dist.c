@@ -22,6 +22,7 @@
 #include "tests/grading.h"
 #include "tests/mpi_testutil.h"
 
+#include "kit/cli.h"
 #include "kit/data.h"
 #include "kit/dist.h"
 #include "kit/model.h"
@@ -31,6 +32,7 @@
 
 void test_dist_grid(void **state);
 void test_dist_groups(void **state);
+void test_dist_data_by_replica(void **state);
 void test_dist_messages(void **state);
 void test_dist_stage_per_rank(void **state);
 void test_dist_grid_equals_one_process(void **state);
@@ -237,6 +239,42 @@ void test_dist_groups(void **state) {
     pipe_dist_free(dp);
     model_free(table);
     if (!ok) fail();
+}
+
+// TODO 5c: on a 2 x 2 grid with a global batch of 32, each rank reads its REPLICA's shard (the sampler's rank and
+// world are the replica's) in local batches of 16, so that both ranks of a pipe read the same images.
+void test_dist_data_by_replica(void **state) {
+    (void)state;
+    ProcessGroup *world = world_of_four();
+    char why[400];
+    grid_problem(why, sizeof why);
+    grading_require_todo(!why[0], "5a", "%s", why);
+    PipeGrid g;
+    pipe_grid(pg_rank(world), WORLD, 2, &g);
+    static char name[] = "train";
+    char *argv[] = {name, NULL};
+    TrainOptions o;
+    cli_parse(&o, 1, argv, CLI_DIST);
+    o.dataset = "synthetic", o.batch_size = 2 * DIST_BATCH, o.seed = 7;
+    cli_apply_dataset_defaults(&o);
+    TrainData td;
+    pipe_dist_data_open(&td, &o, &g);
+    const Sampler *s = &td.train_sampler;
+    const Batch *b = NULL;
+    loader_start_epoch(td.train_loader, 0, 0);
+    b = loader_next(td.train_loader, NULL);
+    why[0] = '\0';
+    if (s->world != g.replicas || s->rank != g.replica)
+        snprintf(why, sizeof why, "rank %d (stage %d of replica %d) reads shard %d of %d; the data is split between "
+                 "the %d REPLICAS: shard %d of %d, the same for both ranks of its pipe (stage 0 feeds the images in, "
+                 "the last stage needs their labels)", pg_rank(world), g.stage, g.replica, s->rank, s->world,
+                 g.replicas, g.replica, g.replicas);
+    else if (!b || b->n != DIST_BATCH)
+        snprintf(why, sizeof why, "rank %d: a local batch of %d images; the global --batch-size %d is split between "
+                 "the %d replicas: %d each", pg_rank(world), b ? b->n : 0, o.batch_size, g.replicas, DIST_BATCH);
+    if (why[0]) print_error("%s\n", why);
+    train_data_close(&td);
+    if (max_over_ranks(world, why[0] ? 1.0 : 0.0) > 0) fail();
 }
 
 // ---------------------------------------------------------------- TODO 6: the messages of the ops

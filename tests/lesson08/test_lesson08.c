@@ -621,6 +621,7 @@ static void test_simulator_detects_deadlock(void **state) {
 // ---- across processes (tests/lesson08/test_dist.c)
 void test_dist_grid(void **state);
 void test_dist_groups(void **state);
+void test_dist_data_by_replica(void **state);
 void test_dist_messages(void **state);
 void test_dist_stage_per_rank(void **state);
 void test_dist_grid_equals_one_process(void **state);
@@ -647,6 +648,7 @@ int main(int argc, char **argv) {
         // across processes (test_dist.c)
         cmocka_unit_test(test_dist_grid),
         cmocka_unit_test(test_dist_groups),
+        cmocka_unit_test(test_dist_data_by_replica),
         cmocka_unit_test(test_dist_messages),
         cmocka_unit_test(test_dist_stage_per_rank),
         cmocka_unit_test(test_dist_grid_equals_one_process),
