@@ -18,8 +18,8 @@ time (--balance time), which depends on the machine: pass the cut its runs print
 
 The same step: the batch split into M micro-batches (BN statistics per micro-batch, as the kit's stages keep
 them), mean cross-entropy over the batch, SGD with momentum 0.9 and weight decay 5e-4 on conv/linear weights,
-one update per stage. step_ms is the mean over --steps steps of both processes together (a barrier before and after), after
---warmup steps. Each process gets --threads threads (default 1: one core per stage, as each kit rank).
+one update per stage. step_ms is the mean over --steps steps of both processes together (a barrier before and
+after), after --warmup steps. Each process gets --threads threads (default 1: one core per stage, as each kit rank).
 
 PyTorch is used for measurement only; the kit never depends on it. Without torch this prints one line saying so
 and exits 0. The two processes meet through a file in a private temporary folder (no TCP port is chosen here).
