@@ -74,7 +74,7 @@ class TestTorchPipelineSplit(unittest.TestCase):
 
     def test_one_short_run_prints_a_row(self):
         out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "torch_pipeline.py"), "--micro", "2",
-                              "--schedules", "1f1b", "--steps", "1", "--warmup", "0"],
+                              "--schedules", "1f1b", "--steps", "1", "--warmup", "0", "--rounds", "1"],
                              capture_output=True, text=True, timeout=300, cwd=ROOT)
         self.assertEqual(out.returncode, 0, out.stderr[-2000:])
         lines = out.stdout.split()
