@@ -74,6 +74,26 @@ HELP_TARGETS += plot-syncbn
 plot-syncbn:            # bench/figures/syncbn-gap.csv -> bench/figures/syncbn-gap.png (bench/results-syncbn.md)
 	@bench/plot-syncbn.sh bench/figures/syncbn-gap.csv
 
+# ---- lesson 08: the pipeline schedules' idle fraction, stored micro-batches and step time against M:
+# bench/results-pipeline.csv (bench/pipeline-bubble.sh), the schedule simulator, PyTorch's rows if there are
+# any (bench/torch_pipeline.py --out bench/results-pipeline-torch.csv) -> bench/figures/pipeline-bubble.png
+PIPELINE_SIM := $(BUILD)/bench/pipeline_simulate
+$(PIPELINE_SIM): bench/pipeline_simulate.c solutions/08-pipeline/schedule.c solutions/08-pipeline/schedule.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(filter %.c,$^) -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
+ALL_TARGETS += $(PIPELINE_SIM)
+.PHONY: plot-pipeline
+HELP_TARGETS += plot-pipeline
+plot-pipeline: $(PIPELINE_SIM)
+	@python3 bench/plot_pipeline.py --simulator $(PIPELINE_SIM)
+# The torch peer's cut and stages against the lesson's program, and the plot script (about a minute)
+.PHONY: test-pipeline-tools
+TEST_TARGETS += test-pipeline-tools
+HELP_TARGETS += test-pipeline-tools
+test-pipeline-tools: $(BUILD)/solutions/08-pipeline/train $(PIPELINE_SIM)
+	@python3 tests/bench/test_pipeline_tools.py $^
+
 # ---------------------------------------------------------------- benchmarks (bench/README.md)
 # One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.
 $(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)

@@ -464,6 +464,149 @@ static void test_short_run_learns(void **state) {
     model_free(table);
 }
 
+// ---------------------------------------------------------------- schedules (schedule.c): GPipe and 1F1B (TODO 4)
+// The op lists by their definition (every micro-batch forward and backward exactly once per stage, backward
+// after forward, both in the order 0..M-1), and by what the timeline simulator makes of them: how many
+// micro-batches' activations a stage stores at once, and the idle time against its closed form. The simulator
+// and GPipe are given code; they are checked here along with the learner's 1F1B lists (an unfinished 1F1B
+// schedules nothing, which the simulator reports as a step that never ends).
+#include "schedule.h"
+
+enum { SCHED_MAX_P = 6, SCHED_MAX_M = 12 };
+static const ScheduleKind SCHED_KINDS[2] = {SCHEDULE_GPIPE, SCHEDULE_1F1B};
+
+// Fails with what is wrong when stage s's list (n ops) is not every micro-batch forward then backward exactly
+// once, each direction in the order 0..M-1. Returns the most micro-batches forward and not yet backward.
+static int sched_check_list(ScheduleKind kind, int P, int M, int s, const PipeOp *ops, int n) {
+    if (n != 2 * M) {
+        print_error("%s, %d stage(s), %d micro-batch(es): stage %d got %d ops, expected 2 x %d\n", schedule_name(kind),
+                    P, M, s, n, M);
+        fail();
+    }
+    int next_f = 0, next_b = 0, inflight = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        int want = ops[i].backward ? next_b : next_f;
+        if (ops[i].micro != want || (ops[i].backward && next_b >= next_f)) {
+            print_error("%s, %d stage(s), %d micro-batch(es), stage %d, op %d: %c%d, expected %c%d%s\n",
+                        schedule_name(kind), P, M, s, i, ops[i].backward ? 'B' : 'F', ops[i].micro,
+                        ops[i].backward ? 'B' : 'F', want,
+                        ops[i].backward && next_b >= next_f ? " (not before its forward)" : "");
+            fail();
+        }
+        if (ops[i].backward) next_b++, inflight--;
+        else next_f++, inflight++;
+        if (inflight > peak) peak = inflight;
+    }
+    return peak;
+}
+
+// Fails when the simulated step of kind did not run every op: an op waits on one that never runs.
+static void sched_require_ok(ScheduleKind kind, int P, int M, ScheduleStats st) {
+    if (!st.ok) {
+        print_error("%s, %d stage(s), %d micro-batch(es): the simulated step never ends (some op is missing, or "
+                    "waits on one that never runs)\n", schedule_name(kind), P, M);
+        fail();
+    }
+}
+
+// Every list of both schedules for 1..6 stages and 1..12 micro-batches holds every op once in order, and the
+// simulator runs them to the end; the peak it reports is the one counted here from the list.
+static void test_schedule_every_op_once(void **state) {
+    (void)state;
+    PipeOp ops[2 * SCHED_MAX_M];
+    for (int k = 0; k < 2; k++)
+        for (int P = 1; P <= SCHED_MAX_P; P++)
+            for (int M = 1; M <= SCHED_MAX_M; M++) {
+                ScheduleStats st = schedule_simulate(SCHED_KINDS[k], P, M, 1.0, 2.0, 0.25);
+                for (int s = 0; s < P; s++) {
+                    int n = pipe_schedule(SCHED_KINDS[k], P, M, s, ops);
+                    int peak = sched_check_list(SCHED_KINDS[k], P, M, s, ops, n);
+                    sched_require_ok(SCHED_KINDS[k], P, M, st);
+                    assert_int_equal(st.peak_inflight[s], peak);
+                }
+            }
+}
+
+// Stage s of P stores at most min(P - s, M) micro-batches' activations under 1F1B; all M under GPipe.
+static void test_1f1b_bounds_stored_activations(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++)
+        for (int P = 1; P <= SCHED_MAX_P; P++)
+            for (int M = 1; M <= SCHED_MAX_M; M++) {
+                ScheduleStats st = schedule_simulate(SCHED_KINDS[k], P, M, 1.0, 2.0, 0.0);
+                for (int s = 0; s < P; s++) {
+                    int want = SCHED_KINDS[k] == SCHEDULE_GPIPE ? M : (P - s < M ? P - s : M);
+                    sched_require_ok(SCHED_KINDS[k], P, M, st);
+                    if (st.peak_inflight[s] != want) {
+                        print_error("%s, %d stage(s), %d micro-batch(es): stage %d stores up to %d micro-batches' "
+                                    "activations, expected %d\n", schedule_name(SCHED_KINDS[k]), P, M, s,
+                                    st.peak_inflight[s], want);
+                        fail();
+                    }
+                }
+            }
+}
+
+// The bubble. With every forward t_f, every backward t_b and no hop time, GPipe's last forward (micro-batch
+// M-1 on stage P-1) ends at (M+P-1) t_f: M-1 forwards on stage 0 before it, then P stages in turn. The
+// backwards then run the same way back: stage 0's last backward ends (M+P-1) t_b later. Each stage works
+// M (t_f + t_b) of the step, so every stage is idle (P-1) / (M+P-1) of it. A hop h adds h to each of the P-1
+// crossings forward and P-1 back: step (M+P-1)(t_f + t_b) + 2(P-1)h. 1F1B reorders the same ops without
+// lengthening the step when h = 0. (Times 1, 2, 0.25: their sums are exact in double; the idle fraction,
+// 1 - busy / step, rounds twice at 1e-16, far inside 1e-12.)
+static void test_bubble_formula(void **state) {
+    (void)state;
+    const double tf = 1.0, tb = 2.0, h = 0.25;
+    for (int k = 0; k < 2; k++)
+        for (int P = 1; P <= SCHED_MAX_P; P++)
+            for (int M = 1; M <= SCHED_MAX_M; M++)
+                for (int equal = 0; equal < 2; equal++) {
+                    double t_b = equal ? tf : tb, formula = (double)(P - 1) / (M + P - 1);
+                    ScheduleStats st = schedule_simulate(SCHED_KINDS[k], P, M, tf, t_b, 0.0);
+                    sched_require_ok(SCHED_KINDS[k], P, M, st);
+                    for (int s = 0; s < P; s++)
+                        if (fabs(st.idle[s] - formula) > 1e-12) {
+                            print_error("%s, %d stage(s), %d micro-batch(es), t_f %g, t_b %g: stage %d idle %.6f "
+                                        "of the step, expected (P-1)/(M+P-1) = %.6f\n",
+                                        schedule_name(SCHED_KINDS[k]), P, M, tf, t_b, s, st.idle[s], formula);
+                            fail();
+                        }
+                }
+    for (int P = 1; P <= SCHED_MAX_P; P++)
+        for (int M = 1; M <= SCHED_MAX_M; M++) {
+            ScheduleStats st = schedule_simulate(SCHEDULE_GPIPE, P, M, tf, tb, h);
+            sched_require_ok(SCHEDULE_GPIPE, P, M, st);
+            double want = (M + P - 1) * (tf + tb) + 2 * (P - 1) * h;
+            if (st.step_time != want) {
+                print_error("gpipe, %d stage(s), %d micro-batch(es), hop %g: step %g, expected (M+P-1)(t_f+t_b) + "
+                            "2(P-1)h = %g\n", P, M, h, st.step_time, want);
+                fail();
+            }
+        }
+}
+
+// The simulator stops on orders that cannot run: a backward before its own forward; a wait cycle across two
+// stages (stage 0 runs B0 before F1, stage 1 runs F1 before B0: each waits on the other); a missing op; an op
+// twice. 1F1B's lists run to the end, with hops and uneven times as well.
+static void test_simulator_detects_deadlock(void **state) {
+    (void)state;
+    PipeOp b_first[2] = {{true, 0}, {false, 0}};
+    PipeOp s0[4] = {{false, 0}, {true, 0}, {false, 1}, {true, 1}};
+    PipeOp s1[4] = {{false, 0}, {false, 1}, {true, 1}, {true, 0}};
+    PipeOp missing[3] = {{false, 0}, {false, 1}, {true, 0}}, twice[4] = {{false, 0}, {false, 0}, {true, 0}, {true, 0}};
+    PipeOp gpipe[4] = {{false, 0}, {false, 1}, {true, 0}, {true, 1}};
+    PipeOp *one[1] = {b_first}, *cycle[2] = {s0, s1}, *miss[1] = {missing}, *dup[1] = {twice}, *fine[2] = {gpipe, s1};
+    int n1[1] = {2}, n2[2] = {4, 4}, n3[1] = {3}, n4[1] = {4};
+    assert_false(schedule_simulate_ops(1, 1, one, n1, 1.0, 2.0, 0.0).ok);
+    assert_false(schedule_simulate_ops(2, 2, cycle, n2, 1.0, 2.0, 0.0).ok);
+    assert_false(schedule_simulate_ops(1, 2, miss, n3, 1.0, 2.0, 0.0).ok);
+    assert_false(schedule_simulate_ops(1, 1, dup, n4, 1.0, 2.0, 0.0).ok);
+    assert_true(schedule_simulate_ops(2, 2, fine, n2, 1.0, 2.0, 0.0).ok);  // stage 0 GPipe: no cycle
+    for (int P = 1; P <= SCHED_MAX_P; P++)
+        for (int M = 1; M <= SCHED_MAX_M; M++)
+            sched_require_ok(SCHEDULE_1F1B, P, M, schedule_simulate(SCHEDULE_1F1B, P, M, 1.0, 3.0, 0.5));
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_costs_by_rule),
@@ -475,6 +618,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_micro_batches_equal_full_batch),
         cmocka_unit_test(test_batchnorm_differs),
         cmocka_unit_test(test_short_run_learns),
+        cmocka_unit_test(test_schedule_every_op_once),
+        cmocka_unit_test(test_1f1b_bounds_stored_activations),
+        cmocka_unit_test(test_bubble_formula),
+        cmocka_unit_test(test_simulator_detects_deadlock),
     };
     return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
