@@ -82,7 +82,8 @@ def panels(kit, sim, torch_rows):
     idle, peak, step = [], [], []
     for P in sorted({r["P"] for r in kit}):
         max_m = max(r["M"] for r in kit if r["P"] == P)
-        idle.append((f"(P-1)/(M+P-1), P={P}", "line", "#000000", [(m, (P - 1) / (m + P - 1)) for m in range(1, max_m + 1)]))
+        formula = [(m, (P - 1) / (m + P - 1)) for m in range(1, max_m + 1)]
+        idle.append((f"(P-1)/(M+P-1), P={P}", "line", "#000000", formula))
         for name in sorted({r["schedule"] for r in kit}):
             c = COLOURS.get(name, "#555555")
             idle.append((f"{name} measured, P={P}", "points", c, series(kit, "schedule", name, P, "idle_measured")))

@@ -3,26 +3,33 @@
 Schedule1F1B) on the kit's lesson 08 network and cut, two processes on the CPU (gloo), as the peer of lesson
 08's multi-process pipeline (bench/pipeline-bubble.sh writes the kit's side, bench/results-pipeline.csv).
 
-    python3 bench/torch_pipeline.py [--model tiny-bn] [--width 0] [--cuts 2] [--batch 128]
-                                    [--micro 1,2,4,8,16] [--schedules gpipe,1f1b] [--steps 20] [--warmup 3]
+    python3 bench/torch_pipeline.py [--model tiny] [--width 0] [--cuts N] [--batch 64]
+                                    [--micro 1,2,4,8,16] [--schedules gpipe,1f1b] [--steps 10] [--warmup 2]
+                                    [--rounds 3]
                                     [--threads 1] [--out bench/results-pipeline-torch.csv]
 
 Prints CSV rows `peer,schedule,P,M,batch,step_ms,images_per_s` (peer=torch) and, with --out, writes them there
 too (what `make plot-pipeline` draws next to the kit's rows).
 
-The same network as the kit (tools/torch_models.py rebuilds kit/model.c's layer tables) cut at the same layers:
---cuts lists the kit layer index where each stage after the first begins, as the lesson's program prints them
-(`stage 1: layers  2..9` for its default tiny-bn in 2 stages, cut by parameter count: --cuts 2). The same step:
-the batch split into M micro-batches (BN statistics per micro-batch, as the kit's stages keep them), mean
-cross-entropy over the batch, SGD with momentum 0.9 and weight decay 5e-4 on conv/linear weights, one update per
-stage. step_ms is the mean over --steps steps of both processes together (a barrier before and after), after
---warmup steps. Each process gets --threads threads (default 1: one core per stage, as each kit rank).
+The same network as the kit (tools/torch_models.py rebuilds kit/model.c's layer tables) and the same batch as
+bench/pipeline-bubble.sh (tiny, 64 images), cut at the same layer: --cuts N is the kit layer where stage 1
+begins, as the lesson's program prints it (`stage 1: layers  N..`). By default it is the kit's cut by parameter
+count (--balance params), computed here the way pipe_balance does; bench/pipeline-bubble.sh cuts by measured
+time (--balance time), which depends on the machine: pass the cut its runs printed for the very same split.
+
+The same step: the batch split into M micro-batches (BN statistics per micro-batch, as the kit's stages keep
+them), mean cross-entropy over the batch, SGD with momentum 0.9 and weight decay 5e-4 on conv/linear weights,
+one update per stage. A measurement is the mean over --steps steps of both processes together (a barrier before
+and after), after --warmup steps; --rounds rounds measure every (M, schedule) in turn and each row is the median
+of its rounds (a burst of other work on the machine then lands on every configuration alike). Each process gets
+--threads threads (default 1: one core per stage, as each kit rank).
 
 PyTorch is used for measurement only; the kit never depends on it. Without torch this prints one line saying so
 and exits 0. The two processes meet through a file in a private temporary folder (no TCP port is chosen here).
 """
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -52,6 +59,22 @@ def kit_layers(module):
     if isinstance(module, nn.Flatten):
         return 0
     return 1
+
+
+def kit_param_cut(model):
+    """The kit's cut of `model` into 2 stages by parameter count (pipe_balance with BALANCE_PARAMS): the kit
+    layer c, among those it may cut before, that makes the larger stage's parameter count smallest; the first
+    such c on a tie, as its dynamic programming keeps the first minimum."""
+    total = sum(p.numel() for p in model.parameters())
+    best, cut, layer, before = None, None, 0, 0
+    for m in model:
+        if 0 < layer and kit_layers(m) > 0:
+            worst = max(before, total - before)
+            if best is None or worst < best:
+                best, cut = worst, layer
+        layer += kit_layers(m)
+        before += sum(p.numel() for p in m.parameters())
+    return cut
 
 
 def split_modules(model, cuts):
@@ -117,22 +140,33 @@ def worker(rank, a, init_file, rows_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=PROCESSES)
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
     classes = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+    # Rounds over every (M, schedule) in turn, so a burst of other work on the machine lands on all of them
+    # alike; each row is the median of its rounds.
+    times, refused = {}, set()
+    for _ in range(a.rounds):
+        for M in a.micro:
+            for name in a.schedules:
+                if (name, M) in refused:
+                    continue
+                torch.manual_seed(0)  # both ranks build the same whole model, then keep their own stage
+                net = build(a.model, w=a.width, classes=CLASSES, in_c=IMAGE[0], size=IMAGE[1])
+                try:
+                    seconds = run_one(rank, a, split_modules(net, a.cuts)[rank], classes[name], M)
+                except (ValueError, RuntimeError) as e:  # a schedule that refuses this M (both ranks raise alike)
+                    refused.add((name, M))
+                    if rank == 0:
+                        print(f"torch_pipeline: {name} with M={M} not measured: {str(e).splitlines()[0]}",
+                              file=sys.stderr)
+                    continue
+                times.setdefault((name, M), []).append(seconds)
     rows = []
     for name in a.schedules:
         for M in a.micro:
-            torch.manual_seed(0)  # both ranks build the same whole model, then keep their own stage
-            stage_module = split_modules(build(a.model, w=a.width, classes=CLASSES, in_c=IMAGE[0], size=IMAGE[1]),
-                                         a.cuts)[rank]
-            try:
-                seconds = run_one(rank, a, stage_module, classes[name], M)
-            except (ValueError, RuntimeError) as e:  # a schedule that refuses this M (both ranks raise alike)
+            if (name, M) in times:
+                seconds = statistics.median(times[(name, M)])
+                rows.append(f"torch,{name},{PROCESSES},{M},{a.batch},{1000 * seconds:.3f},{a.batch / seconds:.1f}")
                 if rank == 0:
-                    print(f"torch_pipeline: {name} with M={M} not measured: {str(e).splitlines()[0]}",
-                          file=sys.stderr)
-                continue
-            rows.append(f"torch,{name},{PROCESSES},{M},{a.batch},{1000 * seconds:.3f},{a.batch / seconds:.1f}")
-            if rank == 0:
-                print(rows[-1], flush=True)
+                    print(rows[-1], flush=True)
     if rank == 0:
         with open(rows_file, "w") as f:
             f.write("\n".join(rows) + ("\n" if rows else ""))
@@ -145,30 +179,30 @@ def int_list(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny-bn", choices=["tiny-bn", "resnet9"])
+    ap.add_argument("--model", default="tiny", choices=["tiny", "tiny-bn", "resnet9"])
     ap.add_argument("--width", type=int, default=0, help="base channels (0: the model's default, as the kit)")
     ap.add_argument("--cuts", type=int_list, default=None,
-                    help="kit layer index where stage 1 begins, from the lesson's program (`stage 1: layers "
-                         "N..`); default 2 for tiny-bn (its cut by parameter count); resnet9 needs it")
-    ap.add_argument("--batch", type=int, default=128)
+                    help="kit layer where stage 1 begins, as the lesson's program prints it (`stage 1: layers "
+                         "N..`); default: the kit's cut by parameter count")
+    ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--micro", type=int_list, default=[1, 2, 4, 8, 16])
     ap.add_argument("--schedules", type=lambda t: t.split(","), default=["gpipe", "1f1b"])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before each measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="measurements per (schedule, M), the median reported")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="also write the rows (with a header) to this CSV")
     a = ap.parse_args()
-    if a.cuts is None and a.model != "tiny-bn":
-        ap.error(f"--cuts: give {a.model}'s cut as the lesson's program prints it (`stage 1: layers N..`)")
-    a.cuts = a.cuts or [2]
+    if a.cuts is None:
+        a.cuts = [kit_param_cut(build(a.model, w=a.width, classes=CLASSES, in_c=IMAGE[0], size=IMAGE[1]))]
     if len(a.cuts) != PROCESSES - 1:
         ap.error(f"--cuts: {PROCESSES - 1} cut(s) for {PROCESSES} processes")
     if any(s not in ("gpipe", "1f1b") for s in a.schedules):
         ap.error("--schedules: gpipe and/or 1f1b")
     if any(M < 1 or a.batch % M for M in a.micro):
         ap.error("--micro: each M >= 1 and dividing --batch (equal micro-batches, as torch splits them)")
-    if a.steps < 1 or a.warmup < 0 or a.threads < 1:
-        ap.error("--steps >= 1, --warmup >= 0, --threads >= 1")
+    if a.steps < 1 or a.warmup < 0 or a.threads < 1 or a.rounds < 1:
+        ap.error("--steps >= 1, --warmup >= 0, --threads >= 1, --rounds >= 1")
     split_modules(build(a.model, w=a.width, classes=CLASSES, in_c=IMAGE[0], size=IMAGE[1]), a.cuts)  # check early
     print("peer,schedule,P,M,batch,step_ms,images_per_s", flush=True)
     with tempfile.TemporaryDirectory(prefix="torch_pipeline.") as tmp:

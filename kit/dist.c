@@ -49,6 +49,7 @@ void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) { n
 void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) { no_mpi(); }
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
 void pg_barrier(ProcessGroup *pg) { no_mpi(); }
+void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
 PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
 void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) { no_mpi(); }
 void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
@@ -763,6 +764,34 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
         mpi_wait(pg, &req, "all-gather", n, "floats");
     }
     if (staged(pg)) device_copy_to(pg->dev, recv, dst, total * sizeof(float));
+}
+
+void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+    CHECK(send != recv, "pg_reduce_scatter_sum: send (world, n) and recv (n) must be different buffers");
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        NCCL_BLOCKING(pg, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, pg->nccl, pg->stream),
+                      "reduce-scatter", n);
+        return;
+    }
+#endif
+    CHECKF(!pg->sock, "the socket backend sums around rank 0 only: run under mpirun for a reduce-scatter",
+           "pg_reduce_scatter_sum on the socket backend");
+    size_t total = n * (size_t)pg->world;
+    mpi_count(total);
+    const float *src = send;
+    float *dst = recv;
+    if (staged(pg)) {
+        // One host buffer: the (world, n) input, then this rank's (n) block of the result.
+        float *h = stage_reserve(&pg->stage, &pg->stage_cap, (total + n) * sizeof(float));
+        device_copy_from(pg->dev, h, send, total * sizeof(float));
+        src = h;
+        dst = h + total;
+    }
+    MPI_Request req;
+    MPI_CHECK(MPI_Ireduce_scatter_block(src, dst, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &req));
+    mpi_wait(pg, &req, "reduce-scatter", n, "floats");
+    if (staged(pg)) device_copy_to(pg->dev, recv, dst, n * sizeof(float));
 }
 
 void pg_barrier(ProcessGroup *pg) {

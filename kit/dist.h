@@ -99,6 +99,10 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root);
 // send (n) from each rank -> recv (world, n), rank r's block at recv + r * n. send may not alias recv.
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n);
 void pg_barrier(ProcessGroup *pg);
+// send (world, n) on every rank -> recv (n) on rank r: the sum over ranks of every rank's block r (the first
+// half of a ring all-reduce; lesson 09's sharded gradients). An uneven length is the caller's to pad into
+// equal blocks: NCCL and MPI's block variant take equal blocks only. send may not alias recv.
+void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n);
 
 // ---------------------------------------------------------------- point to point (lesson 08's pipeline)
 // Messages between two ranks, matched by (peer, tag) on the MPI backend and by order on NCCL (which has no tags:

@@ -87,6 +87,12 @@ ALL_TARGETS += $(PIPELINE_SIM)
 HELP_TARGETS += plot-pipeline
 plot-pipeline: $(PIPELINE_SIM)
 	@python3 bench/plot_pipeline.py --simulator $(PIPELINE_SIM)
+# The torch peer's cut and stages against the lesson's program, and the plot script (about a minute)
+.PHONY: test-pipeline-tools
+TEST_TARGETS += test-pipeline-tools
+HELP_TARGETS += test-pipeline-tools
+test-pipeline-tools: $(BUILD)/solutions/08-pipeline/train $(PIPELINE_SIM)
+	@python3 tests/bench/test_pipeline_tools.py $^
 
 # ---------------------------------------------------------------- benchmarks (bench/README.md)
 # One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.

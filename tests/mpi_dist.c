@@ -8,9 +8,10 @@
 //   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
 //   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
 //   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
+//   reduce-scatter  reduce-scatter then all-gather == all-reduce, 1 to 100003 floats per rank
 //   p2p           point-to-point messages around a ring, several in flight, matched by tag, 1 to 1000003 floats
 //   split         sub-groups (even / odd ranks): their all-reduce, ranks and messages
-//   all           the six above in one launch
+//   all           the seven above in one launch
 // Cases that must FAIL fast with a message (the script checks exit status, time and text):
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
@@ -360,6 +361,33 @@ static void case_slow(void) {
     free(h);
 }
 
+// Reduce-scatter: rank r gets the sum over ranks of block r; then an all-gather of those blocks gives back
+// the all-reduce (the identity lesson 09 teaches). Small integers: the sums are exact.
+static void case_reduce_scatter(void) {
+    int w = pg_world(pg), r = pg_rank(pg);
+    const size_t sizes[] = {1, 7, 100003};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si], total = n * (size_t)w;
+        float *h = xmalloc(total * sizeof(float));
+        for (size_t i = 0; i < total; i++) h[i] = value_at(r, i);
+        float *send = to_device(h, total), *block = device_alloc(dev, n * sizeof(float));
+        float *all = device_alloc(dev, total * sizeof(float));
+        pg_reduce_scatter_sum(pg, send, block, n);
+        pg_allgather(pg, block, all, n);
+        from_device(h, all, total);
+        for (size_t i = 0; i < total; i++) {
+            float want = 0;
+            for (int q = 0; q < w; q++) want += value_at(q, i);
+            EXPECT(h[i] == want, "reduce-scatter + all-gather of %zu floats per rank: element %zu is %g, expected %g",
+                   n, i, (double)h[i], (double)want);
+        }
+        device_free(dev, send);
+        device_free(dev, block);
+        device_free(dev, all);
+        free(h);
+    }
+}
+
 // ---------------------------------------------------------------- point to point and sub-groups
 
 // A ring: every rank sends 3 messages to the next rank with tags 0-2 (all started before any wait) and receives
@@ -502,6 +530,7 @@ int main(int argc, char **argv) {
         case_buckets();
         case_model();
         case_hash();
+        case_reduce_scatter();
         case_p2p();
         case_split();
     } else if (strcmp(which, "collectives") == 0) case_collectives();
@@ -509,6 +538,7 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "buckets") == 0) case_buckets();
     else if (strcmp(which, "hash") == 0) case_hash();
     else if (strcmp(which, "slow") == 0) case_slow();
+    else if (strcmp(which, "reduce-scatter") == 0) case_reduce_scatter();
     else if (strcmp(which, "p2p") == 0) case_p2p();
     else if (strcmp(which, "split") == 0) case_split();
     else if (strncmp(which, "p2p-", 4) == 0) case_p2p_failure(which);

@@ -62,8 +62,15 @@ def tiny_bn(w=16, classes=10, in_c=3, size=32, inplace=False):
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, classes))
 
 
+def tiny(w=16, classes=10, in_c=3, size=32, inplace=False):
+    """kit/model.c build_tiny: tiny_bn without BN (so its convs have a bias)."""
+    return nn.Sequential(*conv_block(in_c, w // 2, bn=False, inplace=inplace), nn.MaxPool2d(2),
+                         *conv_block(w // 2, w, bn=False, inplace=inplace), nn.MaxPool2d(2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, classes))
+
+
 # name -> (builder, the kit's default width)
-ARCHS = {"resnet9": (resnet9, 64), "fmnist": (fmnist, 32), "tiny-bn": (tiny_bn, 16)}
+ARCHS = {"resnet9": (resnet9, 64), "fmnist": (fmnist, 32), "tiny-bn": (tiny_bn, 16), "tiny": (tiny, 16)}
 
 
 def build(name, w=0, classes=10, in_c=3, size=32, inplace=False):

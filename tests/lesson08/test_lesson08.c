@@ -579,9 +579,9 @@ static void test_bubble_formula(void **state) {
                     sched_require_ok(SCHED_KINDS[k], P, M, st);
                     for (int s = 0; s < P; s++)
                         if (fabs(st.idle[s] - formula) > 1e-12) {
-                            print_error("%s, %d stage(s), %d micro-batch(es), t_f %g, t_b %g: stage %d idle %.6f of the "
-                                        "step, expected (P-1)/(M+P-1) = %.6f\n", schedule_name(SCHED_KINDS[k]), P,
-                                        M, tf, t_b, s, st.idle[s], formula);
+                            print_error("%s, %d stage(s), %d micro-batch(es), t_f %g, t_b %g: stage %d idle %.6f "
+                                        "of the step, expected (P-1)/(M+P-1) = %.6f\n",
+                                        schedule_name(SCHED_KINDS[k]), P, M, tf, t_b, s, st.idle[s], formula);
                             fail();
                         }
                 }
@@ -604,7 +604,8 @@ static void test_bubble_formula(void **state) {
 static void test_simulator_detects_deadlock(void **state) {
     (void)state;
     PipeOp b_first[2] = {{true, 0}, {false, 0}};
-    PipeOp s0[4] = {{false, 0}, {true, 0}, {false, 1}, {true, 1}}, s1[4] = {{false, 0}, {false, 1}, {true, 1}, {true, 0}};
+    PipeOp s0[4] = {{false, 0}, {true, 0}, {false, 1}, {true, 1}};
+    PipeOp s1[4] = {{false, 0}, {false, 1}, {true, 1}, {true, 0}};
     PipeOp missing[3] = {{false, 0}, {false, 1}, {true, 0}}, twice[4] = {{false, 0}, {false, 0}, {true, 0}, {true, 0}};
     PipeOp gpipe[4] = {{false, 0}, {false, 1}, {true, 0}, {true, 1}};
     PipeOp *one[1] = {b_first}, *cycle[2] = {s0, s1}, *miss[1] = {missing}, *dup[1] = {twice}, *fine[2] = {gpipe, s1};
