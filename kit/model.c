@@ -410,12 +410,11 @@ static void alloc_batch_buffers(Model *m, bool training) {
     const Device d = m->device;
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
     m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
-    if (training) {  // activation gradients and BN's saved batch statistics
-        m->dacts = device_alloc(d, B * m->grad_floats_per_sample * F);
-        m->saved = device_alloc(d, m->saved_floats * F);
-        m->dlogits = device_alloc(d, B * out_floats(m) * F);
-        if (m->first > 0) m->dinput = device_alloc(d, B * in * F);
-    }
+    // Training: activation gradients, BN's saved batch statistics, the output's and the input's gradients.
+    m->dacts = training ? device_alloc(d, B * m->grad_floats_per_sample * F) : NULL;
+    m->saved = training ? device_alloc(d, m->saved_floats * F) : NULL;
+    m->dlogits = training ? device_alloc(d, B * out_floats(m) * F) : NULL;
+    m->dinput = training && m->first > 0 ? device_alloc(d, B * in * F) : NULL;
     m->input = device_alloc(d, B * in * F);
     m->labels = device_alloc(d, B * sizeof(int));
     m->loss = device_alloc(d, B * F);
@@ -747,13 +746,17 @@ static const char *layer_kind_name(LayerKind k) {
     return names[k];
 }
 
+// A stage's layers are printed with the whole model's numbers (those of its tensor names).
 void model_print(const Model *m, FILE *out) {
     fprintf(out, "model %s (width %d): %d layers, %zu parameters, input %dx%dx%d, %d classes\n", m->cfg.name,
-            m->cfg.width, m->n_layers, m->n_params, m->cfg.in_c, m->cfg.in_h, m->cfg.in_w, m->cfg.classes);
+            m->cfg.width, m->n_layers, m->n_params, m->in_c, m->in_h, m->in_w, m->cfg.classes);
+    if (m->first > 0 || m->layers[m->n_layers - 1].kind != LAYER_LINEAR)  // the classifier ends every architecture
+        fprintf(out, "  a stage: layers %d..%d of the architecture\n", m->first, m->first + m->n_layers - 1);
+    const int f = m->first;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
-        fprintf(out, "  %2d %-8s in=%-3d", i, layer_kind_name(l->kind), l->in);
-        if (l->kind == LAYER_ADD) fprintf(out, " +%-3d", l->in2);
+        fprintf(out, "  %2d %-8s in=%-3d", f + i, layer_kind_name(l->kind), l->in < 0 ? f - 1 : f + l->in);
+        if (l->kind == LAYER_ADD) fprintf(out, " +%-3d", l->in2 < 0 ? f - 1 : f + l->in2);
         else fprintf(out, "     ");
         fprintf(out, " -> (%d, %d, %d)", l->c, l->h, l->w);
         if (l->param_count) fprintf(out, "  %zu params", l->param_count);

@@ -189,7 +189,8 @@ Model *model_create_view(Model *owner, int max_batch);
 // (first = 0): nobody needs the image's gradient, so it is not computed.
 const float *model_input_grad(const Model *m);
 
-// Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated).
+// Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated; a
+// view: only its own, not what it shares with its owner).
 size_t model_device_bytes(const Model *m);
 
 // Re-initialises params (PyTorch's defaults: conv/linear U(-1/sqrt(fan_in), +1/sqrt(fan_in)),

@@ -371,12 +371,13 @@ static size_t act_floats(const Model *m, int layer) {
 }
 
 // The whole model's numbers for two training steps on two batches (no update in between, gradients zeroed):
-// logits, parameter gradients, running statistics after each, and every activation's gradient from the plain
+// logits, parameter gradients, running statistics after each, the eval-mode logits after both (running
+// statistics), and every activation's gradient from the plain
 // run (tests above: the plain run gives the planned model's numbers bit for bit; the planned model keeps no
 // gradient after its last reader, and a fused BN's output gradient never exists at all).
 typedef struct {
     float *x[2], *dlogits[2];
-    float *logits[2], *grads[2], *buffers[2];
+    float *logits[2], *grads[2], *buffers[2], *eval_logits;
     PlainRun plain[2];
 } WholeRun;
 
@@ -406,6 +407,8 @@ static WholeRun whole_run(Model *whole, Model *ref) {
         plain_step(ref, p, r.x[step], STAGE_N, r.dlogits[step]);
         assert_memory_equal(ref->grads, whole->grads, whole->n_params * sizeof(float));
     }
+    r.eval_logits = xmalloc(nl * sizeof(float));
+    memcpy(r.eval_logits, model_forward(whole, r.x[0], STAGE_N, false), nl * sizeof(float));
     return r;
 }
 
@@ -415,6 +418,7 @@ static void whole_run_free(WholeRun *r, int layers) {
         free(r->plain[step].act), free(r->plain[step].grad);
         free(r->x[step]), free(r->dlogits[step]), free(r->logits[step]), free(r->grads[step]), free(r->buffers[step]);
     }
+    free(r->eval_logits);
 }
 
 // A stage's slices are the whole model's: same tensor names, shapes and order, offsets shifted by the base, and
@@ -477,6 +481,9 @@ static void check_cut(const ModelConfig *cfg, const Model *whole, const WholeRun
         assert_memory_equal(s0->buffers, r->buffers[step], s0->n_buffers * sizeof(float));
         assert_memory_equal(s1->buffers, r->buffers[step] + s1->buffer_base, s1->n_buffers * sizeof(float));
     }
+    // Eval mode (BN with those running statistics; the ReLUs in place, none fused).
+    memcpy(s1->input, model_forward(s0, r->x[0], STAGE_N, false), STAGE_N * crossing * sizeof(float));
+    assert_memory_equal(model_forward(s1, s1->input, STAGE_N, false), r->eval_logits, STAGE_N * 10 * sizeof(float));
     model_free(s0), model_free(s1);
 }
 
