@@ -342,8 +342,6 @@ static void plan_memory(Model *m) {
     }
 }
 
-// ---------------------------------------------------------------- memory and initialisation
-
 // ---------------------------------------------------------------- stages: a run of the layer table
 
 // May m's table be cut before layer `cut`: is layer cut-1's output the only activation read on both sides?
@@ -378,7 +376,10 @@ static void table_slice(Model *m, int first, int last) {
            "cut only where one activation crosses (model_cut_ok): never inside a residual block",
            "stage [%d, %d) of %s: a residual connection straddles its cut at %d", first, last, m->cfg.name,
            first == 0 || table_cut_ok(m, first) ? last : first);
-    if (first > 0) m->in_c = m->layers[first - 1].c, m->in_h = m->layers[first - 1].h, m->in_w = m->layers[first - 1].w;
+    if (first > 0) {
+        const Layer *before = &m->layers[first - 1];
+        m->in_c = before->c, m->in_h = before->h, m->in_w = before->w;
+    }
     m->param_base = m->layers[first].param_offset;
     m->buffer_base = 0;
     for (int i = 0; i < first; i++)  // running mean and var, c floats each (plan_layers)
@@ -702,9 +703,10 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
             if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
                 int uses, relu;
                 layer_consumers(m, i, &uses, &relu);
-                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out,
-                                        relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu), dx, view_mut(m->grads, m, l->weight),
-                                        view_mut(m->grads, m, l->bias_view), bn_sync(m), m->work);
+                const float *relu_dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);  // a stage's last
+                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out, relu_dy,
+                                        dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                                        bn_sync(m), m->work);
             } else if (bn_replacement(m)) {  // lesson 05: the learner's SyncBN (never fused)
                 const BatchNormLayerOps *ops = bn_replacement(m);
                 ops->backward(ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
