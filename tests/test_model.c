@@ -578,6 +578,55 @@ static void check_views_of(const char *name) {
 
 static void test_views_share_parameters(void **state) { for_each_model(check_views_of); }
 
+// The two together, as lesson 08 runs them: 2 stages (cut near the middle), M = 3 micro-batches, a view per
+// micro-batch on each stage, GPipe's order (every forward, then every backward from the last micro-batch), the
+// activation and its gradient copied across the cut. Against the whole model running the micro-batches one after
+// the other in the order of the backward passes: the logits of each and the parameter gradients bit for bit
+// (the two facts above, composed).
+static void check_pipeline_of(const char *name) {
+    enum { M = 3, MB = 2 };
+    const ModelConfig cfg = stage_config(name);
+    Model *whole = model_create(&cfg, DEVICE_CPU, MB, STAGE_SEED);
+    const int L = whole->n_layers;
+    int cut = L / 2;
+    while (!model_cut_ok(&cfg, cut)) cut++;
+    Model *stage[2] = {model_create_stage(&cfg, DEVICE_CPU, MB, STAGE_SEED, 0, cut),
+                       model_create_stage(&cfg, DEVICE_CPU, MB, STAGE_SEED, cut, L)};
+    Model *mb[2][M];
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < M; k++) mb[s][k] = model_create_view(stage[s], MB);
+    const size_t in = 3 * (size_t)STAGE_HW * STAGE_HW, crossing = act_floats(whole, cut - 1);
+    float *x = xmalloc(M * MB * in * sizeof(float)), *dl = xmalloc(M * MB * 10 * sizeof(float));
+    float *logits = xmalloc(M * MB * 10 * sizeof(float));
+    fill_uniform(x, M * MB * in, -2.0f, 2.0f, 70);
+    fill_uniform(dl, M * MB * 10, -1.0f, 1.0f, 71);
+
+    model_zero_grad(stage[0]), model_zero_grad(stage[1]);
+    for (int k = 0; k < M; k++) {
+        memcpy(mb[1][k]->input, model_forward(mb[0][k], x + k * MB * in, MB, true), MB * crossing * sizeof(float));
+        memcpy(logits + k * MB * 10, model_forward(mb[1][k], mb[1][k]->input, MB, true), MB * 10 * sizeof(float));
+    }
+    for (int k = M - 1; k >= 0; k--) {
+        model_backward(mb[1][k], mb[1][k]->input, dl + k * MB * 10, MB);
+        memcpy(mb[0][k]->dlogits, model_input_grad(mb[1][k]), MB * crossing * sizeof(float));
+        model_backward(mb[0][k], x + k * MB * in, mb[0][k]->dlogits, MB);
+    }
+    model_zero_grad(whole);
+    for (int k = M - 1; k >= 0; k--) {
+        const float *ref = model_forward(whole, x + k * MB * in, MB, true);
+        assert_memory_equal(ref, logits + k * MB * 10, MB * 10 * sizeof(float));
+        model_backward(whole, x + k * MB * in, dl + k * MB * 10, MB);
+    }
+    assert_memory_equal(stage[0]->grads, whole->grads, stage[0]->n_params * sizeof(float));
+    assert_memory_equal(stage[1]->grads, whole->grads + stage[1]->param_base, stage[1]->n_params * sizeof(float));
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < M; k++) model_free(mb[s][k]);
+    model_free(stage[0]), model_free(stage[1]), model_free(whole);
+    free(x), free(dl), free(logits);
+}
+
+static void test_pipeline_of_views(void **state) { for_each_model(check_pipeline_of); }
+
 // A stage that would cut a residual connection, an empty or reversed range, a range past the end: each stops
 // with status 1 and a report naming the rule, never a model that computes something else.
 static int stage_exit_status(const ModelConfig *cfg, int first, int last, char *report, size_t len) {
@@ -642,7 +691,7 @@ int main(void) {
         cmocka_unit_test(test_weight_decay_only_on_weights), cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_unknown_model_name),      cmocka_unit_test(test_memory_plan_matches_plain),
         cmocka_unit_test(test_stages_equal_whole),      cmocka_unit_test(test_views_share_parameters),
-        cmocka_unit_test(test_bad_stage_refused),
+        cmocka_unit_test(test_pipeline_of_views),       cmocka_unit_test(test_bad_stage_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
