@@ -372,10 +372,9 @@ static size_t act_floats(const Model *m, int layer) {
 }
 
 // The whole model's numbers for two training steps on two batches (no update in between, gradients zeroed):
-// logits, parameter gradients, running statistics after each, the eval-mode logits after both (running
-// statistics), and every activation's gradient from the plain
-// run (tests above: the plain run gives the planned model's numbers bit for bit; the planned model keeps no
-// gradient after its last reader, and a fused BN's output gradient never exists at all).
+// logits, parameter gradients and running statistics after each, the eval-mode logits after both, and every
+// activation's gradient from the plain run (test_memory_plan_matches_plain: it gives the planned model's numbers
+// bit for bit; the planned model keeps no gradient after its last reader, and never stores a fused BN's).
 typedef struct {
     float *x[2], *dlogits[2];
     float *logits[2], *grads[2], *buffers[2], *eval_logits;
@@ -524,7 +523,7 @@ static void test_stages_equal_whole(void **state) { for_each_model(check_stages_
 //     into dW adds its partial sums in a different association. Against ONE pass over the whole batch they
 //     differ even in exact arithmetic with BN: its statistics are per half here.)
 //   - running statistics: A's half then B's, the order of the views' forward passes: bit for bit too;
-//   - each view's input gradient: that of its half (the reference's last backward is A's half).
+//   - each view's input gradient: the reference's after the backward of the same half.
 static void check_views_of(const char *name) {
     enum { H = STAGE_N / 2 };
     const ModelConfig cfg = stage_config(name);
