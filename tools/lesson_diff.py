@@ -3,8 +3,8 @@
 
 A lesson's diff should show its idea and nothing else. Added and removed lines are what `diff` counts. Of those,
 the RESTATED lines are the ones a reader meets that are not new: a line removed and added again elsewhere
-(moved), or a line removed and added back written a little differently (renamed variables, another argument
-order, the same statement through a struct). They are the changes to look at when a diff is larger than its
+(moved), or a line removed and added back written a little differently: the same call with renamed variables
+or through a struct. They are the changes to look at when a diff is larger than its
 idea; lines that are new or gone altogether are the idea (or its removal).
 
     tools/lesson_diff.py              the table: + and - per pair, and the restated lines
@@ -19,7 +19,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = ("train.c", "lesson.h")
-SIMILAR = 0.7  # difflib ratio from which an added line counts as a removed line rewritten
+SIMILAR = 0.6  # difflib ratio from which an added line about the same call counts as a removed line rewritten
 
 
 def lessons():
@@ -36,8 +36,18 @@ def changed_lines(a, b):
 
 
 def meaningful(line):
-    # Blank lines, lone braces and preprocessor ends match anything: not counted as restated.
+    # Blank lines, lone braces, section rulers and preprocessor lines (include guards, includes) say nothing of
+    # how the code reads: not counted as restated.
+    line = line.strip()
+    if line.startswith("#") or line.startswith("// ----"):
+        return False
     return len(re.findall(r"[A-Za-z0-9]", line)) >= 3
+
+
+def head(line):
+    """What a statement is about: the first function it calls, else its first two words."""
+    call = re.search(r"([A-Za-z_]\w*)\s*\(", line)
+    return call.group(1) if call else " ".join(re.findall(r"[A-Za-z_]\w*", line)[:2])
 
 
 def restated(removed, added):
@@ -54,6 +64,8 @@ def restated(removed, added):
     for line in rest:
         best, score = None, SIMILAR
         for cand in rem:
+            if head(cand) != head(line):
+                continue
             s = difflib.SequenceMatcher(None, cand, line, autojunk=False).ratio()
             if s >= score:
                 best, score = cand, s
