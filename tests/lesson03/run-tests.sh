@@ -34,6 +34,14 @@ for np in ${LESSON03_WORLDS:-1 3}; do
     failed=1
   fi
 done
+# The loop's hooks for a lesson's own model and step (given code, not graded: loop_hooks.c).
+if timeout --kill-after=5 60 scripts/launch.sh 2 "$tests" --check-loop-hooks >"$log" 2>&1; then
+  echo "ok   lesson 03 loop: $(grep -m1 '^loop hooks' "$log")"
+else
+  echo "!! FAIL: lesson 03 loop hooks (make_model, step)"
+  grep -E 'FAIL|error' "$log" | head -n 10 | sed 's/^/   | /'
+  failed=1
+fi
 tests/lesson03/kill-rank.sh "$train" || failed=1
 [ $failed -eq 0 ] && echo "lesson 03: all extra tests passed"
 exit $failed

@@ -638,10 +638,12 @@ static void test_bucketed_equals_flat(void **state) {
 
 void test_only_rank0_prints(void **state);           // program_output.c
 int lesson03_program_dispatch(int argc, char **argv);  // program_output.c: `--program ARGS` runs train.c's main
+int lesson03_check_loop_hooks(ProcessGroup *pg);       // loop_hooks.c: the given loop's hooks (run-tests.sh)
 
 int main(int argc, char **argv) {
     int program = lesson03_program_dispatch(argc, argv);
     if (program >= 0) return program;
+    if (argc == 2 && strcmp(argv[1], "--check-loop-hooks") == 0) return lesson03_check_loop_hooks(test_pg());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_for_rank),
         cmocka_unit_test(test_setup_process_group),
