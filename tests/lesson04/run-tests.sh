@@ -14,29 +14,15 @@ set -u
 tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
 train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
 compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-cd "$(dirname "$0")/../.."
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
+cd "$(dirname "$0")/../.." || exit 2
+verdict_prefix="lesson 04: "
+. tests/extras-lib.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-log=$work/log
-failed=0
-count=$("$tests" --list | wc -l)  # every test of the binary must pass
-ok() { echo "ok   lesson 04: $*"; }
-bad() { echo "!! FAIL: lesson 04: $*"; failed=1; }
 show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
 
 # ---- the autograder of the solution on other world sizes
-for np in ${LESSON04_WORLDS:-1 4}; do
-  start=$(date +%s)
-  timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "PASSED.*\\b$count test" "$log"; then
-    ok "autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
-  else
-    bad "autograder on the solution, world $np (exit $rc)"
-    grep -E 'FAILED|ERROR|error|differ' "$log" | sort -u | head -n 20 | sed 's/^/   | /'
-  fi
-done
+solution_on_worlds "$tests" "${LESSON04_WORLDS:-1 4}" 300
 
 # run NP OUT ARGS...: the program on NP ranks, output in OUT; returns its exit status.
 run() {
@@ -171,5 +157,4 @@ else
   bad "no checkpoints of the elastic run to test a fresh run against"
 fi
 
-[ $failed -eq 0 ] && echo "lesson 04: all extra tests passed"
-exit $failed
+extras_end
