@@ -22,6 +22,7 @@
 # and NCCL is checked on 1 rank, as lesson 03's README says.
 set -u
 cd "$(dirname "$0")/.." || exit 2
+# shellcheck source=SCRIPTDIR/../tests/extras-lib.sh
 . tests/extras-lib.sh  # rank0_port: the port rank 0's store serves on (MASTER_PORT=0: any free port)
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }

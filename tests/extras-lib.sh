@@ -1,11 +1,15 @@
 # shellcheck shell=bash
 # tests/extras-lib.sh: what the lessons' extra checks (tests/lessonNN/run-tests.sh) and
-# scripts/gpu-check-lessons.sh share. Sourced from the repository root:
+# scripts/gpu-check-lessons.sh share. Sourced:
 #
-#   verdict_prefix="lesson 03: "; . tests/extras-lib.sh
+#   . "$(dirname "$0")/../extras-lib.sh"; extras_begin 03 "$@"      (a run-tests.sh)
 #
+#   extras_begin NN ARGS...     the start of every run-tests.sh: ARGS (TEST_BINARY TRAIN_BINARY [CKPT_COMPARE])
+#                               in $tests, $train, $compare; the repository root as the working folder;
+#                               "lesson NN: " before every verdict; a scratch folder $work, removed at exit
 #   ok MESSAGE, bad MESSAGE     one verdict line each, after $verdict_prefix; bad sets failed=1
-#   extras_end                  the closing line when nothing failed; exits with $failed
+#   show LOG [N]                the last N (12) lines of LOG that are not progress lines, indented under a verdict
+#   extras_end                  the closing line; exits with $failed
 #   solution_on_worlds TESTS WORLDS LIMIT_S [SUMMARY_REGEX [SKIPS_OK]]
 #                               the solution's whole autograder on each world size of WORLDS
 #   rank0_port LOG [PID]        the port rank 0's store serves on (a start with MASTER_PORT=0)
@@ -17,9 +21,21 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 failed=0
 ok() { echo "ok   ${verdict_prefix:-}$*"; }
 bad() { echo "!! FAIL: ${verdict_prefix:-}$*"; failed=1; }
+show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
 extras_end() {
-  [ "$failed" -eq 0 ] && echo "${verdict_prefix:-}all extra tests passed"
+  if [ "$failed" -eq 0 ]; then echo "${verdict_prefix:-}all extra tests passed"
+  else echo "${verdict_prefix:-}some checks FAILED"; fi
   exit "$failed"
+}
+
+extras_begin() {
+  verdict_prefix="lesson $1: "
+  tests=${2:?usage: $0 TEST_BINARY TRAIN_BINARY [CKPT_COMPARE]}
+  train=${3:?usage: $0 TEST_BINARY TRAIN_BINARY [CKPT_COMPARE]}
+  compare=${4:-}
+  cd "$(dirname "$0")/../.." || exit 2
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
 }
 
 # solution_on_worlds TESTS WORLDS LIMIT_S [SUMMARY_REGEX [SKIPS_OK]]: runs the autograder binary TESTS whole on

@@ -14,13 +14,10 @@
 # 4: the tests compare against the one-process run on the same global batch, whatever the world. Only a rule
 # that holds for powers of two alone would pass 3 and fail 4, and no step of the lesson computes one.
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
-cd "$(dirname "$0")/../.." || exit 2
-verdict_prefix="lesson 03: "
-. tests/extras-lib.sh
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 03 "$@"
+log=$work/log
 solution_on_worlds "$tests" "${LESSON03_WORLDS:-1 3}" 120 '^DDP on'
 # The loop's hooks for a lesson's own model and step (given code, not graded: loop_hooks.c).
 if timeout --kill-after=5 60 scripts/launch.sh 2 "$tests" --check-loop-hooks >"$log" 2>&1; then

@@ -11,15 +11,10 @@
 #
 # LESSON04_WORLDS="1 4" chooses the autograder's world sizes.
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-cd "$(dirname "$0")/../.." || exit 2
-verdict_prefix="lesson 04: "
-. tests/extras-lib.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 04 "$@"
+: "${compare:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}"
 
 # ---- the autograder of the solution on other world sizes
 solution_on_worlds "$tests" "${LESSON04_WORLDS:-1 4}" 300

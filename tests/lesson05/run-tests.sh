@@ -20,15 +20,11 @@
 #
 #   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train BUILD/tests/ckpt_compare
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-cd "$(dirname "$0")/../.." || exit 2
-verdict_prefix="lesson 05: "
-. tests/extras-lib.sh
-work=$(mktemp -d)
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 05 "$@"
+: "${compare:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}"
 log=$work/log
-trap 'rm -rf "$work"' EXIT
 solution_on_worlds "$tests" "${LESSON05_WORLDS:-1 3}" 180 '^DDP \+ SyncBN on'
 # The program: 3 ranks (an odd world), one epoch with its short last batch (5000 images padded to 5001: 1667 per
 # rank, 52 batches of 32 and one of 3), and its report of what SyncBN cost (2 BN layers in tiny-bn: 4

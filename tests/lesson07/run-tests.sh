@@ -10,12 +10,9 @@
 #
 #   tests/lesson07/run-tests.sh BUILD/grade-solutions/test_lesson07 BUILD/solutions/07-scale-out/train
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
-cd "$(dirname "$0")/../.." || exit 2
-verdict_prefix="lesson 07: "
-. tests/extras-lib.sh
-work=$(mktemp -d)
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 07 "$@"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
