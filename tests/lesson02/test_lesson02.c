@@ -43,17 +43,6 @@ enum { IMAGE = 3 * 32 * 32 };
 // a missing replica: 1/n of the move; stale weights on a replica: O(1)).
 #define STEP_TOL 1e-3
 
-// ||a - b||_2 / ||b - before||_2: the error of a step's move.
-static double move_error(const float *a, const float *b, const float *before, size_t n) {
-    double e2 = 0.0, m2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i], mv = (double)b[i] - before[i];
-        e2 += d * d;
-        m2 += mv * mv;
-    }
-    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
-}
-
 // The samples whose two largest logits are closer than `gap`: their argmax may go either way under rounding.
 static int near_ties(const Model *m, int n, double gap) {
     const Layer *last = &m->layers[m->n_layers - 1];

@@ -659,14 +659,6 @@ static double maxnorm_error(const float *a, const float *b, size_t n) {
     }
     return s > 0 ? e / s : e;
 }
-static double move_error(const float *mine, const float *one, const float *before, size_t n) {
-    double e2 = 0.0, m2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)mine[i] - one[i], mv = (double)one[i] - before[i];
-        e2 += d * d, m2 += mv * mv;
-    }
-    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
-}
 
 static StepErrors ddp_vs_one(ProcessGroup *pg, bool sync, int steps, Model **out) {
     int world = pg_world(pg), rank = pg_rank(pg), G = LOCAL_BATCH * world;

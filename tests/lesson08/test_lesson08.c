@@ -51,17 +51,6 @@ static ModelConfig config(const char *name) {
 
 static const SgdConfig OPT = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = false};
 
-// ||a - b||_2 / ||b - before||_2: the error of a step's move.
-static double move_error(const float *a, const float *b, const float *before, size_t n) {
-    double e2 = 0.0, m2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i], mv = (double)b[i] - before[i];
-        e2 += d * d;
-        m2 += mv * mv;
-    }
-    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
-}
-
 // A batch of synthetic images (host memory).
 typedef struct {
     Dataset ds;
