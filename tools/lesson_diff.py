@@ -9,6 +9,7 @@ idea; lines that are new or gone altogether are the idea (or its removal).
 
     tools/lesson_diff.py              the table: + and - per pair, and the restated lines
     tools/lesson_diff.py --show 02    the restated lines of the pair that ends at lesson 02 (01 -> 02)
+    tools/lesson_diff.py --root DIR   the same for another checkout (before and after a change)
 """
 import argparse
 import difflib
@@ -22,8 +23,8 @@ FILES = ("train.c", "lesson.h")
 SIMILAR = 0.6  # difflib ratio from which an added line about the same call counts as a removed line rewritten
 
 
-def lessons():
-    return sorted(p for p in (ROOT / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d-", p.name))
+def lessons(root):
+    return sorted(p for p in (root / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d-", p.name))
 
 
 def changed_lines(a, b):
@@ -88,8 +89,10 @@ def pair_stats(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--show", metavar="NN", help="print the restated lines of the pair that ends at lesson NN")
+    ap.add_argument("--root", type=pathlib.Path, default=ROOT,
+                    help="another checkout to measure (e.g. an earlier commit: git worktree add, git archive)")
     args = ap.parse_args()
-    dirs = lessons()
+    dirs = lessons(args.root)
     print(f"{'pair':<10} {'+':>5} {'-':>5} {'restated':>9}   ({' + '.join(FILES)})")
     for a, b in zip(dirs, dirs[1:]):
         removed, added, pairs = pair_stats(a, b)
