@@ -76,7 +76,7 @@ static void dp_run_open(DpRun *r, const TrainOptions *o, Device dev) {
     ModelConfig cfg;
     model_config(&cfg, o->model, o->width, r->data.train.c, r->data.train.h, r->data.train.w, r->data.train.classes);
     DataParallel *dp = r->dp = dp_create(&cfg, dev, o->devices, o->batch_size, o->seed);
-    Model *m = dp->replicas[0];
+    Model *m = dp->replicas[0];  // the master
     r->opt = train_sgd_config(o);
     r->steps_per_epoch = loader_batches_per_epoch(r->data.train_loader);
     r->sched = train_schedule(o, r->steps_per_epoch);  // warmup, then linear decay to 0: the run's one schedule
@@ -95,7 +95,7 @@ static void dp_run_open(DpRun *r, const TrainOptions *o, Device dev) {
 
 // One epoch, then its evaluation.
 static void dp_run_epoch(DpRun *r, int epoch) {
-    Model *m = r->dp->replicas[0];
+    Model *m = r->dp->replicas[0];  // the master
     trainlog_epoch_begin(&r->log, epoch, r->steps_per_epoch);
     loader_start_epoch(r->data.train_loader, epoch, 0);  // a new shuffle every epoch
     const Batch *b;
