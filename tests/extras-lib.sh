@@ -9,6 +9,7 @@
 #                               "lesson NN: " before every verdict; a scratch folder $work, removed at exit
 #   ok MESSAGE, bad MESSAGE     one verdict line each, after $verdict_prefix; bad sets failed=1
 #   show LOG [N]                the last N (12) lines of LOG that are not progress lines, indented under a verdict
+#   same_model WHAT A B [TOL]   ok when checkpoints A and B hold the same model, bit for bit or within TOL
 #   extras_end                  the closing line; exits with $failed
 #   solution_on_worlds TESTS WORLDS LIMIT_S [SUMMARY_REGEX [SKIPS_OK]]
 #                               the solution's whole autograder on each world size of WORLDS
@@ -26,6 +27,17 @@ extras_end() {
   if [ "$failed" -eq 0 ]; then echo "${verdict_prefix:-}all extra tests passed"
   else echo "${verdict_prefix:-}some checks FAILED"; fi
   exit "$failed"
+}
+
+# same_model WHAT A B [TOL]: the verdict on two checkpoints ($compare: tests/ckpt_compare.c): the same model bit
+# for bit, or (TOL) within TOL of the largest parameter; the comparison's own words go on the verdict line.
+same_model() {
+  local what=$1 a=$2 b=$3 tol=${4:-} out
+  if out=$("$compare" "$a" "$b" ${tol:+"$tol"} 2>&1) && { [ -n "$tol" ] || grep -q identical <<<"$out"; }; then
+    ok "$what: $out"
+  else
+    bad "$what: not the same model (${tol:-bit for bit}): $out"
+  fi
 }
 
 extras_begin() {

@@ -48,11 +48,8 @@ if run 2 "$work/ref.log" $bn --checkpoint-dir "$work/ref"; then
     ok "SIGTERM to rank 1 of 2: every rank saved after step $step, exit 0"
     if run 2 "$work/res.log" $bn --checkpoint-dir "$work/sig" --resume auto && grep -q "resumed_from=$step" "$work/res.log"; then
       last=$(ls "$work/ref" | tail -n 1)
-      if "$compare" "$work/ref/$last" "$work/sig/$last" >"$work/cmp" 2>&1 && grep -q identical "$work/cmp"; then
-        ok "resumed from step $step: the final checkpoint equals the uninterrupted run's bit for bit ($last)"
-      else
-        bad "resumed from step $step: the final checkpoint differs from the uninterrupted run's: $(cat "$work/cmp")"
-      fi
+      same_model "resumed from step $step: the final checkpoint against the uninterrupted run's ($last)" \
+        "$work/ref/$last" "$work/sig/$last"
     else
       bad "the resume after SIGTERM failed, or its final line lacks resumed_from=$step"
       show "$work/res.log"
@@ -77,11 +74,7 @@ for pair in "2 1" "4 2"; do
      run "$from" "$work/e$from.log" $tiny --checkpoint-dir "$work/e$from$to" --stop-at 32 &&
      run "$to" "$work/e$to.log" $tiny --checkpoint-dir "$work/e$from$to" --resume auto; then
     last=$(ls "$work/u$from" | tail -n 1)
-    if "$compare" "$work/u$from/$last" "$work/e$from$to/$last" 1e-6 >"$work/cmp" 2>&1; then
-      ok "elastic resume $from -> $to ranks at step 32: $(cat "$work/cmp")"
-    else
-      bad "elastic resume $from -> $to ranks: beyond 1e-6: $(cat "$work/cmp")"
-    fi
+    same_model "elastic resume $from -> $to ranks at step 32" "$work/u$from/$last" "$work/e$from$to/$last" 1e-6
   else
     bad "elastic resume $from -> $to ranks: a run failed"
     show "$work/e$to.log"

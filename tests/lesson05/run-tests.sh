@@ -41,11 +41,8 @@ short="--dataset synthetic --model tiny-bn --epochs 1 --batch-size 1024 --warmup
 if timeout --kill-after=5 120 scripts/launch.sh 4 "$train" $short --checkpoint-dir "$work/w4" >"$work/w4.log" 2>&1 &&
    timeout --kill-after=5 120 scripts/launch.sh 1 "$train" $short --checkpoint-dir "$work/w1" >"$work/w1.log" 2>&1 &&
    grep -q '5 steps per epoch' "$work/w4.log" && grep -q '5 steps per epoch' "$work/w1.log"; then
-  if "$compare" "$work/w1/ckpt-00000005.ckpt" "$work/w4/ckpt-00000005.ckpt" 1e-6 >"$work/cmp" 2>&1; then
-    ok "4 ranks with SyncBN, last step 904 images (226 per rank), vs 1 process: $(cat "$work/cmp")"
-  else
-    bad "SyncBN on 4 ranks with a short last step is not one process's BN: $(cat "$work/cmp")"
-  fi
+  same_model "4 ranks with SyncBN, last step 904 images (226 per rank), vs 1 process with BN" \
+    "$work/w1/ckpt-00000005.ckpt" "$work/w4/ckpt-00000005.ckpt" 1e-6
 else
   bad "the --keep-last-batch runs (4 ranks, 1 rank) failed or did not make 5 steps"
   tail -n 8 "$work/w4.log" "$work/w1.log" | sed 's/^/   | /'
