@@ -80,8 +80,6 @@ static size_t tracked_size(const void *p) {
 
 static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson05", TEST_TIMEOUT_S); }
 
-static bool all_ranks(ProcessGroup *pg, bool ok) { return max_over_ranks(pg, ok ? 0.0 : 1.0) == 0.0; }
-
 // ---------------------------------------------------------------- one BN layer: global data, each rank's part
 
 // A global batch (G, C, HW) of which rank r holds images [first[r], first[r] + n[r]).
