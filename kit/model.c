@@ -121,10 +121,10 @@ static void build_table(Model *m) {
     add_linear(m, ARCHS[a].build(m, m->cfg.width), m->cfg.classes);
 }
 
-// Shape (c, h, w) of activation `idx` (-1 = the model input).
+// Shape (c, h, w) of activation `idx` (-1 = the model input: a stage's is layer first-1's output).
 static void act_shape(const Model *m, int idx, int *c, int *h, int *w) {
     if (idx < 0) {
-        *c = m->cfg.in_c, *h = m->cfg.in_h, *w = m->cfg.in_w;
+        *c = m->in_c, *h = m->in_h, *w = m->in_w;
     } else {
         *c = m->layers[idx].c, *h = m->layers[idx].h, *w = m->layers[idx].w;
     }
@@ -163,23 +163,23 @@ static void plan_layers(Model *m) {
                             .stride = l->stride, .pad = l->pad};
             l->c = l->out_c, l->h = conv2d_out_h(&d), l->w = conv2d_out_w(&d);
             int ws[4] = {l->out_c, c, l->ksize, l->ksize};
-            snprintf(name, sizeof name, "%02d.conv.weight", i);
+            snprintf(name, sizeof name, "%02d.conv.weight", m->first + i);
             l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 4, ws, true);
             if (l->bias) {
-                snprintf(name, sizeof name, "%02d.conv.bias", i);
+                snprintf(name, sizeof name, "%02d.conv.bias", m->first + i);
                 l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &l->out_c, false);
             }
             break;
         }
         case LAYER_BN:
             l->c = c, l->h = h, l->w = w;
-            snprintf(name, sizeof name, "%02d.bn.weight", i);
+            snprintf(name, sizeof name, "%02d.bn.weight", m->first + i);
             l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 1, &c, false);
-            snprintf(name, sizeof name, "%02d.bn.bias", i);
+            snprintf(name, sizeof name, "%02d.bn.bias", m->first + i);
             l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &c, false);
-            snprintf(name, sizeof name, "%02d.bn.running_mean", i);
+            snprintf(name, sizeof name, "%02d.bn.running_mean", m->first + i);
             l->running = view_push(m->buffer_views, &m->n_buffer_views, &m->n_buffers, name, 1, &c, false);
-            snprintf(name, sizeof name, "%02d.bn.running_var", i);
+            snprintf(name, sizeof name, "%02d.bn.running_var", m->first + i);
             view_push(m->buffer_views, &m->n_buffer_views, &m->n_buffers, name, 1, &c, false);
             l->saved_offset = saved;
             saved += 2 * (size_t)c;
@@ -203,9 +203,9 @@ static void plan_layers(Model *m) {
             break;
         case LAYER_LINEAR: {
             int ws[2] = {l->out_c, c * h * w};
-            snprintf(name, sizeof name, "%02d.linear.weight", i);
+            snprintf(name, sizeof name, "%02d.linear.weight", m->first + i);
             l->weight = view_push(m->views, &m->n_views, &m->n_params, name, 2, ws, true);
-            snprintf(name, sizeof name, "%02d.linear.bias", i);
+            snprintf(name, sizeof name, "%02d.linear.bias", m->first + i);
             l->bias_view = view_push(m->views, &m->n_views, &m->n_params, name, 1, &l->out_c, false);
             l->c = l->out_c, l->h = 1, l->w = 1;
             break;
@@ -321,7 +321,8 @@ static void plan_memory(Model *m) {
         // A layer nobody consumes (but the logits) still runs its backward on a zero gradient.
         l->grad_first_write = (i == L - 1 || l->fused_relu) ? -1 : (uses ? last : i);
         relu_of[i] = last;
-        if (l->fused_relu && l->in >= 0) {  // 4
+        // 4; not when the ReLU is the last layer (a stage's): its output gradient is the caller's dlogits.
+        if (l->fused_relu && l->in >= 0 && last != L - 1) {
             layer_consumers(m, l->in, &uses, &last);
             l->grad_in_place = uses == 1;
         }
@@ -341,10 +342,92 @@ static void plan_memory(Model *m) {
     }
 }
 
+// ---------------------------------------------------------------- stages: a run of the layer table
+
+// May m's table be cut before layer `cut`: is layer cut-1's output the only activation read on both sides?
+static bool table_cut_ok(const Model *m, int cut) {
+    if (cut <= 0 || cut >= m->n_layers) return false;
+    for (int j = cut; j < m->n_layers; j++) {
+        const Layer *l = &m->layers[j];
+        if (l->in < cut && l->in != cut - 1) return false;
+        if (l->kind == LAYER_ADD && l->in2 < cut && l->in2 != cut - 1) return false;
+    }
+    return true;
+}
+
+bool model_cut_ok(const ModelConfig *cfg, int cut) {
+    Model *t = xcalloc(1, sizeof *t);  // the table only: no shapes, no memory
+    t->cfg = *cfg;
+    build_table(t);
+    const bool ok = table_cut_ok(t, cut);
+    free(t);
+    return ok;
+}
+
+// Keeps layers [first, last) of m's planned table: numbered from 0, reading layer first-1's output as their
+// input (-1), after the parameter and buffer floats of the layers before them (Model.param_base, buffer_base).
+// plan_layers must run again: it lays out the views, the parameters and the arena of what is left.
+static void table_slice(Model *m, int first, int last) {
+    const int n = m->n_layers;
+    CHECKF(0 <= first && first < last && last <= n, "a stage is layers [first, last), 0 <= first < last <= the "
+           "layer count (model_print lists them)", "stage [%d, %d) of %s, which has %d layers", first, last,
+           m->cfg.name, n);
+    CHECKF((first == 0 || table_cut_ok(m, first)) && (last == n || table_cut_ok(m, last)),
+           "cut only where one activation crosses (model_cut_ok): never inside a residual block",
+           "stage [%d, %d) of %s: a residual connection straddles its cut at %d", first, last, m->cfg.name,
+           first == 0 || table_cut_ok(m, first) ? last : first);
+    if (first > 0) {
+        const Layer *before = &m->layers[first - 1];
+        m->in_c = before->c, m->in_h = before->h, m->in_w = before->w;
+    }
+    m->param_base = m->layers[first].param_offset;
+    m->buffer_base = 0;
+    for (int i = 0; i < first; i++)  // running mean and var, c floats each (plan_layers)
+        if (m->layers[i].kind == LAYER_BN) m->buffer_base += 2 * (size_t)m->layers[i].c;
+    for (int i = first; i < last; i++) {
+        Layer l = m->layers[i];
+        l.in = l.in < first ? -1 : l.in - first;  // a valid cut: what comes from before is layer first-1's output
+        if (l.kind == LAYER_ADD) l.in2 = l.in2 < first ? -1 : l.in2 - first;
+        l.weight = l.bias_view = l.running = -1;
+        m->layers[i - first] = l;
+    }
+    m->first = first;
+    m->n_layers = last - first;
+    m->n_views = m->n_buffer_views = 0;
+    m->n_params = m->n_buffers = 0;
+}
+
 // ---------------------------------------------------------------- memory and initialisation
 
-// Builds the table and allocates the buffers; `training` adds what only training needs (see model.h).
-static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, bool training) {
+// Floats per sample of the model's output (its logits; a stage's last layer's output).
+static size_t out_floats(const Model *m) {
+    const Layer *l = &m->layers[m->n_layers - 1];
+    return (size_t)l->c * l->h * l->w;
+}
+
+// What each batch in flight needs of its own (model_create_view shares the rest): activations, their gradients,
+// BN's saved statistics, the input and its gradient, the output gradient, labels, losses and predictions.
+static void alloc_batch_buffers(Model *m, bool training) {
+    const Device d = m->device;
+    const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
+    m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
+    // Training: activation gradients, BN's saved batch statistics, the output's and the input's gradients.
+    m->dacts = training ? device_alloc(d, B * m->grad_floats_per_sample * F) : NULL;
+    m->saved = training ? device_alloc(d, m->saved_floats * F) : NULL;
+    m->dlogits = training ? device_alloc(d, B * out_floats(m) * F) : NULL;
+    m->dinput = training && m->first > 0 ? device_alloc(d, B * in * F) : NULL;
+    m->input = device_alloc(d, B * in * F);
+    m->labels = device_alloc(d, B * sizeof(int));
+    m->loss = device_alloc(d, B * F);
+    m->pred = device_alloc(d, B * sizeof(int));
+    m->host_loss = xmalloc(B * F);
+    m->host_pred = xmalloc(B * sizeof(int));
+}
+
+// Builds the table (range: a stage's [first, last); NULL: every layer) and allocates the buffers; `training`
+// adds what only training needs (see model.h).
+static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, bool training,
+                          const int *range) {
     CHECK(max_batch > 0, "the batch size must be positive");
     CHECK(cfg->in_c > 0 && cfg->in_h > 0 && cfg->in_w > 0 && cfg->classes > 1,
           "the model config needs the input shape and at least 2 classes (see model_config)");
@@ -352,28 +435,24 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
     m->cfg = *cfg;
     m->device = d;
     m->max_batch = max_batch;
+    m->in_c = cfg->in_c, m->in_h = cfg->in_h, m->in_w = cfg->in_w;
     build_table(m);
     plan_layers(m);
+    if (range) {
+        table_slice(m, range[0], range[1]);
+        plan_layers(m);
+    }
     plan_memory(m);
 
-    size_t B = (size_t)max_batch, F = sizeof(float);
+    size_t F = sizeof(float);
     m->params = device_alloc(d, m->n_params * F);
     m->buffers = device_alloc(d, m->n_buffers * F);
-    m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
-    if (training) {  // gradients, momentum, activation gradients and BN's saved batch statistics
+    if (training) {  // gradients and momentum
         m->grads = device_alloc(d, m->n_params * F);
         m->velocity = device_alloc(d, m->n_params * F);
-        m->dacts = device_alloc(d, B * m->grad_floats_per_sample * F);
-        m->saved = device_alloc(d, m->saved_floats * F);
-        m->dlogits = device_alloc(d, B * cfg->classes * F);
     }
     m->work = device_alloc(d, m->work_floats * F);
-    m->input = device_alloc(d, B * cfg->in_c * cfg->in_h * cfg->in_w * F);
-    m->labels = device_alloc(d, B * sizeof(int));
-    m->loss = device_alloc(d, B * F);
-    m->pred = device_alloc(d, B * sizeof(int));
-    m->host_loss = xmalloc(B * F);
-    m->host_pred = xmalloc(B * sizeof(int));
+    alloc_batch_buffers(m, training);
     model_init(m, seed);
     return m;
 }
@@ -395,29 +474,57 @@ void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
 }
 
 Model *model_create(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
-    return model_alloc(cfg, d, max_batch, seed, true);
+    return model_alloc(cfg, d, max_batch, seed, true, NULL);
 }
+
+Model *model_create_stage(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, int first, int last) {
+    const int range[2] = {first, last};
+    return model_alloc(cfg, d, max_batch, seed, true, range);
+}
+
+// The view copies the owner's table, plan and hooks, and points at its parameters, gradients, momentum, buffers
+// and scratch (a view of a view: at the first owner's).
+Model *model_create_view(Model *owner, int max_batch) {
+    if (owner->owner) owner = owner->owner;
+    CHECKF(max_batch > 0 && max_batch <= owner->max_batch, "a view shares its owner's scratch, sized for the "
+           "owner's max_batch: create the owner for the largest batch", "view for %d samples of a model made "
+           "for %d", max_batch, owner->max_batch);
+    Model *v = xmalloc(sizeof *v);
+    *v = *owner;
+    v->owner = owner;
+    v->max_batch = max_batch;
+    alloc_batch_buffers(v, owner->grads != NULL);
+    return v;
+}
+
+const float *model_input_grad(const Model *m) { return m->dinput; }
 
 // Inference only (lesson 06): no grads, velocity, dacts, saved statistics or dlogits (NULL). Forward in eval
 // mode is all such a model can do: model_forward(train = true) and model_backward refuse it. The parameters
 // get model_init's values (seed 0) until a checkpoint is applied (kit/ckpt.h: ckpt_apply skips momentum).
 Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch) {
-    return model_alloc(cfg, d, max_batch, 0, false);
+    return model_alloc(cfg, d, max_batch, 0, false, NULL);
 }
 
 // Device bytes of the buffers model_alloc made (params to pred; host_loss and host_pred are on the host).
+// A view (model_create_view) counts only its own: the shared buffers are its owner's.
 size_t model_device_bytes(const Model *m) {
-    size_t B = (size_t)m->max_batch, F = sizeof(float), floats = m->n_params + m->n_buffers;
-    floats += B * m->act_floats_per_sample + m->work_floats + B * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w + B;
-    if (m->grads) floats += 2 * m->n_params + B * m->grad_floats_per_sample + m->saved_floats + B * m->cfg.classes;
+    size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w, floats = 0;
+    if (!m->owner) floats += m->n_params + m->n_buffers + m->work_floats + (m->grads ? 2 * m->n_params : 0);
+    floats += B * m->act_floats_per_sample + B * in + B;
+    if (m->grads) floats += B * m->grad_floats_per_sample + m->saved_floats + B * out_floats(m);
+    if (m->dinput) floats += B * in;
     return floats * F + 2 * B * sizeof(int);  // + labels and pred
 }
 
 void model_free(Model *m) {
     if (!m) return;
-    float *bufs[] = {m->params, m->grads, m->velocity, m->buffers, m->acts, m->dacts,
-                     m->saved, m->work, m->input, m->loss, m->dlogits};
+    float *bufs[] = {m->acts, m->dacts, m->saved, m->input, m->loss, m->dlogits, m->dinput};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
+    if (!m->owner) {  // a view's shared buffers are its owner's to free
+        float *owned[] = {m->params, m->grads, m->velocity, m->buffers, m->work};
+        for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) device_free(m->device, owned[i]);
+    }
     device_free(m->device, m->labels);
     device_free(m->device, m->pred);
     free(m->host_loss);
@@ -445,7 +552,7 @@ void model_init(Model *m, uint64_t seed) {
         }
         // PyTorch's default for Conv2d and Linear: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
         float bound = 1.0f / sqrtf((float)view_fan_in(w));
-        Rng r = rng_make(seed, (uint64_t)i);
+        Rng r = rng_make(seed, (uint64_t)(m->first + i));  // the architecture's layer index: stages agree
         for (size_t j = 0; j < w->count; j++) host[w->offset + j] = bound * (2.0f * rng_uniform(&r) - 1.0f);
         if (l->bias_view >= 0) {
             const TensorView *b = &m->views[l->bias_view];
@@ -480,7 +587,7 @@ static float *act_ptr(const Model *m, int idx, const float *x) {
     return m->acts + m->layers[idx].act_offset * (size_t)m->max_batch;
 }
 static float *dact_ptr(const Model *m, int idx) {
-    if (idx < 0) return NULL;  // nobody needs the gradient of the input image
+    if (idx < 0) return m->dinput;  // a stage's input gradient; NULL: nobody needs the image's
     return m->dacts + m->layers[idx].grad_offset * (size_t)m->max_batch;
 }
 static const float *view_ptr(const float *base, const Model *m, int view) {
@@ -565,6 +672,8 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     CHECK(m->grads != NULL, "model_backward on an inference-only model (model_create_inference has no gradients)");
     Device d = m->device;
+    if (m->dinput)  // its consumers add into it, like into any activation gradient
+        device_memset_zero(d, m->dinput, (size_t)n * m->in_c * m->in_h * m->in_w * sizeof(float));
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const Layer *l = &m->layers[i];
         // Backward ops accumulate into activation gradients (a residual input receives two shares), so
@@ -594,9 +703,10 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
             if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
                 int uses, relu;
                 layer_consumers(m, i, &uses, &relu);
-                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out,
-                                        dact_ptr(m, relu), dx, view_mut(m->grads, m, l->weight),
-                                        view_mut(m->grads, m, l->bias_view), bn_sync(m), m->work);
+                const float *relu_dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);  // a stage's last
+                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out, relu_dy,
+                                        dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                                        bn_sync(m), m->work);
             } else if (bn_replacement(m)) {  // lesson 05: the learner's SyncBN (never fused)
                 const BatchNormLayerOps *ops = bn_replacement(m);
                 ops->backward(ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
@@ -614,7 +724,7 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, out, dy, dx); break;
         case LAYER_ADD:
             if (dx) add_inplace(d, count, dx, dy);
-            if (l->in2 >= 0) add_inplace(d, count, dact_ptr(m, l->in2), dy);
+            if (dact_ptr(m, l->in2)) add_inplace(d, count, dact_ptr(m, l->in2), dy);
             break;
         case LAYER_AVGPOOL:
             if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
@@ -638,13 +748,17 @@ static const char *layer_kind_name(LayerKind k) {
     return names[k];
 }
 
+// A stage's layers are printed with the whole model's numbers (those of its tensor names).
 void model_print(const Model *m, FILE *out) {
     fprintf(out, "model %s (width %d): %d layers, %zu parameters, input %dx%dx%d, %d classes\n", m->cfg.name,
-            m->cfg.width, m->n_layers, m->n_params, m->cfg.in_c, m->cfg.in_h, m->cfg.in_w, m->cfg.classes);
+            m->cfg.width, m->n_layers, m->n_params, m->in_c, m->in_h, m->in_w, m->cfg.classes);
+    if (m->first > 0 || m->layers[m->n_layers - 1].kind != LAYER_LINEAR)  // the classifier ends every architecture
+        fprintf(out, "  a stage: layers %d..%d of the architecture\n", m->first, m->first + m->n_layers - 1);
+    const int f = m->first;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
-        fprintf(out, "  %2d %-8s in=%-3d", i, layer_kind_name(l->kind), l->in);
-        if (l->kind == LAYER_ADD) fprintf(out, " +%-3d", l->in2);
+        fprintf(out, "  %2d %-8s in=%-3d", f + i, layer_kind_name(l->kind), l->in < 0 ? f - 1 : f + l->in);
+        if (l->kind == LAYER_ADD) fprintf(out, " +%-3d", l->in2 < 0 ? f - 1 : f + l->in2);
         else fprintf(out, "     ");
         fprintf(out, " -> (%d, %d, %d)", l->c, l->h, l->w);
         if (l->param_count) fprintf(out, "  %zu params", l->param_count);

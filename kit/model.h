@@ -93,10 +93,23 @@ typedef struct {
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VIEWS 128
 
-typedef struct {
+typedef struct Model Model;
+struct Model {
     ModelConfig cfg;
     Device device;
     int max_batch;
+
+    // A stage (model_create_stage) is layers [first, first + n_layers) of cfg's architecture; a whole model has
+    // first = 0. Its input, (in_c, in_h, in_w) per sample, is layer first-1's output (first = 0: cfg's image);
+    // its "logits" are its last layer's output. Its params, grads and velocity are the whole model's floats
+    // [param_base, param_base + n_params), its buffers the whole model's [buffer_base, buffer_base + n_buffers):
+    // the same names, order and initial values. Layer.in = -1 is the stage's input.
+    int first;
+    int in_c, in_h, in_w;
+    size_t param_base, buffer_base;
+    // A view (model_create_view): the model whose params, grads, velocity, buffers and scratch (`work`) this one
+    // uses; it owns only its activations. NULL: this model owns everything it points to.
+    Model *owner;
 
     int n_layers;
     Layer layers[MODEL_MAX_LAYERS];
@@ -127,6 +140,7 @@ typedef struct {
     int *pred;        // (max_batch) argmax of the logits
     float *host_loss; // (max_batch) in host memory: loss and pred copied back for the metrics, allocated
     int *host_pred;   // (max_batch) once here rather than once per batch
+    float *dinput;    // (max_batch, in_c, in_h, in_w): the input's gradient (model_input_grad); NULL when first = 0
 
     // Lesson 05's SyncBN (BatchNormLayerOps above; syncbn_convert installs it). NULL: plain BN, the kit's own.
     // Set it with model_set_bn_ops, never directly: the memory plan depends on it.
@@ -137,7 +151,7 @@ typedef struct {
     // Lesson 03 uses it to start all-reducing a bucket while backward goes on. NULL: not called.
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *on_grads_ready_ctx;
-} Model;
+};
 
 // Fills cfg for a named architecture. Returns false on an unknown name.
 bool model_config(ModelConfig *cfg, const char *name, int width, int in_c, int in_h, int in_w, int classes);
@@ -153,7 +167,30 @@ void model_free(Model *m);
 // train = false runs on it; load weights with ckpt_apply. ResNet-9 for batches of 128: 495 MB, against
 // 665 MB for model_create (lesson 06's README).
 Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch);
-// Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated).
+// Pipeline stages (lesson 08) and per-micro-batch activations.
+// May the architecture be cut before layer `cut` (0 < cut < its layer count)? Only where ONE activation crosses:
+// no layer at or after the cut reads an activation from before it other than layer cut-1's output (a residual's
+// skip connection cannot straddle a cut).
+bool model_cut_ok(const ModelConfig *cfg, int cut);
+// Layers [first, last) of cfg's architecture as a model of their own (see Model.first): forward takes layer
+// first-1's output (n, in_c, in_h, in_w) and returns its last layer's (the logits when last is the layer count);
+// backward takes that output's gradient as dlogits. Its parameters and BN buffers are the whole model's slice,
+// initialised as model_create(cfg, .., seed) would. first and last must be 0, the layer count or model_cut_ok
+// cuts, first < last: anything else stops with an error.
+Model *model_create_stage(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, int first, int last);
+// A model that SHARES owner's parameters, gradients, momentum, BN buffers and scratch, with activations of its
+// own for batches of up to max_batch (at most owner's): one per micro-batch in flight. Backward through a view
+// accumulates into the owner's gradients; model_free of a view frees only its activations (free views before
+// their owner). Views and their owner share the scratch: run one of them at a time, never two at once.
+// Install bn_ops (model_set_bn_ops) and on_grads_ready on the owner before making views: a view copies them.
+Model *model_create_view(Model *owner, int max_batch);
+// The gradient of the input, (n, in_c, in_h, in_w) of the last model_backward, written (not added) by each
+// backward: what a stage sends back across its cut. NULL for a model whose first layer is the network's first
+// (first = 0): nobody needs the image's gradient, so it is not computed.
+const float *model_input_grad(const Model *m);
+
+// Bytes of device memory the model's buffers take (what model_create or model_create_inference allocated; a
+// view: only its own, not what it shares with its owner).
 size_t model_device_bytes(const Model *m);
 
 // Re-initialises params (PyTorch's defaults: conv/linear U(-1/sqrt(fan_in), +1/sqrt(fan_in)),

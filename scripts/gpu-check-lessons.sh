@@ -22,21 +22,10 @@
 # and NCCL is checked on 1 rank, as lesson 03's README says.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+# shellcheck source=SCRIPTDIR/../tests/extras-lib.sh
+. tests/extras-lib.sh  # rank0_port: the port rank 0's store serves on (MASTER_PORT=0: any free port)
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-# rank0_port LOG [PID]: the port rank 0's store serves on, once its log (MASTER_PORT=0: any free port) says it;
-# nothing (status 1) after 30 s or once PID has ended.
-rank0_port() {
-  local i p
-  for ((i = 0; i < 300; i++)); do
-    p=$(sed -n 's/^store: rank 0 serves the store on port \([0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n1)
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1  # rank 0 ended without serving
-    sleep 0.1
-  done
-  return 1
-}
 
 # start HOW PROGRAM ARGS...: runs the program the way HOW says; rank 0's output on stdout.
 start() {

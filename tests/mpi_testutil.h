@@ -67,4 +67,8 @@ static inline double max_over_ranks(ProcessGroup *pg, double x) {
     return most;
 }
 
+// True on every rank when ok holds on every rank: a test decides from values every rank has, so that the ranks
+// call the same collectives and leave the test together.
+static inline bool all_ranks(ProcessGroup *pg, bool ok) { return max_over_ranks(pg, ok ? 0.0 : 1.0) == 0.0; }
+
 #endif  // TESTS_MPI_TESTUTIL_H

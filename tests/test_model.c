@@ -1,6 +1,9 @@
 // tests/test_model.c: the layer table, flat buffers and whole-network gradients of kit/model.c.
 #include "tests/testutil.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
@@ -339,6 +342,341 @@ static void test_memory_plan_matches_plain(void **state) {
     check_plan_matches_plain("resnet9", 4, 32, true);  // residual adds: a gradient with two writers
 }
 
+// ---------------------------------------------------------------- stages and views (model_create_stage, _view)
+
+// Every architecture of the table, small: width 8, 16x16 images. ResNet-9's last BN still has 2x2 maps, and its
+// 16- and 32-channel convs on 8x8 maps take the Winograd path both ways (kit/winograd.c), the others im2col.
+enum { STAGE_N = 4, STAGE_HW = 16, STAGE_WIDTH = 8, STAGE_SEED = 11 };
+
+static ModelConfig stage_config(const char *name) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, STAGE_WIDTH, 3, STAGE_HW, STAGE_HW, 10));
+    return cfg;
+}
+
+// Calls fn for every name model_names() lists: a new architecture is covered without editing the tests.
+static void for_each_model(void (*fn)(const char *name)) {
+    char names[128];
+    snprintf(names, sizeof names, "%s", model_names());
+    int count = 0;
+    for (char *save = NULL, *name = strtok_r(names, "|", &save); name; name = strtok_r(NULL, "|", &save)) {
+        fn(name);
+        count++;
+    }
+    assert_true(count >= 4);
+}
+
+static size_t act_floats(const Model *m, int layer) {
+    const Layer *l = &m->layers[layer];
+    return (size_t)l->c * l->h * l->w;
+}
+
+// The whole model's numbers for two training steps on two batches (no update in between, gradients zeroed):
+// logits, parameter gradients and running statistics after each, the eval-mode logits after both, and every
+// activation's gradient from the plain run (test_memory_plan_matches_plain: it gives the planned model's numbers
+// bit for bit; the planned model keeps no gradient after its last reader, and never stores a fused BN's).
+typedef struct {
+    float *x[2], *dlogits[2];
+    float *logits[2], *grads[2], *buffers[2], *eval_logits;
+    PlainRun plain[2];
+} WholeRun;
+
+static WholeRun whole_run(Model *whole, Model *ref) {
+    WholeRun r;
+    const int L = whole->n_layers;
+    const size_t nx = STAGE_N * 3 * (size_t)STAGE_HW * STAGE_HW, nl = STAGE_N * 10;
+    for (int step = 0; step < 2; step++) {
+        r.x[step] = xmalloc(nx * sizeof(float)), r.dlogits[step] = xmalloc(nl * sizeof(float));
+        fill_uniform(r.x[step], nx, -2.0f, 2.0f, 40 + step);
+        fill_uniform(r.dlogits[step], nl, -1.0f, 1.0f, 50 + step);
+        r.logits[step] = xmalloc(nl * sizeof(float));
+        memcpy(r.logits[step], model_forward(whole, r.x[step], STAGE_N, true), nl * sizeof(float));
+        model_zero_grad(whole);
+        model_backward(whole, r.x[step], r.dlogits[step], STAGE_N);
+        r.grads[step] = xmalloc(whole->n_params * sizeof(float) + 1);
+        r.buffers[step] = xmalloc(whole->n_buffers * sizeof(float) + 1);
+        memcpy(r.grads[step], whole->grads, whole->n_params * sizeof(float));
+        memcpy(r.buffers[step], whole->buffers, whole->n_buffers * sizeof(float));
+        PlainRun *p = &r.plain[step];
+        p->act = xmalloc(L * sizeof(float *)), p->grad = xmalloc(L * sizeof(float *));
+        for (int i = 0; i < L; i++) {
+            p->act[i] = xmalloc(STAGE_N * act_floats(ref, i) * sizeof(float));
+            p->grad[i] = xmalloc(STAGE_N * act_floats(ref, i) * sizeof(float));
+        }
+        model_zero_grad(ref);
+        plain_step(ref, p, r.x[step], STAGE_N, r.dlogits[step]);
+        assert_memory_equal(ref->grads, whole->grads, whole->n_params * sizeof(float));
+    }
+    r.eval_logits = xmalloc(nl * sizeof(float));
+    memcpy(r.eval_logits, model_forward(whole, r.x[0], STAGE_N, false), nl * sizeof(float));
+    return r;
+}
+
+static void whole_run_free(WholeRun *r, int layers) {
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < layers; i++) free(r->plain[step].act[i]), free(r->plain[step].grad[i]);
+        free(r->plain[step].act), free(r->plain[step].grad);
+        free(r->x[step]), free(r->dlogits[step]), free(r->logits[step]), free(r->grads[step]), free(r->buffers[step]);
+    }
+    free(r->eval_logits);
+}
+
+// A stage's slices are the whole model's: same tensor names, shapes and order, offsets shifted by the base, and
+// (same seed) the same initial parameters and running statistics. whole: as model_create made it.
+static void check_stage_layout(const Model *st, const Model *whole) {
+    int v0 = 0;
+    while (v0 < whole->n_views && whole->views[v0].offset < st->param_base) v0++;
+    assert_true(v0 + st->n_views <= whole->n_views);
+    for (int v = 0; v < st->n_views; v++) {
+        const TensorView *a = &st->views[v], *b = &whole->views[v0 + v];
+        assert_string_equal(a->name, b->name);
+        assert_int_equal(st->param_base + a->offset, b->offset);
+        assert_int_equal(a->count, b->count);
+        assert_int_equal(a->decay, b->decay);
+    }
+    assert_memory_equal(st->params, whole->params + st->param_base, st->n_params * sizeof(float));
+    assert_memory_equal(st->buffers, whole->buffers + st->buffer_base, st->n_buffers * sizeof(float));
+}
+
+// Stage [0, cut) then stage [cut, L), forward then backward with the same dlogits, against the whole model.
+// Exact, BIT FOR BIT: every layer runs the same op on the same values with the same shapes (n, c, h, w) as in
+// the whole model, and the hand-off across the cut is a copy. What differs is only where things live (the
+// arena), which never changes a number, and three details, each exact:
+//   - the layer before the cut is no longer in-place/fused with the one after it: a BN at the end of stage 0
+//     and a ReLU at the start of stage 1 run unfused (kit/ops.h: the fused BN + ReLU gives bit for bit what the
+//     two ops give), a ReLU after the cut gets its own buffer (the same values);
+//   - the input gradient is zeroed and then accumulated by the same consumers in the same order (backward goes
+//     from the last layer down in both), like the whole model's gradient slot for layer cut-1's output;
+//   - stage 1's first layer also computes its input gradient, which the whole model's layer cut did too (only
+//     the image's gradient is ever skipped), and no op's parameter gradient depends on whether dx is wanted.
+static void check_cut(const ModelConfig *cfg, const Model *whole, const WholeRun *r, int cut) {
+    const int L = whole->n_layers;
+    Model *s0 = model_create_stage(cfg, DEVICE_CPU, STAGE_N, STAGE_SEED, 0, cut);
+    Model *s1 = model_create_stage(cfg, DEVICE_CPU, STAGE_N, STAGE_SEED, cut, L);
+    assert_int_equal(s0->n_layers + s1->n_layers, L);
+    assert_int_equal(s0->param_base, 0);
+    assert_int_equal(s1->param_base, s0->n_params);
+    assert_int_equal(s0->n_params + s1->n_params, whole->n_params);
+    assert_int_equal(s1->buffer_base, s0->n_buffers);
+    assert_int_equal(s0->n_buffers + s1->n_buffers, whole->n_buffers);
+    const size_t crossing = act_floats(whole, cut - 1);
+    assert_int_equal((size_t)s1->in_c * s1->in_h * s1->in_w, crossing);
+    check_stage_layout(s0, whole);
+    check_stage_layout(s1, whole);
+    assert_null(model_input_grad(s0));  // the image's gradient: not computed
+
+    for (int step = 0; step < 2; step++) {
+        const float *out0 = model_forward(s0, r->x[step], STAGE_N, true);
+        memcpy(s1->input, out0, STAGE_N * crossing * sizeof(float));  // across the cut
+        const float *logits = model_forward(s1, s1->input, STAGE_N, true);
+        assert_memory_equal(logits, r->logits[step], STAGE_N * 10 * sizeof(float));
+        model_zero_grad(s0), model_zero_grad(s1);
+        model_backward(s1, s1->input, r->dlogits[step], STAGE_N);
+        // The gradient at the cut: the whole model's gradient of layer cut-1's output.
+        assert_memory_equal(model_input_grad(s1), r->plain[step].grad[cut - 1], STAGE_N * crossing * sizeof(float));
+        memcpy(s0->dlogits, model_input_grad(s1), STAGE_N * crossing * sizeof(float));  // back across the cut
+        model_backward(s0, r->x[step], s0->dlogits, STAGE_N);
+        assert_memory_equal(s0->grads, r->grads[step], s0->n_params * sizeof(float));
+        assert_memory_equal(s1->grads, r->grads[step] + s1->param_base, s1->n_params * sizeof(float));
+        assert_memory_equal(s0->buffers, r->buffers[step], s0->n_buffers * sizeof(float));
+        assert_memory_equal(s1->buffers, r->buffers[step] + s1->buffer_base, s1->n_buffers * sizeof(float));
+    }
+    // Eval mode (BN with those running statistics; the ReLUs in place, none fused).
+    memcpy(s1->input, model_forward(s0, r->x[0], STAGE_N, false), STAGE_N * crossing * sizeof(float));
+    assert_memory_equal(model_forward(s1, s1->input, STAGE_N, false), r->eval_logits, STAGE_N * 10 * sizeof(float));
+    model_free(s0), model_free(s1);
+}
+
+static void check_stages_of(const char *name) {
+    const ModelConfig cfg = stage_config(name);
+    Model *whole = model_create(&cfg, DEVICE_CPU, STAGE_N, STAGE_SEED);
+    Model *ref = model_create(&cfg, DEVICE_CPU, STAGE_N, STAGE_SEED);
+    const int L = whole->n_layers;
+    WholeRun r = whole_run(whole, ref);
+    Model *fresh = model_create(&cfg, DEVICE_CPU, 1, STAGE_SEED);  // the initial values, for the layouts
+    // The whole range is a stage too: the whole model.
+    Model *all = model_create_stage(&cfg, DEVICE_CPU, STAGE_N, STAGE_SEED, 0, L);
+    assert_int_equal(all->n_params, whole->n_params);
+    check_stage_layout(all, fresh);
+    model_free(all);
+    int cuts = 0;
+    for (int cut = 1; cut < L; cut++) {
+        if (!model_cut_ok(&cfg, cut)) continue;
+        check_cut(&cfg, fresh, &r, cut);
+        cuts++;
+    }
+    // Every cut of a chain is allowed; ResNet-9 loses the 6 inside each of its 2 residual blocks (after the
+    // block's first layer up to its add: the skip connection crosses them).
+    assert_int_equal(cuts, strcmp(name, "resnet9") == 0 ? L - 1 - 2 * 6 : L - 1);
+    whole_run_free(&r, L);
+    model_free(whole), model_free(ref), model_free(fresh);
+}
+
+static void test_stages_equal_whole(void **state) { for_each_model(check_stages_of); }
+
+// Two views of one stage, each with half the batch in flight at once, in GPipe's order: forward A, forward B,
+// backward B, backward A. Against one model (the same stage, same seed) running the halves one after the other:
+//   - gradients: B's half then A's (forward + backward each), the order in which the views' backward passes
+//     ADD into the shared gradients. Each half's gradient is computed from that half's own activations, BN
+//     batch statistics included, with the same ops and shapes, and added into the same running sum in the same
+//     order: equal BIT FOR BIT. (In another order they would agree only to rounding: a GEMM that accumulates
+//     into dW adds its partial sums in a different association. Against ONE pass over the whole batch they
+//     differ even in exact arithmetic with BN: its statistics are per half here.)
+//   - running statistics: A's half then B's, the order of the views' forward passes: bit for bit too;
+//   - each view's input gradient: the reference's after the backward of the same half.
+static void check_views_of(const char *name) {
+    enum { H = STAGE_N / 2 };
+    const ModelConfig cfg = stage_config(name);
+    const int first = 1;  // after the first conv: every architecture allows it, and the rest is one stage
+    assert_true(model_cut_ok(&cfg, first));
+    Model *whole = model_create(&cfg, DEVICE_CPU, 1, STAGE_SEED);
+    const int L = whole->n_layers;
+    model_free(whole);
+    Model *owner = model_create_stage(&cfg, DEVICE_CPU, STAGE_N, STAGE_SEED, first, L);
+    Model *grads_ref = model_create_stage(&cfg, DEVICE_CPU, H, STAGE_SEED, first, L);
+    Model *stats_ref = model_create_stage(&cfg, DEVICE_CPU, H, STAGE_SEED, first, L);
+    Model *a = model_create_view(owner, H), *b = model_create_view(owner, H);
+    assert_ptr_equal(a->params, owner->params);
+    assert_ptr_equal(a->grads, owner->grads);
+    assert_ptr_equal(b->buffers, owner->buffers);
+    assert_true(a->acts != b->acts && a->acts != owner->acts && a->dinput != b->dinput);
+    assert_true(model_device_bytes(a) < model_device_bytes(owner));
+
+    const size_t in = (size_t)owner->in_c * owner->in_h * owner->in_w, out = 10;
+    float *x = xmalloc(STAGE_N * in * sizeof(float)), *dl = xmalloc(STAGE_N * out * sizeof(float));
+    fill_uniform(x, STAGE_N * in, -2.0f, 2.0f, 60);
+    fill_uniform(dl, STAGE_N * out, -1.0f, 1.0f, 61);
+    float *xa = x, *xb = x + H * in, *dla = dl, *dlb = dl + H * out;
+
+    model_zero_grad(owner);
+    float *logits_a = xmalloc(H * out * sizeof(float)), *logits_b = xmalloc(H * out * sizeof(float));
+    memcpy(logits_a, model_forward(a, xa, H, true), H * out * sizeof(float));
+    memcpy(logits_b, model_forward(b, xb, H, true), H * out * sizeof(float));
+    model_backward(b, xb, dlb, H);
+    model_backward(a, xa, dla, H);
+
+    model_zero_grad(grads_ref);
+    assert_memory_equal(model_forward(grads_ref, xb, H, true), logits_b, H * out * sizeof(float));
+    model_backward(grads_ref, xb, dlb, H);
+    assert_memory_equal(model_input_grad(grads_ref), model_input_grad(b), H * in * sizeof(float));
+    assert_memory_equal(model_forward(grads_ref, xa, H, true), logits_a, H * out * sizeof(float));
+    model_backward(grads_ref, xa, dla, H);
+    assert_memory_equal(model_input_grad(grads_ref), model_input_grad(a), H * in * sizeof(float));
+    assert_memory_equal(owner->grads, grads_ref->grads, owner->n_params * sizeof(float));
+
+    model_forward(stats_ref, xa, H, true);
+    model_forward(stats_ref, xb, H, true);
+    assert_memory_equal(owner->buffers, stats_ref->buffers, owner->n_buffers * sizeof(float));
+
+    model_free(a), model_free(b);  // the owner's buffers stay: it still trains
+    model_zero_grad(owner);
+    model_forward(owner, x, STAGE_N, true);
+    model_backward(owner, x, dl, STAGE_N);
+    free(x), free(dl), free(logits_a), free(logits_b);
+    model_free(owner), model_free(grads_ref), model_free(stats_ref);
+}
+
+static void test_views_share_parameters(void **state) { for_each_model(check_views_of); }
+
+// The two together, as lesson 08 runs them: 2 stages (cut near the middle), M = 3 micro-batches, a view per
+// micro-batch on each stage, GPipe's order (every forward, then every backward from the last micro-batch), the
+// activation and its gradient copied across the cut. Against the whole model running the micro-batches one after
+// the other in the order of the backward passes: the logits of each and the parameter gradients bit for bit
+// (the two facts above, composed).
+static void check_pipeline_of(const char *name) {
+    enum { M = 3, MB = 2 };
+    const ModelConfig cfg = stage_config(name);
+    Model *whole = model_create(&cfg, DEVICE_CPU, MB, STAGE_SEED);
+    const int L = whole->n_layers;
+    int cut = L / 2;
+    while (!model_cut_ok(&cfg, cut)) cut++;
+    Model *stage[2] = {model_create_stage(&cfg, DEVICE_CPU, MB, STAGE_SEED, 0, cut),
+                       model_create_stage(&cfg, DEVICE_CPU, MB, STAGE_SEED, cut, L)};
+    Model *mb[2][M];
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < M; k++) mb[s][k] = model_create_view(stage[s], MB);
+    const size_t in = 3 * (size_t)STAGE_HW * STAGE_HW, crossing = act_floats(whole, cut - 1);
+    float *x = xmalloc(M * MB * in * sizeof(float)), *dl = xmalloc(M * MB * 10 * sizeof(float));
+    float *logits = xmalloc(M * MB * 10 * sizeof(float));
+    fill_uniform(x, M * MB * in, -2.0f, 2.0f, 70);
+    fill_uniform(dl, M * MB * 10, -1.0f, 1.0f, 71);
+
+    model_zero_grad(stage[0]), model_zero_grad(stage[1]);
+    for (int k = 0; k < M; k++) {
+        memcpy(mb[1][k]->input, model_forward(mb[0][k], x + k * MB * in, MB, true), MB * crossing * sizeof(float));
+        memcpy(logits + k * MB * 10, model_forward(mb[1][k], mb[1][k]->input, MB, true), MB * 10 * sizeof(float));
+    }
+    for (int k = M - 1; k >= 0; k--) {
+        model_backward(mb[1][k], mb[1][k]->input, dl + k * MB * 10, MB);
+        memcpy(mb[0][k]->dlogits, model_input_grad(mb[1][k]), MB * crossing * sizeof(float));
+        model_backward(mb[0][k], x + k * MB * in, mb[0][k]->dlogits, MB);
+    }
+    model_zero_grad(whole);
+    for (int k = M - 1; k >= 0; k--) {
+        const float *ref = model_forward(whole, x + k * MB * in, MB, true);
+        assert_memory_equal(ref, logits + k * MB * 10, MB * 10 * sizeof(float));
+        model_backward(whole, x + k * MB * in, dl + k * MB * 10, MB);
+    }
+    assert_memory_equal(stage[0]->grads, whole->grads, stage[0]->n_params * sizeof(float));
+    assert_memory_equal(stage[1]->grads, whole->grads + stage[1]->param_base, stage[1]->n_params * sizeof(float));
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < M; k++) model_free(mb[s][k]);
+    model_free(stage[0]), model_free(stage[1]), model_free(whole);
+    free(x), free(dl), free(logits);
+}
+
+static void test_pipeline_of_views(void **state) { for_each_model(check_pipeline_of); }
+
+// A stage that would cut a residual connection, an empty or reversed range, a range past the end: each stops
+// with status 1 and a report naming the rule, never a model that computes something else.
+static int stage_exit_status(const ModelConfig *cfg, int first, int last, char *report, size_t len) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        model_create_stage(cfg, DEVICE_CPU, 2, 1, first, last);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while (used + 1 < len && (got = read(fds[0], report + used, len - 1 - used)) > 0) used += (size_t)got;
+    report[used] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_bad_stage_refused(void **state) {
+    const ModelConfig cfg = stage_config("resnet9");
+    Model *whole = model_create(&cfg, DEVICE_CPU, 1, 1);
+    int add = -1, L = whole->n_layers;
+    for (int i = 0; i < L && add < 0; i++)
+        if (whole->layers[i].kind == LAYER_ADD) add = i;
+    assert_true(add > 0);
+    const int skip_from = whole->layers[add].in;  // the skip connection: from its output to the add
+    model_free(whole);
+    assert_true(model_cut_ok(&cfg, skip_from + 1));  // before the block: one activation crosses
+    assert_true(model_cut_ok(&cfg, add + 1));        // after the add
+    assert_false(model_cut_ok(&cfg, add));           // before the add: the skip and the block's output cross
+    assert_false(model_cut_ok(&cfg, 0));
+    assert_false(model_cut_ok(&cfg, L));
+    char report[4096];
+    const int bad[][2] = {{0, add}, {add, L}, {3, 3}, {5, 2}, {-1, 4}, {0, L + 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int status = stage_exit_status(&cfg, bad[i][0], bad[i][1], report, sizeof report);
+        if (status != 1 || !strstr(report, "HINT"))
+            fail_msg("stage [%d, %d): exit status %d, report: %s", bad[i][0], bad[i][1], status, report);
+    }
+    stage_exit_status(&cfg, 0, add, report, sizeof report);
+    assert_non_null(strstr(report, "model_cut_ok"));  // the report names the rule
+}
+
 static void test_unknown_model_name(void **state) {
     ModelConfig cfg;
     assert_false(model_config(&cfg, "resnet1000", 0, 3, 32, 32, 10));
@@ -353,6 +691,8 @@ int main(void) {
         cmocka_unit_test(test_eval_is_per_sample),      cmocka_unit_test(test_grads_ready_hook_order),
         cmocka_unit_test(test_weight_decay_only_on_weights), cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_unknown_model_name),      cmocka_unit_test(test_memory_plan_matches_plain),
+        cmocka_unit_test(test_stages_equal_whole),      cmocka_unit_test(test_views_share_parameters),
+        cmocka_unit_test(test_pipeline_of_views),       cmocka_unit_test(test_bad_stage_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

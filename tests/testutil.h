@@ -34,6 +34,19 @@ static inline double max_rel_error(const float *a, const float *b, size_t n, dou
     return worst;
 }
 
+// ||a - b||_2 / ||b - before||_2: how far a step's result a is from the reference step's result b, as a fraction
+// of the reference's move from `before` (the 2-norm weighs the large moves, where a mistake shows). Infinite
+// when a holds a NaN; the plain distance when the reference did not move.
+static inline double move_error(const float *a, const float *b, const float *before, size_t n) {
+    double e2 = 0.0, m2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i], mv = (double)b[i] - (double)before[i];
+        e2 += d * d;
+        m2 += mv * mv;
+    }
+    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
+}
+
 // How an array compares with its reference, in two numbers that name the usual mistakes:
 //   ratio  the least-squares factor in mine ~ ratio * ref, dot(mine, ref) / dot(ref, ref): 2 when mine is
 //          twice the reference (gradients added up over two steps), -1 when it has the opposite sign, n when

@@ -74,8 +74,14 @@ typedef struct DdpRun DdpRun;
 // What a later lesson adds to the loop, called on every rank at fixed points, ctx first. Each may be NULL.
 typedef struct {
     void *ctx;
-    // after model_create, before the broadcast from rank 0 and the gradient buckets: change what the model is
+    // makes this rank's model from cfg (NULL: model_create on the process group's device, r->local_batch,
+    // --seed): a lesson that trains a model of its own (a pipeline stage, a sharded model) builds it here
+    Model *(*make_model)(void *ctx, DdpRun *r, const ModelConfig *cfg);
+    // after the model is made, before the broadcast from rank 0 and the gradient buckets: change what it is
     void (*model_built)(void *ctx, ProcessGroup *pg, Model *m);
+    // one training step on this rank's batch b with r->opt (NULL: ddp_step); it owns the gradients'
+    // communication, so the loop attaches no buckets. Returns this rank's metrics of b, as ddp_step does
+    Metrics (*step)(void *ctx, DdpRun *r, const Batch *b);
     // after every complete step (r->run is the position after it): true stops the training there
     bool (*after_step)(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch);
     // after every epoch and its evaluation (r->run: the next epoch): true stops the training there
@@ -97,7 +103,8 @@ struct DdpRun {
     TrainHooks hooks;
 };
 
-// Data, model (hooks->model_built, then the broadcast and the buckets), optimizer, schedule; prints the setup.
+// Data, model (hooks->make_model, hooks->model_built, then the broadcast and the buckets), optimizer, schedule;
+// prints the setup.
 void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const TrainHooks *hooks);
 // One epoch from r->run (then its evaluation); false when a hook stopped it.
 bool ddp_run_epoch(DdpRun *r);

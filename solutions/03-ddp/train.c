@@ -213,10 +213,11 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
     ModelConfig cfg;
     model_config(&cfg, o->model, o->width, r->data.train.c, r->data.train.h, r->data.train.w, r->data.train.classes);
-    Model *m = model_create(&cfg, dev, r->local_batch, o->seed);
+    Model *m = r->hooks.make_model ? r->hooks.make_model(r->hooks.ctx, r, &cfg)
+                                   : model_create(&cfg, dev, r->local_batch, o->seed);
     if (r->hooks.model_built) r->hooks.model_built(r->hooks.ctx, pg, m);  // before the broadcast and the buckets see it
     ddp_broadcast_model(pg, m);
-    r->ddp = (Ddp){.pg = pg, .model = m, .buckets = ddp_attach_buckets(pg, m, o->bucket_mb)};
+    r->ddp = (Ddp){.pg = pg, .model = m, .buckets = r->hooks.step ? NULL : ddp_attach_buckets(pg, m, o->bucket_mb)};
     r->opt = train_sgd_config(o);
     r->steps_per_epoch = loader_batches_per_epoch(r->data.train_loader);
     r->sched = train_schedule(o, r->steps_per_epoch);  // warmup, then linear decay to 0: the run's one schedule
@@ -227,7 +228,7 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
         if (r->ddp.buckets)
             printf("gradients: all-reduced in %d bucket%s of up to %g MB, started during backward\n",
                    buckets_count(r->ddp.buckets), buckets_count(r->ddp.buckets) == 1 ? "" : "s", o->bucket_mb);
-        else
+        else if (!r->hooks.step)
             printf("gradients: one all-reduce of the flat buffer (%zu floats) after backward\n", m->n_params);
     }
     // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
@@ -247,7 +248,8 @@ bool ddp_run_epoch(DdpRun *r) {
     double wait;
     while ((b = loader_next(r->data.train_loader, &wait)) != NULL) {
         r->opt.lr = lr_at(&r->sched, (int)run->step);  // the schedule sets this step's rate
-        Metrics batch = ddp_step(&r->ddp, b, &r->opt, r->o->label_smoothing);
+        Metrics batch = r->hooks.step ? r->hooks.step(r->hooks.ctx, r, b)
+                                      : ddp_step(&r->ddp, b, &r->opt, r->o->label_smoothing);
         trainlog_step(&r->log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
         run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
         run->step++;

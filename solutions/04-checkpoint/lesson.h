@@ -76,7 +76,7 @@ extern volatile sig_atomic_t g_stop_signal;
 // first. Each may be NULL (nothing to add there). Lesson 05 converts the model to SyncBN with them.
 typedef struct {
     void *ctx;
-    // after model_create, before the broadcast from rank 0 and the gradient buckets: change what the model is
+    // after the model is made, before the broadcast from rank 0 and the gradient buckets: change what it is
     void (*model_built)(void *ctx, ProcessGroup *pg, Model *m);
     // in the report of a run that finished or stopped, before the final line. steps: what this process
     // trained (after a resume: since the resume); ddp: the model, the process group and the step times

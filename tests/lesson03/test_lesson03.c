@@ -270,18 +270,6 @@ static void train_single(const StepRun *run, int global_batch, Model *ref) {
     train_data_close(&td);
 }
 
-// The move of one step, DDP's against one process's from the same parameters: ||p_ddp - p_one||_2 over
-// ||p_one - p_before||_2 (2-norm: see test_ddp_equals_single_process for why).
-static double move_error(const float *ddp, const float *one, const float *before, size_t n) {
-    double e2 = 0.0, m2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)ddp[i] - (double)one[i], mv = (double)one[i] - (double)before[i];
-        e2 += d * d;
-        m2 += mv * mv;
-    }
-    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
-}
-
 // train_ddp's per-step reference: one process that takes each step from the DDP replica's parameters and
 // momentum (identical on every rank) on the same global batch.
 typedef struct {
@@ -638,10 +626,12 @@ static void test_bucketed_equals_flat(void **state) {
 
 void test_only_rank0_prints(void **state);           // program_output.c
 int lesson03_program_dispatch(int argc, char **argv);  // program_output.c: `--program ARGS` runs train.c's main
+int lesson03_check_loop_hooks(ProcessGroup *pg);       // loop_hooks.c: the given loop's hooks (run-tests.sh)
 
 int main(int argc, char **argv) {
     int program = lesson03_program_dispatch(argc, argv);
     if (program >= 0) return program;
+    if (argc == 2 && strcmp(argv[1], "--check-loop-hooks") == 0) return lesson03_check_loop_hooks(test_pg());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_for_rank),
         cmocka_unit_test(test_setup_process_group),

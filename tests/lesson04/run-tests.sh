@@ -11,32 +11,13 @@
 #
 # LESSON04_WORLDS="1 4" chooses the autograder's world sizes.
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-cd "$(dirname "$0")/../.."
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-log=$work/log
-failed=0
-count=$("$tests" --list | wc -l)  # every test of the binary must pass
-ok() { echo "ok   lesson 04: $*"; }
-bad() { echo "!! FAIL: lesson 04: $*"; failed=1; }
-show() { grep -vE '^epoch [0-9]+/[0-9]+ step' "$1" | tail -n "${2:-12}" | sed 's/^/   | /'; }
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 04 "$@"
+: "${compare:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}"
 
 # ---- the autograder of the solution on other world sizes
-for np in ${LESSON04_WORLDS:-1 4}; do
-  start=$(date +%s)
-  timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "PASSED.*\\b$count test" "$log"; then
-    ok "autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
-  else
-    bad "autograder on the solution, world $np (exit $rc)"
-    grep -E 'FAILED|ERROR|error|differ' "$log" | sort -u | head -n 20 | sed 's/^/   | /'
-  fi
-done
+solution_on_worlds "$tests" "${LESSON04_WORLDS:-1 4}" 300
 
 # run NP OUT ARGS...: the program on NP ranks, output in OUT; returns its exit status.
 run() {
@@ -67,11 +48,8 @@ if run 2 "$work/ref.log" $bn --checkpoint-dir "$work/ref"; then
     ok "SIGTERM to rank 1 of 2: every rank saved after step $step, exit 0"
     if run 2 "$work/res.log" $bn --checkpoint-dir "$work/sig" --resume auto && grep -q "resumed_from=$step" "$work/res.log"; then
       last=$(ls "$work/ref" | tail -n 1)
-      if "$compare" "$work/ref/$last" "$work/sig/$last" >"$work/cmp" 2>&1 && grep -q identical "$work/cmp"; then
-        ok "resumed from step $step: the final checkpoint equals the uninterrupted run's bit for bit ($last)"
-      else
-        bad "resumed from step $step: the final checkpoint differs from the uninterrupted run's: $(cat "$work/cmp")"
-      fi
+      same_model "resumed from step $step: the final checkpoint against the uninterrupted run's ($last)" \
+        "$work/ref/$last" "$work/sig/$last"
     else
       bad "the resume after SIGTERM failed, or its final line lacks resumed_from=$step"
       show "$work/res.log"
@@ -96,11 +74,7 @@ for pair in "2 1" "4 2"; do
      run "$from" "$work/e$from.log" $tiny --checkpoint-dir "$work/e$from$to" --stop-at 32 &&
      run "$to" "$work/e$to.log" $tiny --checkpoint-dir "$work/e$from$to" --resume auto; then
     last=$(ls "$work/u$from" | tail -n 1)
-    if "$compare" "$work/u$from/$last" "$work/e$from$to/$last" 1e-6 >"$work/cmp" 2>&1; then
-      ok "elastic resume $from -> $to ranks at step 32: $(cat "$work/cmp")"
-    else
-      bad "elastic resume $from -> $to ranks: beyond 1e-6: $(cat "$work/cmp")"
-    fi
+    same_model "elastic resume $from -> $to ranks at step 32" "$work/u$from/$last" "$work/e$from$to/$last" 1e-6
   else
     bad "elastic resume $from -> $to ranks: a run failed"
     show "$work/e$to.log"
@@ -171,5 +145,4 @@ else
   bad "no checkpoints of the elastic run to test a fresh run against"
 fi
 
-[ $failed -eq 0 ] && echo "lesson 04: all extra tests passed"
-exit $failed
+extras_end

@@ -104,8 +104,6 @@ static double sum_over_ranks(ProcessGroup *pg, double x) {
     pg_allreduce_sum_double_host(pg, &x, 1);
     return x;
 }
-// True on every rank when cond holds on every rank.
-static bool all_ranks(ProcessGroup *pg, bool cond) { return sum_over_ranks(pg, cond ? 0.0 : 1.0) == 0.0; }
 
 // A temporary folder made by rank 0, the same path on every rank (the ranks share this machine's /tmp).
 static char g_dir[128];

@@ -20,54 +20,31 @@
 #
 #   tests/lesson05/run-tests.sh BUILD/grade-solutions/test_lesson05 BUILD/solutions/05-syncbn/train BUILD/tests/ckpt_compare
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-compare=${3:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}
-cd "$(dirname "$0")/../.."
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
-work=$(mktemp -d)
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 05 "$@"
+: "${compare:?usage: $0 TEST_BINARY TRAIN_BINARY CKPT_COMPARE}"
 log=$work/log
-trap 'rm -rf "$work"' EXIT
-failed=0
-count=$("$tests" --list | wc -l)  # every test of the binary must pass
-for np in ${LESSON05_WORLDS:-1 3}; do
-  start=$(date +%s)
-  timeout --kill-after=5 180 scripts/launch.sh "$np" "$tests" >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "PASSED.*\\b$count test" "$log"; then
-    echo "ok   lesson 05 autograder on the solution, world $np ($(( $(date +%s) - start )) s): $(grep -m1 '^DDP + SyncBN on' "$log" | cut -c1-150)"
-  else
-    echo "!! FAIL: lesson 05 autograder on the solution, world $np (exit $rc)"
-    grep -E 'FAILED|ERROR|error|differ|off by' "$log" | sort -u | head -n 20 | sed 's/^/   | /'
-    failed=1
-  fi
-done
+solution_on_worlds "$tests" "${LESSON05_WORLDS:-1 3}" 180 '^DDP \+ SyncBN on'
 # The program: 3 ranks (an odd world), one epoch with its short last batch (5000 images padded to 5001: 1667 per
 # rank, 52 batches of 32 and one of 3), and its report of what SyncBN cost (2 BN layers in tiny-bn: 4
 # all-reduces per step).
 if timeout --kill-after=5 120 scripts/launch.sh 3 "$train" --epochs 1 --batch-size 96 --keep-last-batch >"$log" 2>&1 &&
    grep -q '^syncbn: 4.0 all-reduces per step' "$log" && grep -q '53 steps per epoch' "$log" && grep -q '^final:' "$log"; then
-  echo "ok   lesson 05 program on 3 ranks: $(grep -m1 '^syncbn:' "$log" | cut -c1-110)"
+  ok "the program on 3 ranks: $(grep -m1 '^syncbn:' "$log" | cut -c1-110)"
 else
-  echo "!! FAIL: lesson 05 program on 3 ranks"
+  bad "the program on 3 ranks"
   tail -n 15 "$log" | sed 's/^/   | /'
-  failed=1
 fi
 # SyncBN on 4 ranks with a short last step = one process, plain BN, on the same images.
 short="--dataset synthetic --model tiny-bn --epochs 1 --batch-size 1024 --warmup-epochs 0 --keep-last-batch --timeout 20"
 if timeout --kill-after=5 120 scripts/launch.sh 4 "$train" $short --checkpoint-dir "$work/w4" >"$work/w4.log" 2>&1 &&
    timeout --kill-after=5 120 scripts/launch.sh 1 "$train" $short --checkpoint-dir "$work/w1" >"$work/w1.log" 2>&1 &&
    grep -q '5 steps per epoch' "$work/w4.log" && grep -q '5 steps per epoch' "$work/w1.log"; then
-  if "$compare" "$work/w1/ckpt-00000005.ckpt" "$work/w4/ckpt-00000005.ckpt" 1e-6 >"$work/cmp" 2>&1; then
-    echo "ok   lesson 05: 4 ranks with SyncBN, last step 904 images (226 per rank), vs 1 process: $(cat "$work/cmp")"
-  else
-    echo "!! FAIL: lesson 05: SyncBN on 4 ranks with a short last step is not one process's BN: $(cat "$work/cmp")"
-    failed=1
-  fi
+  same_model "4 ranks with SyncBN, last step 904 images (226 per rank), vs 1 process with BN" \
+    "$work/w1/ckpt-00000005.ckpt" "$work/w4/ckpt-00000005.ckpt" 1e-6
 else
-  echo "!! FAIL: lesson 05: the --keep-last-batch runs (4 ranks, 1 rank) failed or did not make 5 steps"
+  bad "the --keep-last-batch runs (4 ranks, 1 rank) failed or did not make 5 steps"
   tail -n 8 "$work/w4.log" "$work/w1.log" | sed 's/^/   | /'
-  failed=1
 fi
-[ $failed -eq 0 ] && echo "lesson 05: all extra tests passed"
-exit $failed
+extras_end

@@ -80,8 +80,6 @@ static size_t tracked_size(const void *p) {
 
 static ProcessGroup *test_pg(void) { return test_pg_named("test_lesson05", TEST_TIMEOUT_S); }
 
-static bool all_ranks(ProcessGroup *pg, bool ok) { return max_over_ranks(pg, ok ? 0.0 : 1.0) == 0.0; }
-
 // ---------------------------------------------------------------- one BN layer: global data, each rank's part
 
 // A global batch (G, C, HW) of which rank r holds images [first[r], first[r] + n[r]).
@@ -658,14 +656,6 @@ static double maxnorm_error(const float *a, const float *b, size_t n) {
         s = fmax(s, fabs((double)b[i]));
     }
     return s > 0 ? e / s : e;
-}
-static double move_error(const float *mine, const float *one, const float *before, size_t n) {
-    double e2 = 0.0, m2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)mine[i] - one[i], mv = (double)one[i] - before[i];
-        e2 += d * d, m2 += mv * mv;
-    }
-    return isnan(e2) ? INFINITY : m2 > 0 ? sqrt(e2 / m2) : sqrt(e2);
 }
 
 static StepErrors ddp_vs_one(ProcessGroup *pg, bool sync, int steps, Model **out) {

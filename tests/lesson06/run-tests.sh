@@ -19,17 +19,11 @@
 # Lesson 04's program is BUILD/solutions/04-checkpoint/train (built by make test-lesson06 when Open MPI is found;
 # without it parts 1-2 are skipped, saying so).
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
-infer=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 06 "$@"
+infer=$train
 train04=$(dirname "$(dirname "$infer")")/04-checkpoint/train
-cd "$(dirname "$0")/../.."
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (lesson 04's program)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failed=0
-ok() { echo "ok   lesson 06: $*"; }
-bad() { echo "!! FAIL: lesson 06: $*"; failed=1; }
-show() { tail -n "${2:-8}" "$1" | sed 's/^/   | /'; }
 model="--dataset synthetic --model tiny-bn --width 8"
 field() { sed -n "s/^final: .*$1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }  # field NAME LOG
 
@@ -148,5 +142,4 @@ if [ ! -x "$probe" ]; then
 elif ! python3 tests/lesson06/test_images.py "$probe"; then
   failed=1
 fi
-[ $failed -eq 0 ] && echo "lesson 06: every check passed" || echo "lesson 06: some checks FAILED"
-exit $failed
+extras_end

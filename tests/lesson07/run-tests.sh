@@ -10,35 +10,19 @@
 #
 #   tests/lesson07/run-tests.sh BUILD/grade-solutions/test_lesson07 BUILD/solutions/07-scale-out/train
 set -u
-tests=${1:?usage: $0 TEST_BINARY TRAIN_BINARY}
-train=${2:?usage: $0 TEST_BINARY TRAIN_BINARY}
-cd "$(dirname "$0")/../.."
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's own allocations (see run-dist-tests.sh)
-work=$(mktemp -d)
+# shellcheck source=SCRIPTDIR/../extras-lib.sh
+. "$(dirname "$0")/../extras-lib.sh"
+extras_begin 07 "$@"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   rm -rf "$work"
 }
 trap cleanup EXIT
-failed=0
-ok()   { echo "ok   $*"; }
-bad()  { echo "!! FAIL: $*"; failed=1; }
 # Ports: tests here run beside other suites, so no port is picked "free" and bound later. Rank 0 is started
 # with MASTER_PORT=0: it serves its store on a port the system gives it and prints which ("store: ... port N"),
-# and the other ranks are started with that port (rank0_port). A port nobody may answer on, or one that is
-# taken, is held by a helper that binds port 0 itself and reports it (hold_port).
-# rank0_port OUT [PID]: waits (30 s, or until PID ends) for rank 0's stdout OUT to name its port; prints it.
-rank0_port() {
-  local i p
-  for ((i = 0; i < 300; i++)); do
-    p=$(sed -n 's/^store: rank 0 serves the store on port \([0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n1)
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1  # rank 0 ended without serving
-    sleep 0.1
-  done
-  return 1
-}
+# and the other ranks are started with that port (rank0_port, tests/extras-lib.sh). A port nobody may answer
+# on, or one that is taken, is held by a helper that binds port 0 itself and reports it (hold_port).
 # hold_port listen|bind NAME: a helper process binds port 0 (and listens, or only binds: a connection there is
 # refused) for 120 s; prints the port. Its pid is in $work/NAME.pid.
 hold_port() {
@@ -54,19 +38,8 @@ print(s.getsockname()[1], flush=True); time.sleep(120)' "$1" >"$work/$2.port" &
 ARGS=(--dataset synthetic --model tiny --epochs 2 --bucket-mb 0 --seed 5)
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT KIT_SOCKET_IFNAME KIT_NODE_NAME
 
-# ---- 1. the autograder on other world sizes
-for np in ${LESSON07_WORLDS:-1 2}; do
-  start=$(date +%s)
-  timeout --kill-after=5 300 scripts/launch.sh "$np" "$tests" >"$work/grade.log" 2>&1
-  rc=$?
-  # One rank skips the tests that need a peer (their reason is in the test); nothing may fail.
-  if [ $rc -eq 0 ] && grep -q "PASSED" "$work/grade.log" && ! grep -q "FAILED" "$work/grade.log"; then
-    ok "lesson 07 autograder on the solution, world $np ($(( $(date +%s) - start )) s)"
-  else
-    bad "lesson 07 autograder on the solution, world $np (exit $rc)"
-    grep -E 'FAILED|ERROR|error' "$work/grade.log" | sort -u | head -n 20 | sed 's/^/   | /'
-  fi
-done
+# ---- 1. the autograder on other world sizes; one rank skips the tests that need a peer (their reason is in the test)
+solution_on_worlds "$tests" "${LESSON07_WORLDS:-1 2}" 300 '' 1
 
 # ---- 2. the program, started three ways: the same training
 epochs() { grep -E '^epoch [0-9]+:' "$1" | sed 's/ ([0-9.]* s, [0-9]* img\/s)//'; }
@@ -192,5 +165,4 @@ else
   head -n 8 "$work/killed.err" | sed 's/^/   | /'
 fi
 
-[ $failed -eq 0 ] && echo "lesson 07: all extra tests passed"
-exit $failed
+extras_end
