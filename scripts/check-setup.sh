@@ -368,11 +368,10 @@ if [ $base = 1 ]; then
   else
     say "NOT" "07 scale-out: needs Open MPI (above)"
   fi
-  # lesson 08's first parts run in one process; one stage per rank and the 2 x 2 grid need mpirun
-  if [ "$mpi" = 1 ]; then
+  if [ "$mpi" = 1 ]; then  # lesson 08 builds against MPI and grades on 4 ranks
     say ready "08 pipeline: the stages in one process, one stage per rank, the 2 x 2 grid, make grade"
   else
-    say ready "08 pipeline: the stages in one process only (one stage per rank and the grid need Open MPI, above)"
+    say "NOT" "08 pipeline: needs Open MPI (above)"
   fi
 else
   say "NOT" "01-08: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"

@@ -114,7 +114,7 @@ expect no-mpi '^  MISSING +Open MPI' "Open MPI is reported missing"
 expect no-mpi '^  ready +01 ' "lesson 01 runs"
 expect no-mpi '^  NOT +03 DDP, 04 checkpoints, 05 SyncBN: need Open MPI' "lessons 03-05 do not"
 expect no-mpi '^  NOT +07 scale-out: needs Open MPI' "nor lesson 07"
-expect no-mpi '^  ready +08 pipeline: the stages in one process only' "lesson 08's one-process parts run"
+expect no-mpi '^  NOT +08 pipeline: needs Open MPI' "nor lesson 08"
 expect no-mpi '^  ready +06 inference: .*pass a --checkpoint made elsewhere' "lesson 06 runs, on a checkpoint from elsewhere"
 
 # No libpng: lesson 06 only (exit 0: lesson 01 still runs)
