@@ -38,6 +38,16 @@ for np in ${NP:-2 4}; do
     else measured "$np ranks, MPI over shared memory" scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$body"; fi
   done
 done
+# Against gloo over TCP, 1 to 64 MB on 2 processes: bench/torch_gloo.py runs the ring's job and gloo's alternately
+# (GLOO_ARGS="--rounds 5" for a steadier run) and appends its jobs to the share log.
+gloo=$(mktemp)
+if python3 -c "import torch" 2>/dev/null; then
+  python3 bench/torch_gloo.py --against ring --kit-bin "$bin" --out "$gloo" --share-log "$sharelog" ${GLOO_ARGS:-}
+  cat "$gloo" >>"$body"
+else
+  printf '\n## Against gloo\n\nSkipped: no PyTorch in python3 (pip install torch).\n' >>"$body"
+fi
+rm -f "$gloo"
 # The share of the machine other work took goes on top, with the LOADED mark when it was too much.
 { echo; python3 bench/cpu_share.py --report "$sharelog" --remeasure "make bench-ring"; cat "$body"; } >>"$tmp"
 mv "$tmp" "$out"

@@ -103,6 +103,27 @@ bench-allreduce:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
 
+# Lesson 03's DDP loop against PyTorch DDP (gloo) on the same machine: bench/ddp_kit.c links the solution's
+# train.c (its main renamed by -DAUTOGRADER) and times a fixed number of steps; bench/torch_ddp.py alternates it
+# with torchrun + DistributedDataParallel. BENCH_DDP_ARGS="--rounds 5" for a steadier run, "--quick": seconds.
+DDP_KIT := $(BUILD)/bench/ddp_kit
+HELP_TARGETS += bench-ddp
+.PHONY: bench-ddp
+ifeq ($(HAVE_MPI),yes)
+$(DDP_KIT): bench/ddp_kit.c solutions/03-ddp/train.c solutions/03-ddp/lesson.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -DAUTOGRADER -Isolutions/03-ddp $< solutions/03-ddp/train.c -o $@ \
+	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+ALL_TARGETS += $(DDP_KIT)
+bench-ddp: $(DDP_KIT)
+	@python3 -c "import torch" 2>/dev/null || { echo "bench-ddp: needs PyTorch (CPU) in python3: pip install torch"; exit 1; }
+	python3 bench/torch_ddp.py --kit-bin $< --out bench/results-ddp-torch.md $(BENCH_DDP_ARGS)
+else
+bench-ddp:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+
 # The benchmarks' measure of other work on the machine (bench/cpu_share.py) counts what it should.
 .PHONY: test-bench-tools
 TEST_TARGETS += test-bench-tools

@@ -1,0 +1,97 @@
+// bench/ddp_kit.c: lesson 03's DDP training loop (the solution's train.c, linked in whole) timed over a fixed
+// number of steps, for bench/torch_ddp.py, which runs it alternately with PyTorch DistributedDataParallel.
+//
+//   scripts/launch.sh 2 build/bench/ddp_kit --steps 8 --warmup 2 --model resnet9 --batch-size 128
+//
+// Every option but --steps and --warmup is lesson 03's own (kit/cli.h: --batch-size is the GLOBAL batch). The
+// run stops after warmup + steps steps of the first epoch (it must have that many: the synthetic set's 5000
+// images make 39 steps at 128), so no evaluation falls inside the timed part. Rank 0 prints one JSON line:
+//
+//   seconds        the timed steps on rank 0, from the end of the last warm-up step to the end of the last
+//                  step (loader, forward, backward, the all-reduce, SGD, the BN buffers' broadcast: the whole
+//                  job's loop); images = steps x global batch
+//   exposed_comm_s rank 0's wait for the gradient all-reduce after its backward (lesson 03's Ddp.comm_seconds;
+//                  with buckets the part that overlapped backward is not in it), over the timed steps
+//   compute_s      forward + backward + SGD over the timed steps (Ddp.compute_seconds); data_wait_s: the
+//                  loader's share (time spent waiting for the next batch)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/dist.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "solutions/03-ddp/lesson.h"
+
+#include <omp.h>
+
+typedef struct {
+    int warmup, steps, done;
+    double t0, comm0, compute0, wait0;  // at the end of the last warm-up step
+} Timing;
+
+// Called after every complete step: marks the end of the warm-up, stops after the timed steps.
+static bool timing_after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
+    (void)b, (void)batch;
+    Timing *t = ctx;
+    if (++t->done == t->warmup) {
+        t->t0 = time_now();
+        t->comm0 = r->ddp.comm_seconds;
+        t->compute0 = r->ddp.compute_seconds;
+        t->wait0 = r->log.data_wait;
+    }
+    return t->done == t->warmup + t->steps;
+}
+
+// Takes the integer option `name` (and its value) out of argv, so that the rest is lesson 03's command line.
+static int take_int_option(int *argc, char **argv, const char *name, int fallback, int lo) {
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name) != 0) continue;
+        if (i + 1 >= *argc) die("%s needs a value", name);
+        char *end = NULL;
+        long v = strtol(argv[i + 1], &end, 10);
+        if (*end != '\0' || v < lo || v > 100000) die("%s needs an integer >= %d, got '%s'", name, lo, argv[i + 1]);
+        memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 1) * sizeof *argv);  // the NULL at argv[argc] too
+        *argc -= 2;
+        return (int)v;
+    }
+    return fallback;
+}
+
+int main(int argc, char **argv) {
+    Timing t = {.warmup = take_int_option(&argc, argv, "--warmup", 2, 1)};
+    t.steps = take_int_option(&argc, argv, "--steps", 8, 1);
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_DIST);
+    cli_apply_dataset_defaults(&o);
+    o.epochs = 1;
+    Device dev;
+    device_parse(o.device, &dev, true);
+    ProcessGroup *pg = ddp_setup(&argc, &argv, &o, dev);
+    CHECK(pg != NULL, "ddp_setup returns the process group of pg_init (solutions/03-ddp/train.c)");
+
+    DdpRun r;
+    TrainHooks hooks = {.ctx = &t, .after_step = timing_after_step};
+    ddp_run_open(&r, pg, &o, &hooks);
+    if (t.warmup + t.steps > r.steps_per_epoch)
+        die("--warmup %d + --steps %d is more than the %d steps of one epoch (the timed part must not hold an "
+            "evaluation): fewer steps, or a smaller --batch-size", t.warmup, t.steps, r.steps_per_epoch);
+    ddp_run_epoch(&r);  // stops itself after the timed steps
+    double seconds = time_now() - t.t0;
+    if (t.done != t.warmup + t.steps) die("the epoch ended after %d of %d steps", t.done, t.warmup + t.steps);
+    if (r.is_main) {
+        printf("{\"impl\": \"kit\", \"model\": \"%s\", \"world\": %d, \"threads\": %d, \"local_batch\": %d, "
+               "\"steps\": %d, \"images\": %d, \"seconds\": %.6f, \"exposed_comm_s\": %.6f, \"compute_s\": %.6f, "
+               "\"data_wait_s\": %.6f, \"n_params\": %zu, \"bucket_mb\": %g, \"backend\": \"%s\"}\n",
+               o.model, pg_world(pg), omp_get_max_threads(), r.local_batch, t.steps,
+               t.steps * r.local_batch * pg_world(pg), seconds, r.ddp.comm_seconds - t.comm0,
+               r.ddp.compute_seconds - t.compute0, r.log.data_wait - t.wait0, r.ddp.model->n_params, o.bucket_mb,
+               pg_backend_name(pg_backend(pg)));
+        fflush(stdout);
+    }
+    model_free(ddp_run_close(&r));
+    pg_finalize(pg);
+    return 0;
+}
