@@ -124,6 +124,19 @@ bench-ddp:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
 
+# The comparisons with PyTorch (bench-ddp, and gloo in bench-allreduce and bench-ring) in their --quick modes: the
+# harness runs end to end (seconds on a quiet machine; skipped without PyTorch or Open MPI). Measures nothing.
+.PHONY: test-bench-quick
+TEST_TARGETS += test-bench-quick
+HELP_TARGETS += test-bench-quick
+ifeq ($(HAVE_MPI),yes)
+test-bench-quick: $(DDP_KIT) $(BUILD)/bench/bench_allreduce $(BUILD)/bench/ring_allreduce
+	@bench/quick.sh $(BUILD)
+else
+test-bench-quick:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+
 # The benchmarks' measure of other work on the machine (bench/cpu_share.py) counts what it should.
 .PHONY: test-bench-tools
 TEST_TARGETS += test-bench-tools
