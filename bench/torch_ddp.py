@@ -12,8 +12,9 @@ the same threads per rank. A job is `warmup` steps then `steps` timed steps on e
 
   kit      scripts/launch.sh N build/bench/ddp_kit ... (mpirun; lesson 03's solution, the MPI backend: shared
            memory between the ranks of one machine, Open MPI's default)
-  PyTorch  python3 -m torch.distributed.run --standalone --nproc_per_node N bench/torch_ddp.py --worker ...
-           (torchrun; DDP over gloo, TCP over loopback: gloo has no shared-memory transport)
+  PyTorch  N processes of bench/torch_ddp.py --worker, started as torchrun would (RANK, WORLD_SIZE, ...) but in
+           the caller's session like mpirun's ranks (bench/torch_launch.py says why); DDP over gloo, TCP over
+           loopback (gloo has no shared-memory transport)
 
 Each round runs, for every model, the 2-rank jobs then the 1-rank jobs, kit and PyTorch back to back (the
 order swapped every round), so a burst of other work lands on both; the ratio is the median of the per-round
@@ -21,7 +22,7 @@ ratios. Per job: images/s of all ranks together over the timed steps (loader, fo
 SGD), the exposed communication per step (rank 0's wait for the gradient all-reduce after its backward has
 finished: the kit's own Ddp.comm_seconds; PyTorch's own DDP timer, `backward_comm_time_end -
 backward_compute_time_end` of `_get_ddp_logging_data()`, sampled every step), and the wall time from launch
-to exit (start-up included: mpirun and MPI_Init, or torchrun, the interpreter and `import torch`).
+to exit (start-up included: mpirun and MPI_Init, or the interpreter and `import torch`).
 """
 import argparse
 import datetime
@@ -38,7 +39,7 @@ ROOT = os.path.dirname(HERE)
 SYNTHETIC_TRAIN = 5000  # kit/data.h DATASET_SYNTHETIC_TRAIN: the images of one epoch
 
 
-# ---------------------------------------------------------------- the PyTorch worker (one per rank, under torchrun)
+# ---------------------------------------------------------------- the PyTorch worker (one per rank)
 
 def worker(a):
     import torch
@@ -49,9 +50,9 @@ def worker(a):
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     from torch_models import build  # tools/torch_models.py: the kit's architectures in PyTorch
 
+    from torch_launch import init_from_env  # bench/torch_launch.py
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init_from_env()
     if a.bind:
         os.sched_setaffinity(0, {int(os.environ.get("LOCAL_RANK", rank)) % os.cpu_count()})
     g = torch.Generator().manual_seed(1)
@@ -111,18 +112,24 @@ def worker(a):
 
 # ---------------------------------------------------------------- the driver
 
-def run_job(cmd, env, label, shares):
-    """Runs one job; returns rank 0's JSON line with the launch-to-exit wall time added."""
+def run_job(cmd, env, label, shares, world=0):
+    """Runs one job (world > 0: `cmd` as that many PyTorch ranks, bench/torch_launch.py); returns rank 0's JSON
+    line with the launch-to-exit wall time added."""
     import cpu_share  # bench/cpu_share.py
+    from torch_launch import launch
     share = cpu_share.CpuShare()
     t = time.monotonic()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    if world:
+        rc, out, err = launch(cmd, world, env)
+    else:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        rc, out, err = p.returncode, p.stdout, p.stderr
     wall = time.monotonic() - t
     shares.append(share.stop(label))
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    if p.returncode != 0 or not rows:
-        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
-        raise SystemExit(f"torch_ddp.py: {label} failed (exit {p.returncode}): {' '.join(cmd)}")
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if rc != 0 or not rows:
+        sys.stderr.write(out[-3000:] + err[-3000:])
+        raise SystemExit(f"torch_ddp.py: {label} failed (exit {rc}): {' '.join(cmd)}")
     rows[-1]["wall_s"] = wall
     return rows[-1]
 
@@ -133,9 +140,8 @@ def kit_cmd(a, model, world, steps):
             "--device", "cpu", "--bucket-mb", "25"]
 
 
-def torch_cmd(a, model, world, steps):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-           os.path.abspath(__file__), "--worker", "--model", model, "--local-batch", str(a.local_batch), "--steps",
+def torch_cmd(a, model, steps):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--local-batch", str(a.local_batch), "--steps",
            str(steps), "--warmup", str(a.warmup), "--threads", str(a.threads), "--bucket-mb", "25"]
     return cmd + (["--bind"] if a.bind else [])
 
@@ -190,7 +196,9 @@ def write_report(a, rows, shares, torch_version, remeasure):
           f"Both sides: {a.threads} thread{'s' if a.threads > 1 else ''} per rank (the kit: OMP_NUM_THREADS, "
           "OpenBLAS single-threaded inside; PyTorch: `torch.set_num_threads`), so that 2 ranks fill the "
           f"{cores} cores without oversubscribing them (torchrun's own default for several processes is 1 thread); "
-          f"ranks {'bound one to a core' if a.bind else 'not bound to cores (mpirun --bind-to none; torchrun never binds)'}. "
+          f"ranks {'bound one to a core' if a.bind else 'not bound to cores (mpirun --bind-to none; torchrun never binds)'}, "
+          "every rank of both sides in the bench's session (on a busy machine Linux's autogroup scheduling shares "
+          "the cores out by session; torchrun would give each rank a session of its own, mpirun does not). "
           f"Local batch {a.local_batch} on every rank (1 rank: batch {a.local_batch}; 2 ranks: global batch "
           f"{2 * a.local_batch}), {a.warmup} warm-up step(s), then the timed steps; SGD momentum 0.9, weight decay "
           "5e-4 on weights; 25 MB buckets started during backward (DDP's default `bucket_cap_mb`, the kit's "
@@ -230,7 +238,6 @@ def write_report(a, rows, shares, torch_version, remeasure):
 
 
 def driver(a):
-    sys.path.insert(0, HERE)
     from importlib.metadata import version  # PyTorch's version without importing it here (seconds saved)
     worlds = (2, 1)
     if a.quick:  # one job a side: the 1-rank job runs the same code
@@ -245,10 +252,10 @@ def driver(a):
         for model in models:
             for world in worlds:
                 s = steps.get(model, 8)
-                sides = [("kit", kit_cmd(a, model, world, s)), ("torch", torch_cmd(a, model, world, s))]
-                for impl, cmd in (sides if rnd % 2 == 0 else sides[::-1]):
+                sides = [("kit", kit_cmd(a, model, world, s), 0), ("torch", torch_cmd(a, model, s), world)]
+                for impl, cmd, ranks in (sides if rnd % 2 == 0 else sides[::-1]):
                     label = f"round {rnd + 1} {model} {world} rank{'s' if world > 1 else ''} {impl}"
-                    j = run_job(cmd, env, label, shares)
+                    j = run_job(cmd, env, label, shares, ranks)
                     print(f"{label}: {j['images'] / j['seconds']:.1f} images/s, exposed comm "
                           f"{1e3 * j['exposed_comm_s'] / j['steps']:.1f} ms/step ({1e3 * j['exposed_after_slowest_s'] / j['steps']:.1f} "
                           f"after the slowest rank's backward), launch to exit {j['wall_s']:.1f} s",
@@ -265,6 +272,7 @@ def driver(a):
 
 
 def main():
+    sys.path.insert(0, HERE)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kit-bin", help="build/bench/ddp_kit")
     ap.add_argument("--out", help="the Markdown report")
@@ -277,7 +285,7 @@ def main():
                     help="threads per rank, both sides (default: cores / 2)")
     ap.add_argument("--bind", action="store_true", help="bind each rank to one core, both sides")
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny-bn, 1 round, 2 steps (seconds)")
-    ap.add_argument("--worker", action="store_true", help="(internal) one PyTorch rank, under torchrun")
+    ap.add_argument("--worker", action="store_true", help="(internal) one PyTorch rank (bench/torch_launch.py)")
     ap.add_argument("--model", help="(--worker) the model")
     ap.add_argument("--bucket-mb", type=float, default=25.0)
     a = ap.parse_args()

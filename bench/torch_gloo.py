@@ -7,7 +7,8 @@
 
 --against allreduce: the kit's process group on the MPI backend (bench_allreduce: shared memory between the
 ranks of one machine, Open MPI's default) against gloo's all_reduce (TCP over loopback: gloo has no
-shared-memory transport). --against ring: lesson 07's ring over TCP sockets (ring_allreduce, 127.0.0.1) against
+shared-memory transport), its 2 ranks started as bench/torch_launch.py does (in the caller's session, as
+mpirun's ranks are). --against ring: lesson 07's ring over TCP sockets (ring_allreduce, 127.0.0.1) against
 gloo over the same loopback (GLOO_SOCKET_IFNAME=lo). Both sides time the same way: float32 buffers of each
 size, a few calls to warm up, then as many calls as fill about 0.2 s (0.3 s for the ring, as its own bench
 does), and the slowest rank's mean time per call. Each round runs the kit's job and gloo's back to back (the
@@ -38,14 +39,14 @@ def label(b):
     return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
 
 
-# ---------------------------------------------------------------- the gloo worker (one per rank, under torchrun)
+# ---------------------------------------------------------------- the gloo worker (one per rank)
 
 def worker(a):
     import torch
     import torch.distributed as dist
+    from torch_launch import init_from_env  # bench/torch_launch.py
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init_from_env()
 
     def slowest(x):
         t = torch.tensor([x], dtype=torch.float64)
@@ -72,15 +73,21 @@ def worker(a):
 
 # ---------------------------------------------------------------- the driver
 
-def run_job(cmd, env, job_label, shares):
+def run_job(cmd, env, job_label, shares, world=0):
+    """Runs one job (world > 0: `cmd` as that many gloo ranks, bench/torch_launch.py); returns rank 0's stdout."""
     import cpu_share  # bench/cpu_share.py
+    from torch_launch import launch
     share = cpu_share.CpuShare()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    if world:
+        rc, out, err = launch(cmd, world, env)
+    else:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        rc, out, err = p.returncode, p.stdout, p.stderr
     shares.append(share.stop(job_label))
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
-        raise SystemExit(f"torch_gloo.py: {job_label} failed (exit {p.returncode}): {' '.join(cmd)}")
-    return p.stdout
+    if rc != 0:
+        sys.stderr.write(out[-3000:] + err[-3000:])
+        raise SystemExit(f"torch_gloo.py: {job_label} failed (exit {rc}): {' '.join(cmd)}")
+    return out
 
 
 def kit_rows(a, out, sizes):
@@ -107,8 +114,7 @@ def kit_cmd(a, sizes):
 
 
 def gloo_cmd(a):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.abspath(__file__), "--worker", "--sizes", a.sizes, "--seconds", str(a.seconds)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--sizes", a.sizes, "--seconds", str(a.seconds)]
     if a.against == "ring":  # ring_allreduce.c's own bounds: 3 to 200 calls
         cmd += ["--min-iters", "3", "--max-iters", "200"]
     return cmd
@@ -119,7 +125,7 @@ def section(a, sizes, kit, gloo):
     L = ["", f"## {name} against gloo (torch.distributed, CPU tensors, 2 processes)", ""]
     if a.against == "allreduce":
         L += ["The kit: `pg_allreduce_sum` on the MPI backend (bench_allreduce, mpirun --bind-to none: Open MPI's "
-              "shared memory between the ranks). gloo: `dist.all_reduce` on CPU tensors, started by torchrun, over "
+              "shared memory between the ranks). gloo: `dist.all_reduce` on CPU tensors, 2 ranks (bench/torch_launch.py), over "
               "TCP on loopback (gloo has no shared-memory transport)."]
     else:
         L += ["Lesson 07's ring (solutions/07-scale-out/ring.c over kit/sock.c, TCP to 127.0.0.1) against gloo's "
@@ -141,14 +147,13 @@ def section(a, sizes, kit, gloo):
 
 
 def driver(a):
-    sys.path.insert(0, HERE)
     sizes = [parse_bytes(s) for s in a.sizes.split(",")]
     env = dict(os.environ, OMP_NUM_THREADS="1", LAUNCH_ARGS="--bind-to none", GLOO_SOCKET_IFNAME="lo")
     shares, kit, gloo = [], [], []
     for rnd in range(a.rounds):
-        jobs = [("kit", kit_cmd(a, sizes)), ("gloo", gloo_cmd(a))]
-        for impl, cmd in (jobs if rnd % 2 == 0 else jobs[::-1]):
-            out = run_job(cmd, env, f"{a.against} round {rnd + 1} {impl}", shares)
+        jobs = [("kit", kit_cmd(a, sizes), 0), ("gloo", gloo_cmd(a), 2)]
+        for impl, cmd, ranks in (jobs if rnd % 2 == 0 else jobs[::-1]):
+            out = run_job(cmd, env, f"{a.against} round {rnd + 1} {impl}", shares, ranks)
             if impl == "kit":
                 kit.append(kit_rows(a, out, sizes))
             else:
@@ -170,6 +175,7 @@ def driver(a):
 
 
 def main():
+    sys.path.insert(0, HERE)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--against", choices=["allreduce", "ring"], help="which kit all-reduce gloo meets")
     ap.add_argument("--kit-bin")
@@ -179,7 +185,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=None, help="time per size per job (0.2; ring 0.3)")
     ap.add_argument("--share-log", help="append each job's cpu_share record to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 1 MB only, 1 round, 0.02 s per size")
-    ap.add_argument("--worker", action="store_true", help="(internal) one gloo rank, under torchrun")
+    ap.add_argument("--worker", action="store_true", help="(internal) one gloo rank (bench/torch_launch.py)")
     ap.add_argument("--min-iters", type=int, default=5)
     ap.add_argument("--max-iters", type=int, default=2000)
     a = ap.parse_args()
