@@ -3,7 +3,12 @@
 //
 //   scripts/launch.sh 2 build/bench/ddp_kit --steps 8 --warmup 2 --model resnet9 --batch-size 128
 //
-// Every option but --steps and --warmup is lesson 03's own (kit/cli.h: --batch-size is the GLOBAL batch). The
+// --poke (an experiment, off by default): after every layer's gradients-ready call, one MPI_Iprobe, which drives
+// Open MPI's progress engine and with it the buckets' all-reduces started during backward (Open MPI moves a
+// non-blocking collective only inside MPI calls: without a poke, a bucket started mid-backward mostly waits for
+// buckets_finish). It measures what such a poke in kit/buckets.c would hide.
+//
+// Every option but --steps, --warmup and --poke is lesson 03's own (kit/cli.h: --batch-size is the GLOBAL batch). The
 // run stops after warmup + steps steps of the first epoch (it must have that many: the synthetic set's 5000
 // images make 39 steps at 128), so no evaluation falls inside the timed part. Rank 0 prints one JSON line:
 //
@@ -28,10 +33,12 @@
 #include "kit/model.h"
 #include "solutions/03-ddp/lesson.h"
 
+#include <mpi.h>
 #include <omp.h>
 
 typedef struct {
     int warmup, steps, done;
+    bool poke;  // --poke
     double t0, comm0, compute0, wait0;  // at the end of the last warm-up step
     double comm_prev;                   // Ddp.comm_seconds after the previous step
     double last_grads;  // when backward's last gradients-ready call returned (the last bucket started): its end
@@ -46,6 +53,10 @@ typedef struct {
 static void timing_on_grads_ready(void *ctx, size_t offset, size_t count) {
     Timing *t = ctx;
     if (t->on_grads_ready) t->on_grads_ready(t->on_grads_ready_ctx, offset, count);
+    if (t->poke) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    }
     t->last_grads = time_now();
 }
 
@@ -87,6 +98,17 @@ static double exposed_after_slowest(ProcessGroup *pg, const Timing *t) {
     return sum;
 }
 
+// Takes the flag `name` out of argv; true when it was there.
+static bool take_flag(int *argc, char **argv, const char *name) {
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name) != 0) continue;
+        memmove(argv + i, argv + i + 1, (size_t)(*argc - i) * sizeof *argv);  // the NULL at argv[argc] too
+        *argc -= 1;
+        return true;
+    }
+    return false;
+}
+
 // Takes the integer option `name` (and its value) out of argv, so that the rest is lesson 03's command line.
 static int take_int_option(int *argc, char **argv, const char *name, int fallback, int lo) {
     for (int i = 1; i < *argc; i++) {
@@ -105,6 +127,7 @@ static int take_int_option(int *argc, char **argv, const char *name, int fallbac
 int main(int argc, char **argv) {
     Timing t = {.warmup = take_int_option(&argc, argv, "--warmup", 2, 1)};
     t.steps = take_int_option(&argc, argv, "--steps", 8, 1);
+    t.poke = take_flag(&argc, argv, "--poke");
     TrainOptions o;
     cli_parse(&o, argc, argv, CLI_DIST);
     cli_apply_dataset_defaults(&o);
@@ -134,11 +157,11 @@ int main(int argc, char **argv) {
         printf("{\"impl\": \"kit\", \"model\": \"%s\", \"world\": %d, \"threads\": %d, \"local_batch\": %d, "
                "\"steps\": %d, \"images\": %d, \"seconds\": %.6f, \"exposed_comm_s\": %.6f, \"exposed_after_slowest_s\": %.6f, "
                "\"compute_s\": %.6f, "
-               "\"data_wait_s\": %.6f, \"n_params\": %zu, \"bucket_mb\": %g, \"backend\": \"%s\"}\n",
+               "\"data_wait_s\": %.6f, \"n_params\": %zu, \"bucket_mb\": %g, \"backend\": \"%s\", \"poke\": %s}\n",
                o.model, pg_world(pg), omp_get_max_threads(), r.local_batch, t.steps,
                t.steps * r.local_batch * pg_world(pg), seconds, r.ddp.comm_seconds - t.comm0, after_slowest,
                r.ddp.compute_seconds - t.compute0, r.log.data_wait - t.wait0, r.ddp.model->n_params, o.bucket_mb,
-               pg_backend_name(pg_backend(pg)));
+               pg_backend_name(pg_backend(pg)), t.poke ? "true" : "false");
         fflush(stdout);
     }
     m->on_grads_ready = t.on_grads_ready;
