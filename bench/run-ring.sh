@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs bench/ring_allreduce (lesson 07's ring over TCP sockets vs MPI_Allreduce) and writes its tables, with a
+# Runs bench/ring_allreduce (lesson 07's ring over TCP sockets vs MPI_Allreduce; then vs gloo over TCP, through
+# bench/torch_gloo.py, when PyTorch is there) and writes its tables, with a
 # description of the machine and of the other work that ran meanwhile (bench/cpu_share.py), to a Markdown file.
 # Usage: bench/run-ring.sh BUILD/bench/ring_allreduce OUT.md      (NP="2 4": the world sizes; MAX_MB=16)
 set -euo pipefail

@@ -295,6 +295,8 @@ def main():
         return
     if not a.kit_bin or not a.out:
         ap.error("--kit-bin and --out are needed")
+    if a.warmup < 1 or a.rounds < 1:
+        ap.error("--warmup and --rounds must be at least 1 (the timed steps start after a warm-up step)")
     own = [x for i, x in enumerate(sys.argv[1:]) if x not in ("--kit-bin", "--out")
            and sys.argv[i] not in ("--kit-bin", "--out")]
     a.args_text = " ".join(own)  # what BENCH_DDP_ARGS held, for the report's re-measure command

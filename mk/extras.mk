@@ -7,7 +7,8 @@
 #   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
 #   make bench-cpu        kit vs PyTorch on the CPU, resnet9 + fmnist at batch 128 -> bench/results-cpu.md
 #   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch, + the overlapped copy -> bench/results-gpu.md
-#   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs) -> bench/results-allreduce.md
+#   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs; gloo beside MPI) -> bench/results-allreduce.md
+#   make bench-ddp        lesson 03's DDP against PyTorch DDP (gloo), 1 and 2 CPU ranks -> bench/results-ddp-torch.md
 
 RUN_LESSON := 01-single-gpu
 RUN_BIN := $(BUILD)/solutions/$(RUN_LESSON)/train
