@@ -11,11 +11,19 @@ machine a PyTorch job would get one share per rank where mpirun's ranks, which s
 between them. Here every rank stays in the caller's session, as mpirun's do. The ranks meet through a file store
 (`file://` in a fresh temporary folder): no port is chosen and bound later; gloo's own sockets bind port 0.
 """
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+
+def die_with_parent():
+    """In each rank, before exec: SIGTERM when the launching process dies, so a killed bench leaves no rank
+    waiting for its peers (prctl PR_SET_PDEATHSIG, Linux)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def launch(cmd, world, env, timeout_s=1800):
@@ -27,7 +35,7 @@ def launch(cmd, world, env, timeout_s=1800):
             e = dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                      BENCH_TORCH_INIT=f"file://{d}/store")
             with open(os.path.join(d, f"out{r}"), "w") as o, open(os.path.join(d, f"err{r}"), "w") as er:
-                procs.append(subprocess.Popen(cmd, env=e, stdout=o, stderr=er))
+                procs.append(subprocess.Popen(cmd, env=e, stdout=o, stderr=er, preexec_fn=die_with_parent))
         deadline, rc = time.monotonic() + timeout_s, 0
         try:
             while True:  # until all have exited, or one failed (the others would wait for it until the timeout)
