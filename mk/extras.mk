@@ -126,7 +126,7 @@ bench-ddp:
 endif
 
 # The comparisons with PyTorch (bench-ddp, and gloo in bench-allreduce and bench-ring) in their --quick modes: the
-# harness runs end to end (seconds on a quiet machine; skipped without PyTorch or Open MPI). Measures nothing.
+# harness runs end to end (about 35 s of CPU, mostly `import torch`; skipped without PyTorch or Open MPI). Measures nothing.
 .PHONY: test-bench-quick
 TEST_TARGETS += test-bench-quick
 HELP_TARGETS += test-bench-quick
