@@ -1,11 +1,12 @@
 // bench/bench_allreduce.c: all-reduce bandwidth of the kit's process group, 1 KB to 64 MB.
 //
 //   mpirun -np 2 bench_allreduce [--backend mpi|nccl|auto] [--device cpu|cuda|auto] [--min 1K] [--max 64M]
-//                                [--raw] [--seconds 0.2]
+//                                [--factor 2] [--raw] [--seconds 0.2]
 //
 // As nccl-tests define them: time = the slowest rank's mean time per all-reduce; algbw = bytes / time;
 // busbw = algbw * 2 (n - 1) / n, the traffic each rank's link must carry in a ring all-reduce, which
 // makes numbers comparable across rank counts and with the link's hardware bandwidth.
+// --factor F: each size F times the one before (4 with --min 1M --max 64M: 1, 4, 16, 64 MB).
 // --raw adds plain MPI on the same host buffers (MPI backend, CPU only): blocking MPI_Allreduce, and
 // MPI_Iallreduce + MPI_Wait. The kit's busbw vs the last column is the cost of its timeout-watching
 // poll loop; the last two columns differ by Open MPI's own non-blocking algorithms (libnbc).
@@ -84,6 +85,7 @@ int main(int argc, char **argv) {
     const char *backend = "auto", *device = "cpu";
     size_t min_bytes = 1024, max_bytes = (size_t)64 << 20;
     double seconds = 0.2;
+    int factor = 2;
     bool raw = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
@@ -91,9 +93,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--min") == 0 && i + 1 < argc) min_bytes = parse_bytes(argv[++i]);
         else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) max_bytes = parse_bytes(argv[++i]);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--factor") == 0 && i + 1 < argc) factor = atoi(argv[++i]);
         else if (strcmp(argv[i], "--raw") == 0) raw = true;
         else die("unknown option %s (see the comment at the top of bench/bench_allreduce.c)", argv[i]);
     }
+    if (factor < 2) die("--factor needs an integer >= 2");
     Device dev;
     if (!device_parse(device, &dev, true)) die("--device %s: use cpu, cuda or auto", device);
     ProcessGroup *pg = pg_init(&argc, &argv, backend, dev, 0);
@@ -109,7 +113,7 @@ int main(int argc, char **argv) {
         printf("\n| size | floats | time (us) | algbw (GB/s) | busbw (GB/s) |%s\n", raw ? " MPI_Allreduce busbw | MPI_Iallreduce+Wait busbw |" : "");
         printf("|-----:|-------:|----------:|-------------:|-------------:|%s\n", raw ? "-------------------:|-------------------------:|" : "");
     }
-    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= (size_t)factor) {
         size_t n = bytes / sizeof(float);
         // Warm up (connections, staging buffers), then pick the count that fills about `seconds`.
         double t = time_pg(pg, buf, n, 3);

@@ -9,11 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kit/check.h"
 #include "kit/log.h"
-#include "kit/sock.h"
 #include "kit/store.h"
 #include "solutions/07-scale-out/lesson.h"
 
@@ -54,16 +52,22 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     double max_mb = argc > 1 ? atof(argv[1]) : 16.0;
     char err[1024], url[64];
-    int port = 0;
+    // Rank 0 serves the store on a port the system picks (port 0) and MPI tells the others which: no port is
+    // chosen first and bound later, when another program may have taken it.
+    Store *s = NULL;
+    int port = -1;
     if (rank == 0) {
-        int fd = sock_listen(0, &port, err, sizeof err);
-        if (fd < 0) die("%s", err);
-        close(fd);
+        s = store_open("tcp://127.0.0.1:0", "bench-ring", rank, world, 30.0, err, sizeof err);
+        if (!s) fprintf(stderr, "rank 0: %s\n", err);
+        port = s ? store_port(s) : -1;
     }
     MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
-    Store *s = store_open(url, "bench-ring", rank, world, 30.0, err, sizeof err);
-    if (!s) die("%s", err);
+    if (port < 0) die("rank 0 could not open the store (its reason is above)");
+    if (rank != 0) {
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+        s = store_open(url, "bench-ring", rank, world, 30.0, err, sizeof err);
+        if (!s) die("%s", err);
+    }
     Ring ring;
     if (ring_connect(s, &ring, err, sizeof err) < 0) die("%s", err);
     if (rank == 0) {

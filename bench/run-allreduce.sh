@@ -69,6 +69,16 @@ trap 'rm -f "$tmp" "$body" "$sharelog"' EXIT
   echo "|------:|-----:|:-----------------|----------:|-----------------------------:|"
   printf '%s' "$rows"
 } >>"$body"
+# Against gloo, PyTorch's CPU backend, at 1, 4, 16 and 64 MB on 2 processes: bench/torch_gloo.py runs the kit's job
+# and gloo's alternately (GLOO_ARGS="--rounds 5" for a steadier run) and appends its jobs to the share log.
+gloo=$(mktemp)
+if python3 -c "import torch" 2>/dev/null; then
+  python3 bench/torch_gloo.py --against allreduce --kit-bin "$bin" --out "$gloo" --share-log "$sharelog" ${GLOO_ARGS:-}
+  cat "$gloo" >>"$body"
+else
+  printf '\n## Against gloo\n\nSkipped: no PyTorch in python3 (pip install torch).\n' >>"$body"
+fi
+rm -f "$gloo"
 if [ "$gpus" -gt 0 ]; then
   {
     echo

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs bench/ring_allreduce (lesson 07's ring over TCP sockets vs MPI_Allreduce) and writes its tables, with a
+# Runs bench/ring_allreduce (lesson 07's ring over TCP sockets vs MPI_Allreduce; then vs gloo over TCP, through
+# bench/torch_gloo.py, when PyTorch is there) and writes its tables, with a
 # description of the machine and of the other work that ran meanwhile (bench/cpu_share.py), to a Markdown file.
 # Usage: bench/run-ring.sh BUILD/bench/ring_allreduce OUT.md      (NP="2 4": the world sizes; MAX_MB=16)
 set -euo pipefail
@@ -38,6 +39,16 @@ for np in ${NP:-2 4}; do
     else measured "$np ranks, MPI over shared memory" scripts/launch.sh "$np" "$bin" "${MAX_MB:-16}" >>"$body"; fi
   done
 done
+# Against gloo over TCP, 1 to 64 MB on 2 processes: bench/torch_gloo.py runs the ring's job and gloo's alternately
+# (GLOO_ARGS="--rounds 5" for a steadier run) and appends its jobs to the share log.
+gloo=$(mktemp)
+if python3 -c "import torch" 2>/dev/null; then
+  python3 bench/torch_gloo.py --against ring --kit-bin "$bin" --out "$gloo" --share-log "$sharelog" ${GLOO_ARGS:-}
+  cat "$gloo" >>"$body"
+else
+  printf '\n## Against gloo\n\nSkipped: no PyTorch in python3 (pip install torch).\n' >>"$body"
+fi
+rm -f "$gloo"
 # The share of the machine other work took goes on top, with the LOADED mark when it was too much.
 { echo; python3 bench/cpu_share.py --report "$sharelog" --remeasure "make bench-ring"; cat "$body"; } >>"$tmp"
 mv "$tmp" "$out"

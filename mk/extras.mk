@@ -7,7 +7,8 @@
 #   make plot     results/*.csv (or METRICS="a.csv b.csv") -> PNG curves next to them (gnuplot)
 #   make bench-cpu        kit vs PyTorch on the CPU, resnet9 + fmnist at batch 128 -> bench/results-cpu.md
 #   make bench-gpu        resnet9 training throughput on one GPU beside PyTorch, + the overlapped copy -> bench/results-gpu.md
-#   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs) -> bench/results-allreduce.md
+#   make bench-allreduce  all-reduce bandwidth 1 KB..64 MB (MPI; NCCL too on GPUs; gloo beside MPI) -> bench/results-allreduce.md
+#   make bench-ddp        lesson 03's DDP against PyTorch DDP (gloo), 1 and 2 CPU ranks -> bench/results-ddp-torch.md
 
 RUN_LESSON := 01-single-gpu
 RUN_BIN := $(BUILD)/solutions/$(RUN_LESSON)/train
@@ -120,6 +121,40 @@ bench-allreduce: $(BUILD)/bench/bench_allreduce
 	@bench/run-allreduce.sh $< bench/results-allreduce.md
 else
 bench-allreduce:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+
+# Lesson 03's DDP loop against PyTorch DDP (gloo) on the same machine: bench/ddp_kit.c links the solution's
+# train.c (its main renamed by -DAUTOGRADER) and times a fixed number of steps; bench/torch_ddp.py alternates it
+# with torchrun + DistributedDataParallel. BENCH_DDP_ARGS="--rounds 5" for a steadier run, "--quick": seconds.
+DDP_KIT := $(BUILD)/bench/ddp_kit
+HELP_TARGETS += bench-ddp
+.PHONY: bench-ddp
+ifeq ($(HAVE_MPI),yes)
+$(DDP_KIT): bench/ddp_kit.c solutions/03-ddp/train.c solutions/03-ddp/lesson.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -DAUTOGRADER -Isolutions/03-ddp $< solutions/03-ddp/train.c -o $@ \
+	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+ALL_TARGETS += $(DDP_KIT)
+bench-ddp: $(DDP_KIT)
+	@python3 -c "import torch" 2>/dev/null || { echo "bench-ddp: needs PyTorch (CPU) in python3: pip install torch"; exit 1; }
+	python3 bench/torch_ddp.py --kit-bin $< --out bench/results-ddp-torch.md $(BENCH_DDP_ARGS)
+else
+bench-ddp:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+
+# The comparisons with PyTorch (bench-ddp, and gloo in bench-allreduce and bench-ring) in their --quick modes: the
+# harness runs end to end (about 35 s of CPU, mostly `import torch`; skipped without PyTorch or Open MPI). Measures nothing.
+.PHONY: test-bench-quick
+TEST_TARGETS += test-bench-quick
+HELP_TARGETS += test-bench-quick
+ifeq ($(HAVE_MPI),yes)
+test-bench-quick: $(DDP_KIT) $(BUILD)/bench/bench_allreduce $(BUILD)/bench/ring_allreduce
+	@bench/quick.sh $(BUILD)
+else
+test-bench-quick:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
 
