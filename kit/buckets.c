@@ -122,6 +122,7 @@ void buckets_on_grads_ready(void *ctx, size_t offset, size_t count) {
         gb->pending[gb->view_bucket[v]]--;
     }
     start_ready(gb, false);
+    pg_progress(gb->pg);  // the buckets started at earlier layers move while this backward goes on
 }
 
 void buckets_finish(GradBuckets *gb) {

@@ -53,6 +53,7 @@ void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, siz
 PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
 void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) { no_mpi(); }
 void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
+void pg_progress(ProcessGroup *pg) { no_mpi(); }
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n) { no_mpi(); }
 PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag) { no_mpi(); }
 void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what) { no_mpi(); }
@@ -692,16 +693,33 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
 #endif
     if (!pg->sock) mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
     float *data = s->staged ? s->host : s->buf;
-    if (s->op == PG_AVG) {
-        // Divide (not multiply by 1/world): the same rounding as PyTorch DDP's grad.div_(world).
+    if (s->op == PG_AVG && pg->world > 1) {
+        // Divide: the same rounding as PyTorch DDP's grad.div_(world). When the world is a power of two, 1/world is
+        // exact and x * (1/world) is the same float as x / world, so the cheaper multiply gives the same bits.
         float w = (float)pg->world;
-        for (size_t k = 0; k < s->n; k++) data[k] /= w;
+        if ((pg->world & (pg->world - 1)) == 0) {
+            float inv = 1.0f / w;
+            for (size_t k = 0; k < s->n; k++) data[k] *= inv;
+        } else {
+            for (size_t k = 0; k < s->n; k++) data[k] /= w;
+        }
     }
     if (s->staged) device_copy_to(pg->dev, s->buf, data, s->n * sizeof(float));
     s->busy = false;
 }
 
 static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
+
+// Open MPI moves a non-blocking collective's data only inside MPI calls (no progress thread): a bucket started
+// during backward would otherwise sit still until pg_wait. One test of every collective in flight lets it move.
+void pg_progress(ProcessGroup *pg) {
+    if (pg->sock || pg->backend == PG_BACKEND_NCCL) return;  // blocking sums / NCCL's own stream
+    for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
+        Slot *s = &pg->slots[i];
+        int done = 0;
+        if (s->busy) MPI_CHECK(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE));  // a completed request stays done
+    }
+}
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
     if (pg->sock) {

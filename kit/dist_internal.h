@@ -25,6 +25,8 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op);
 // Completes the request (with the timeout). For PG_AVG the division by the world size happens here
 // on the MPI backend (NCCL divides itself).
 void pg_wait(ProcessGroup *pg, PgRequest req);
+// Lets the collectives in flight move (MPI progresses them only inside MPI calls); returns at once.
+void pg_progress(ProcessGroup *pg);
 
 #ifdef __cplusplus
 }
