@@ -7,6 +7,7 @@
 #   b. epoch 1's checkpoint of the 4-rank run resumed (--resume) for epoch 2 on the same grid (2 x 2) = its 2
 #      epochs straight: the two final checkpoints hold the same tensors bit for bit (tests/ckpt_compare.c), and
 #      are the same bytes (cmp: the run state too);
+#   a'. with PyTorch: the 2-stage file loads into tools/torch_models.py's tiny-bn through tools/ckpt_torch.py;
 #   c. refusals, each an "error:" line and a non-zero exit: a checkpoint of another --width, a truncated one,
 #      another --lr (another run), --save-every (saves are at epoch ends).
 #
@@ -49,6 +50,31 @@ for case in "2 tiny-bn 0.01" "4 tiny 0.01"; do
     bad "checkpoint of $np ranks ($model): lesson 06 must count $want correct (test_acc $acc)"; show "$work/i.log"
   fi
 done
+
+# ---- a (PyTorch): the 2-stage file goes into tools/torch_models.py's tiny-bn through tools/ckpt_torch.py, layer by
+# layer, as lesson 04's files do (what that mapping computes is checked against the kit by tests/test_ckpt_torch.py)
+if [ -s "$work/a2.ckpt" ]; then
+  if ! python3 -c 'import torch' 2>/dev/null; then
+    echo "skip lesson 08: the checkpoint into PyTorch: torch is not installed (pip install torch)"
+  elif out=$(python3 - "$work/a2.ckpt" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tools")
+import torch
+from ckpt_read import read_checkpoint
+from ckpt_torch import load_into
+from torch_models import build
+ck = read_checkpoint(sys.argv[1])
+model = build("tiny-bn", w=8)
+load_into(model, ck)
+sd = model.state_dict()
+n = sum(int(v.numel()) for k, v in sd.items() if not k.endswith("num_batches_tracked"))
+want = sum(int(a.size) for g in ("params", "buffers") for a in ck[g].values())
+assert n == want, f"PyTorch's tiny-bn holds {n} floats, the checkpoint {want}"
+print(f"{len(ck['params'])} parameter tensors, {n} floats")
+PY
+  ); then ok "the 2-stage checkpoint loads into PyTorch's tiny-bn (tools/ckpt_torch.py): $out"
+  else bad "the 2-stage checkpoint does not load into PyTorch: $out"; fi
+fi
 
 # ---- b: epoch 1's checkpoint of the 4-rank run, resumed on the same grid for epoch 2 = the 2 epochs straight
 # (a run of --epochs 1 would be another run: its learning rate decays to 0 within one epoch)
