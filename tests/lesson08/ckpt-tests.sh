@@ -7,6 +7,7 @@
 #   b. epoch 1's checkpoint of the 4-rank run resumed (--resume) for epoch 2 on the same grid (2 x 2) = its 2
 #      epochs straight: the two final checkpoints hold the same tensors bit for bit (tests/ckpt_compare.c), and
 #      are the same bytes (cmp: the run state too);
+#   a+b in one process (3 stages, every stage in the program): the same two checks;
 #   a'. with PyTorch: the 2-stage file loads into tools/torch_models.py's tiny-bn through tools/ckpt_torch.py;
 #   c. refusals, each an "error:" line and a non-zero exit: a checkpoint of another --width, a truncated one,
 #      another --lr (another run), --save-every (saves are at epoch ends).
@@ -93,6 +94,24 @@ else
   else echo "skip lesson 08: $compare not built: tensors not compared"; fi
   if cmp -s "$straight" "$work/resumed.ckpt"; then ok "epoch 1 + resume for epoch 2: the two checkpoint files are the same bytes"
   else bad "epoch 1 + resume for epoch 2: the checkpoint files differ ($(cmp "$straight" "$work/resumed.ckpt" | head -n 1))"; fi
+fi
+
+# ---- a + b in one process (every stage here, 3 stages): the same file, the same exact resume
+one=(--dataset synthetic --model tiny-bn --width 8 --batch-size 64 --lr 0.01 --stages 3 --epochs 2)
+if ! timeout 240 "$train" "${one[@]}" --checkpoint-dir "$work/one" --keep 2 >"$work/one.log" 2>&1 ||
+   ! timeout 240 "$train" "${one[@]}" --checkpoint "$work/one-resumed.ckpt" \
+       --resume "$(ls "$work/one"/ckpt-*.ckpt | head -n 1)" >"$work/one-resumed.log" 2>&1; then
+  bad "one process, 3 stages: training or resuming with a checkpoint failed"; show "$work/one.log"; show "$work/one-resumed.log"
+else
+  last=$(ls "$work/one"/ckpt-*.ckpt | tail -n 1)
+  want=$(python3 -c "print(round($(field test_acc "$work/one.log") * 1000))")
+  if [ ! -x "$infer" ]; then echo "skip lesson 08: lesson 06's program not built: one-process checkpoint unchecked"
+  elif timeout 120 "$infer" --dataset synthetic --model tiny-bn --width 8 --checkpoint "$last" >"$work/i.log" 2>&1 &&
+       [ "$(field correct "$work/i.log")" = "$want" ] && [ "$(field reproduced "$work/i.log")" = yes ]; then
+    ok "one process, 3 stages: lesson 06 counts $want correct, as the training"
+  else bad "one process, 3 stages: lesson 06 must count $want correct"; show "$work/i.log"; fi
+  if cmp -s "$last" "$work/one-resumed.ckpt"; then ok "one process, 3 stages: epoch 1 + resume = 2 epochs straight, the same bytes"
+  else bad "one process, 3 stages: the resumed run's checkpoint differs from the straight run's"; fi
 fi
 
 # ---- c: refusals
