@@ -213,7 +213,6 @@ static void resume(PipeCkpt *c, TrainLog *log) {
 void pipe_ckpt_begin(PipeCkpt *c, ProcessGroup *world, ProcessGroup *pipe, int stage, int replica, Pipe *p,
                      const TrainOptions *o, const Model *table, const LrSchedule *sched, int steps_per_epoch,
                      TrainLog *log) {
-    memset(c, 0, sizeof *c);
     *c = (PipeCkpt){.world = world, .pipe = pipe, .stage = stage, .replica = replica, .p = p, .o = o,
                     .table = table, .sched = *sched, .steps_per_epoch = steps_per_epoch};
     check_options(c);
