@@ -124,3 +124,7 @@ endif
 ifneq ($(filter 05-syncbn,$(LESSONS_GRADED)),)
 test-lesson05: $(CKPT_COMPARE)
 endif
+# lesson 08's checkpoint checks (tests/lesson08/ckpt-tests.sh) compare files and evaluate them with lesson 06.
+ifneq ($(filter 08-pipeline,$(LESSONS_GRADED)),)
+test-lesson08: $(CKPT_COMPARE) $(if $(filter 06-inference,$(LESSONS_GRADED)),$(BUILD)/solutions/06-inference/train)
+endif

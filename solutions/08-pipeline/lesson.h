@@ -219,6 +219,46 @@ Metrics pipe_dist_evaluate(DistPipe *dp, Loader *L);
 Pipe *pipe_create_stage(const Model *table, Device d, const int *first, int stages, int s, int micro_batches,
                         int max_batch);
 
+
+// ================================================================ checkpoints (pipe_ckpt.c, given: README "Saving a pipeline")
+//
+// A pipeline run saves ONE checkpoint of lesson 04 (kit/ckpt.h's file, lesson 04's atomic write and run state)
+// of the WHOLE model: the stages of replica 0 send their slices of the parameters, momentum and BN statistics to
+// the world's rank 0, which writes it; lesson 06 evaluates it on one device, and --resume puts every slice back
+// in its stage (any replica). With several replicas and BN, the saved statistics are replica 0's (each replica
+// keeps its own, as with plain BN in lesson 03's DDP before the broadcast): use a BN-free model to compare.
+
+// Where a pipeline run stands and where it saves (--checkpoint FILE or --checkpoint-dir DIR, --resume).
+typedef struct {
+    ProcessGroup *world;
+    ProcessGroup *pipe;      // the ranks of this replica's pipe, by stage (NULL: one process, every stage here)
+    int stage, replica;      // this rank's first stage, and its replica
+    Pipe *p;                 // the stages of this rank: all of them (one process) or one (a rank of the grid)
+    const TrainOptions *o;
+    const Model *table;      // the whole model's layer table and config
+    LrSchedule sched;
+    int steps_per_epoch;
+    int epoch;               // the next epoch to train
+    long long step, images;  // optimizer steps and images (all replicas) trained since the start
+    double last_loss, test_acc;  // of the last finished epoch
+    char last_saved[1024];
+} PipeCkpt;
+
+// Given: checks the checkpoint options on every rank of the world (saves at the end of every epoch; --resume
+// FILE|auto), then --resume: every stage takes its slice of the file, its position and log's last metrics from it.
+// Exits on every rank (after an "error:" line) when the options or the checkpoint do not fit this run.
+void pipe_ckpt_begin(PipeCkpt *c, ProcessGroup *world, ProcessGroup *pipe, int stage, int replica, Pipe *p,
+                     const TrainOptions *o, const Model *table, const LrSchedule *sched, int steps_per_epoch,
+                     TrainLog *log);
+// Given: after an epoch's evaluation (train: its metrics over the world; log: after trainlog_epoch_end): the
+// run moves on to the next epoch and, with --checkpoint or --checkpoint-dir, is saved. Collective over the world.
+void pipe_ckpt_epoch_end(PipeCkpt *c, const Metrics *train, const TrainLog *log);
+// Given: the world's rank 0 gets every stage's parameters, momentum and BN statistics in `whole` (the whole
+// model's layout, on the CPU); collective over the world (replica 0's stages send; whole is used on rank 0 only).
+void pipe_ckpt_gather(const PipeCkpt *c, Model *whole);
+// Given: the inverse: this rank's stages take their slices of `whole` (any rank, any replica).
+void pipe_ckpt_scatter(const PipeCkpt *c, const Model *whole);
+
 #ifdef __cplusplus
 }
 #endif

@@ -177,7 +177,9 @@ static void train_one_process(ProcessGroup *pg, TrainOptions *o, const PipeOptio
     LrSchedule sched = train_schedule(o, steps_per_epoch);
     TrainLog log;
     trainlog_begin(&log, o, data.train.name, dev, 1, true);
-    for (int epoch = 0; epoch < o->epochs; epoch++) {
+    PipeCkpt ck;  // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
+    pipe_ckpt_begin(&ck, pg, NULL, 0, 0, p, o, table, &sched, steps_per_epoch, &log);
+    for (int epoch = ck.epoch; epoch < o->epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);
         const Batch *b;
@@ -191,6 +193,7 @@ static void train_one_process(ProcessGroup *pg, TrainOptions *o, const PipeOptio
         }
         Metrics test = pipe_evaluate(p, data.test_loader);
         trainlog_epoch_end(&log, &log.local, &test, opt.lr);
+        pipe_ckpt_epoch_end(&ck, &log.local, &log);
     }
     print_time_split(p);
     char extra[96];
@@ -320,8 +323,10 @@ static void train_dist(ProcessGroup *pg, TrainOptions *o, const PipeOptions *po)
         LrSchedule sched = train_schedule(o, steps_per_epoch);
         TrainLog log;
         trainlog_begin(&log, o, data.train.name, dev, g.replicas, printer);
+        PipeCkpt ck;  // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
+        pipe_ckpt_begin(&ck, pg, dp->pipe, g.stage, g.replica, dp->local, o, table, &sched, steps_per_epoch, &log);
         PipePlan plan = {0};
-        for (int epoch = 0; epoch < o->epochs; epoch++) {
+        for (int epoch = ck.epoch; epoch < o->epochs; epoch++) {
             trainlog_epoch_begin(&log, epoch, steps_per_epoch);
             loader_start_epoch(data.train_loader, epoch, 0);
             const Batch *b;
@@ -346,6 +351,7 @@ static void train_dist(ProcessGroup *pg, TrainOptions *o, const PipeOptions *po)
             Metrics train = {.loss_sum = sums[0], .correct = (long)sums[1], .count = (long)sums[2]};
             Metrics test = pipe_dist_evaluate(dp, data.test_loader);
             trainlog_epoch_end(&log, &train, &test, opt.lr);
+            pipe_ckpt_epoch_end(&ck, &train, &log);
         }
         report_idle(dp, plan.micro, printer);
         char extra[128];
@@ -364,7 +370,7 @@ static void train_dist(ProcessGroup *pg, TrainOptions *o, const PipeOptions *po)
 int main(int argc, char **argv) {
     PipeOptions po = pipe_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend and --timeout
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT);  // lesson 01's options, --backend, --timeout, lesson 04's --checkpoint
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);

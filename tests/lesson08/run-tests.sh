@@ -63,5 +63,6 @@ if [ "${gpus:-0}" -gt 0 ]; then
 else
   echo "skip a stage per GPU: no GPU here (and the kit's CUDA emulator has no NCCL); the path is compiled only"
 fi
+tests/lesson08/ckpt-tests.sh "$@" || failed=1  # a pipeline saved as one lesson-04 checkpoint
 [ $failed -eq 0 ] && echo "lesson 08: all extra tests passed"
 exit $failed
