@@ -1,6 +1,6 @@
 // pipe.c: lesson 08, a model cut into stages: where to cut (TODO 1), the hand-offs across a cut (TODO 2) and
-// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's layer ops over a run of
-// the layer table) is given, below the TODOs.
+// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's model of the stage's layers,
+// with a view of it per micro-batch in flight) is given, below the TODOs.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
