@@ -111,7 +111,7 @@ void pipe_copy(Device to, float *dst, Device from, const float *src, size_t n);
 void pipe_load_batch(Pipe *p, const Batch *b);
 // Given: one SGD step of stage st on its own parameters (the whole model's views that fall in its slice).
 void stage_optim_step(Stage *st, const Model *table, const SgdConfig *opt);
-// Given: zeroes every stage's parameter gradients.
+// Given: zeroes every stage's parameter gradients and frees its views: the start of a step.
 void pipe_zero_grad(Pipe *p);
 // Given: micro-batch k of M over a batch of n: its first sample and its size (sizes differ by at most 1).
 void pipe_micro_range(int n, int M, int k, int *off, int *size);

@@ -1,6 +1,6 @@
 // pipe.c: lesson 08, a model cut into stages: where to cut (TODO 1), the hand-offs across a cut (TODO 2) and
-// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's layer ops over a run of
-// the layer table) is given, below the TODOs.
+// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's model of the stage's layers,
+// with a view of it per micro-batch in flight) is given, below the TODOs.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,8 +262,13 @@ void stage_optim_step(Stage *st, const Model *table, const SgdConfig *opt) {
     optim_step(st->owner, opt);
 }
 
+// A step starts here (pipe_step, pipe_dist_load): its micro-batches start afresh, so every view is free again,
+// even when the last step left some without their backward.
 void pipe_zero_grad(Pipe *p) {
-    for (int s = 0; s < p->n_stages; s++) model_zero_grad(p->stages[s].owner);
+    for (int s = 0; s < p->n_stages; s++) {
+        model_zero_grad(p->stages[s].owner);
+        for (int v = 0; v < PIPE_MAX_MICRO; v++) p->stages[s].holds[v] = -1;
+    }
 }
 
 void pipe_micro_range(int n, int M, int k, int *off, int *size) {
