@@ -35,25 +35,26 @@ extern "C" {
 typedef enum { BALANCE_PARAMS, BALANCE_TIME } BalanceRule;
 
 // One stage: a contiguous run of the layer table with everything those layers own. Pointers are on `device`.
+// The kit runs its layers: `owner` is their model (model_create_stage), and each micro-batch between its forward
+// and its backward is kept in a view of it (model_create_view: the owner's weights, activations of its own).
 typedef struct {
     int first, last;                 // its layers: [first, last) of the table
     Device device;
     size_t param_offset, n_params;   // its slice of the whole model's flat parameter layout
     size_t buffer_offset, n_buffers; // its slice of the BN running statistics
-    float *params, *grads, *velocity, *buffers;  // (n_params) x 3, (n_buffers)
-    size_t in_floats;                // floats per sample of its input (stage 0: an image)
+    float *params, *grads, *velocity, *buffers;  // (n_params) x 3, (n_buffers): the owner's
+    size_t in_floats, out_floats;    // floats per sample of its input (stage 0: an image) and of its output
     float *input;                    // (max_batch, in_floats): what came across the cut (stage 0: the images)
     float *dinput;                   // (max_batch, in_floats): gradient of the input, sent back (NULL: stage 0)
-    float *acts[MODEL_MAX_LAYERS];   // layer i's output (max_batch, c, h, w), i in [first, last)
-    float *dacts[MODEL_MAX_LAYERS];  // its gradient
-    size_t saved_offset[MODEL_MAX_LAYERS];  // BN: its mean and invstd within one micro-batch's saved area
-    size_t saved_floats;             // per micro-batch
-    float *saved;                    // (PIPE_MAX_MICRO, saved_floats): BN statistics of every micro-batch
-    float *work;                     // scratch of the conv / BN ops
+    float *out, *dout;               // (max_batch, out_floats): its output, sent on, and that output's gradient
+    Model *owner;                    // its layers, parameters, gradients, momentum, BN buffers
+    int micro_rows;                  // images per view: ceil(max_batch / micro_batches)
+    Model *views[PIPE_MAX_MICRO];    // the activations of the micro-batches in flight, made as needed
+    int holds[PIPE_MAX_MICRO];       // the micro-batch each view keeps until its backward (-1: free)
+    int n_views;                     // the most micro-batches this stage has held at once
     int *labels;                     // last stage: (max_batch) the batch's labels
     float *loss;                     // last stage: (max_batch) per-sample loss
     int *pred;                       // last stage: (max_batch) argmax of the logits
-    double layer_seconds[MODEL_MAX_LAYERS];  // forward + backward time per layer, summed (TIME balance)
     double seconds;                  // this stage's forward + backward, summed over the steps
 } Stage;
 
@@ -88,15 +89,19 @@ Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, in
 void pipe_free(Pipe *p);
 
 // Given: forward of samples [off, off + n) through stage s (its input must already hold them), micro-batch
-// index k (where its BN statistics are kept); train: batch statistics, else running ones.
+// index k (train: a view keeps its activations until stage_backward of k; batch statistics), or, train false,
+// the whole range with the running statistics (evaluation; k unused).
 void stage_forward(Stage *st, const Model *table, int off, int n, int k, bool train);
 // Given: backward of samples [off, off + n) of micro-batch k through stage s: its output gradient must already
-// hold them (the next stage's input gradient, or the loss's). Parameter gradients ACCUMULATE.
+// hold them (the next stage's input gradient, or the loss's). Parameter gradients ACCUMULATE; the input gradient
+// lands in st->dinput at the same samples, and k's view is free again.
 void stage_backward(Stage *st, const Model *table, int off, int n, int k);
 // Given: stage st's output gradient slot (the gradient of its last layer's output), for writing into.
 float *stage_dout(Stage *st);
 // Given: stage st's output (its last layer's activation).
 float *stage_out(Stage *st);
+// Given: bytes of the activations stage st holds: its views, one per micro-batch it has had in flight at once.
+size_t stage_held_bytes(const Stage *st);
 // Given: the loss of samples [off, off + n) on the last stage (labels already there): adds their loss sum and
 // correct count to *r and writes scale * dloss/dlogits into the last stage's output gradient.
 void pipe_loss(Pipe *p, int off, int n, float smoothing, float scale, Metrics *r);
@@ -106,12 +111,13 @@ void pipe_copy(Device to, float *dst, Device from, const float *src, size_t n);
 void pipe_load_batch(Pipe *p, const Batch *b);
 // Given: one SGD step of stage st on its own parameters (the whole model's views that fall in its slice).
 void stage_optim_step(Stage *st, const Model *table, const SgdConfig *opt);
-// Given: zeroes every stage's parameter gradients.
+// Given: zeroes every stage's parameter gradients and frees its views: the start of a step.
 void pipe_zero_grad(Pipe *p);
 // Given: micro-batch k of M over a batch of n: its first sample and its size (sizes differ by at most 1).
 void pipe_micro_range(int n, int M, int k, int *off, int *size);
-// Given: per-layer forward + backward seconds of `table`'s architecture, one pipe of one stage, `reps` steps on
-// a synthetic batch of `batch`: what BALANCE_TIME cuts by.
+// Given: forward + backward seconds of `table`'s architecture per layer, `reps` steps on a synthetic batch of
+// `batch`: what BALANCE_TIME cuts by. Timed per run of layers between two allowed cuts, given to its first layer
+// (the others 0), so any stage's sum is its time.
 void pipe_measure_layers(const Model *table, Device d, int batch, int reps, double *seconds);
 // Given: the test split in eval mode through the stages (BN running statistics), whole batches, no micro-batches.
 Metrics pipe_evaluate(Pipe *p, Loader *L);

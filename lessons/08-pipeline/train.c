@@ -124,6 +124,11 @@ static void print_time_split(const Pipe *p) {
         slowest = t > slowest ? t : slowest;
     }
     printf(" total %.2f\n", 1000.0 * total);
+    // GPipe: every micro-batch's activations stay until the backward pass, so each stage holds all M of them.
+    printf("activations held:");
+    for (int s = 0; s < p->n_stages; s++)
+        printf(" stage %d %d micro-batch(es) %.2f MB |", s, p->stages[s].n_views, stage_held_bytes(&p->stages[s]) / 1e6);
+    printf("\n");
     // One device per stage, GPipe's schedule: M + P - 1 slots of the slowest stage, of which P - 1 idle on each
     // device (the bubble); here the stages ran one after another.
     int P = p->n_stages, M = p->micro_batches;
@@ -230,7 +235,13 @@ static double report_idle(const DistPipe *dp, int M, bool printer) {
     int world = pg_world(dp->world), P = dp->grid.stages;
     static double step[REPORT_MAX_RANKS], wait[REPORT_MAX_RANKS], held[REPORT_MAX_RANKS];
     double idle = 0.0;
-    gather_times(dp, 0, step, wait, held);
+    // What each rank's stage holds: as many views (one micro-batch's activations each) as it had in flight at once.
+    const Stage *st = &dp->local->stages[0];
+    static double mb[REPORT_MAX_RANKS];
+    memset(mb, 0, sizeof mb);
+    mb[pg_rank(dp->world)] = (double)stage_held_bytes(st) / 1e6;
+    pg_allreduce_sum_double_host(dp->world, mb, world);
+    gather_times(dp, st->n_views, step, wait, held);
     for (int r = 0; r < world; r++) idle += step[r] > 0 ? wait[r] / step[r] : 0.0;
     idle /= world;
     if (printer) {
@@ -239,6 +250,9 @@ static double report_idle(const DistPipe *dp, int M, bool printer) {
             printf("  rank %d (stage %d, replica %d): step %.2f = computing %.2f + waiting %.2f (%.0f%% idle)\n", r,
                    r % P, r / P, 1000.0 * step[r], 1000.0 * (step[r] - wait[r]), 1000.0 * wait[r],
                    step[r] > 0 ? 100.0 * wait[r] / step[r] : 0.0);
+        printf("activations held:");
+        for (int r = 0; r < world; r++) printf(" rank %d %.0f micro-batch(es) %.2f MB |", r, held[r], mb[r]);
+        printf("\n");
         printf("bubble: measured %.0f%% idle (mean over ranks), formula (P-1)/(M+P-1) = %d/%d = %.0f%%\n",
                100.0 * idle, P - 1, M + P - 1, 100.0 * bubble_formula(P, M));
     }

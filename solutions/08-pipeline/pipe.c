@@ -1,6 +1,6 @@
 // pipe.c: lesson 08, a model cut into stages: where to cut (TODO 1), the hand-offs across a cut (TODO 2) and
-// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's layer ops over a run of
-// the layer table) is given, below the TODOs.
+// the GPipe step (TODO 3). The stage runner (stage_forward, stage_backward: the kit's model of the stage's layers,
+// with a view of it per micro-batch in flight) is given, below the TODOs.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +10,6 @@
 #include "kit/log.h"
 #include "kit/ops.h"
 #include "lesson.h"
-
-bool pipe_cut_ok(const Model *m, int cut) {
-    if (cut <= 0 || cut >= m->n_layers) return false;
-    for (int j = cut; j < m->n_layers; j++) {
-        const Layer *l = &m->layers[j];
-        if (l->in < cut && l->in != cut - 1) return false;
-        if (l->kind == LAYER_ADD && l->in2 < cut && l->in2 != cut - 1) return false;
-    }
-    return true;
-}
 
 // ---------------------------------------------------------------- TODO 1: where to cut
 
@@ -132,6 +122,11 @@ Metrics pipe_step(Pipe *p, const Batch *b, const SgdConfig *opt, float label_smo
 }
 
 // ---------------------------------------------------------------- given: building the stages
+//
+// A stage is the kit's model of its layers (model_create_stage: the whole model's slice of parameters, run by
+// the kit's layer ops) plus, per micro-batch in flight, a VIEW of it (model_create_view): the same weights and
+// gradients, activations of its own. Around them, the stage's side of each cut for the whole batch: input and
+// dinput (what crosses from and back to the stage before), out and dout (to and from the stage after).
 
 static float *floats_alloc(Device d, size_t n) {
     float *x = device_alloc(d, (n ? n : 1) * sizeof(float));
@@ -139,71 +134,27 @@ static float *floats_alloc(Device d, size_t n) {
     return x;
 }
 
-static size_t layer_floats(const Layer *l) { return (size_t)l->c * l->h * l->w; }
-
-static Conv2dDims conv_dims(const Model *m, const Layer *l, int n) {
-    int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
-    if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
-    Conv2dDims d = {.n = n, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize, .stride = l->stride, .pad = l->pad};
-    return d;
-}
-static BatchNormDims bn_dims(const Layer *l, int n) {
-    BatchNormDims d = {.n = n, .c = l->c, .hw = l->h * l->w, .eps = 1e-5f, .momentum = 0.1f};
-    return d;
-}
-
-// The stage's slices of the flat parameter and buffer layouts: its layers' are contiguous (forward order).
-static void stage_slices(Stage *st, const Model *m) {
-    size_t p0 = SIZE_MAX, p1 = 0, b0 = SIZE_MAX, b1 = 0;
-    for (int i = st->first; i < st->last; i++) {
-        const Layer *l = &m->layers[i];
-        if (l->param_count) {
-            if (l->param_offset < p0) p0 = l->param_offset;
-            if (l->param_offset + l->param_count > p1) p1 = l->param_offset + l->param_count;
-        }
-        if (l->kind == LAYER_BN) {
-            const TensorView *mean = &m->buffer_views[l->running], *var = &m->buffer_views[l->running + 1];
-            if (mean->offset < b0) b0 = mean->offset;
-            if (var->offset + var->count > b1) b1 = var->offset + var->count;
-        }
-    }
-    st->param_offset = p0 == SIZE_MAX ? 0 : p0, st->n_params = p0 == SIZE_MAX ? 0 : p1 - p0;
-    st->buffer_offset = b0 == SIZE_MAX ? 0 : b0, st->n_buffers = b0 == SIZE_MAX ? 0 : b1 - b0;
-}
-
-static void stage_create(Stage *st, const Model *m, Device d, int first, int last, bool is_last, int max_batch) {
+static void stage_create(Stage *st, const Model *table, Device d, int first, int last, bool is_last, int max_batch,
+                         int micro_batches) {
     memset(st, 0, sizeof *st);
     st->first = first, st->last = last, st->device = d;
-    stage_slices(st, m);
+    // Every view holds one micro-batch, at most ceil(max_batch / M) images; the owner runs evaluation in
+    // pieces of that size.
+    st->micro_rows = (max_batch + micro_batches - 1) / micro_batches;
+    Model *o = st->owner = model_create_stage(&table->cfg, d, st->micro_rows, 0, first, last);
+    st->param_offset = o->param_base, st->n_params = o->n_params;
+    st->buffer_offset = o->buffer_base, st->n_buffers = o->n_buffers;
+    st->params = o->params, st->grads = o->grads, st->velocity = o->velocity, st->buffers = o->buffers;
+    device_copy_to(d, st->params, table->params + st->param_offset, st->n_params * sizeof(float));
+    device_copy_to(d, st->buffers, table->buffers + st->buffer_offset, st->n_buffers * sizeof(float));
     size_t B = (size_t)max_batch;
-    st->params = floats_alloc(d, st->n_params);
-    st->grads = floats_alloc(d, st->n_params);
-    st->velocity = floats_alloc(d, st->n_params);
-    st->buffers = floats_alloc(d, st->n_buffers);
-    device_copy_to(d, st->params, m->params + st->param_offset, st->n_params * sizeof(float));
-    device_copy_to(d, st->buffers, m->buffers + st->buffer_offset, st->n_buffers * sizeof(float));
-    st->in_floats = first == 0 ? (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w : layer_floats(&m->layers[first - 1]);
+    st->in_floats = (size_t)o->in_c * o->in_h * o->in_w;
+    st->out_floats = stage_out_floats(st, table);
     st->input = floats_alloc(d, B * st->in_floats);
     st->dinput = first == 0 ? NULL : floats_alloc(d, B * st->in_floats);
-    size_t work = 0;
-    for (int i = first; i < last; i++) {
-        const Layer *l = &m->layers[i];
-        st->acts[i] = floats_alloc(d, B * layer_floats(l));
-        st->dacts[i] = floats_alloc(d, B * layer_floats(l));
-        size_t need = 0;
-        if (l->kind == LAYER_CONV) {
-            Conv2dDims cd = conv_dims(m, l, max_batch);
-            need = conv2d_work_floats(d, &cd);
-        } else if (l->kind == LAYER_BN) {
-            BatchNormDims bd = bn_dims(l, max_batch);
-            need = batchnorm_work_floats(d, &bd);
-            st->saved_offset[i] = st->saved_floats;
-            st->saved_floats += 2 * (size_t)l->c;  // mean, invstd
-        }
-        if (need > work) work = need;
-    }
-    st->saved = floats_alloc(d, PIPE_MAX_MICRO * st->saved_floats);
-    st->work = floats_alloc(d, work);
+    st->out = floats_alloc(d, B * st->out_floats);
+    st->dout = floats_alloc(d, B * st->out_floats);
+    for (int k = 0; k < PIPE_MAX_MICRO; k++) st->holds[k] = -1;
     if (is_last) {
         st->labels = device_alloc(d, B * sizeof(int));
         st->loss = floats_alloc(d, B);
@@ -213,46 +164,46 @@ static void stage_create(Stage *st, const Model *m, Device d, int first, int las
 
 static void stage_free(Stage *st) {
     Device d = st->device;
-    float *bufs[] = {st->params, st->grads, st->velocity, st->buffers, st->input, st->dinput, st->saved, st->work,
-                     st->loss};
+    for (int v = 0; v < st->n_views; v++) model_free(st->views[v]);  // views before their owner
+    model_free(st->owner);
+    float *bufs[] = {st->input, st->dinput, st->out, st->dout, st->loss};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) device_free(d, bufs[i]);
-    for (int i = st->first; i < st->last; i++) device_free(d, st->acts[i]), device_free(d, st->dacts[i]);
     if (st->labels) device_free(d, st->labels);
     if (st->pred) device_free(d, st->pred);
 }
 
-Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch) {
-    CHECK(stages >= 1 && stages <= PIPE_MAX_STAGES, "--stages out of range");
+static Pipe *pipe_alloc(const Model *table, int stages, int micro_batches, int max_batch) {
     CHECK(micro_batches >= 1 && micro_batches <= PIPE_MAX_MICRO, "--micro-batches out of range");
-    CHECK(first[0] == 0 && first[stages] == table->n_layers,
-          "the stages must cover the layers from 0 to the end (TODO 1b: pipe_balance fills first[])");
-    for (int s = 0; s < stages; s++) {
-        CHECK(first[s] < first[s + 1], "a stage with no layer (TODO 1b: the cuts in first[] must increase)");
-        CHECK(s == 0 || pipe_cut_ok(table, first[s]), "a cut where more than one activation crosses (pipe_cut_ok)");
-    }
     Pipe *p = xcalloc(1, sizeof *p);
     p->table = table, p->n_stages = stages, p->micro_batches = micro_batches, p->max_batch = max_batch;
-    for (int s = 0; s < stages; s++)
-        stage_create(&p->stages[s], table, d, first[s], first[s + 1], s == stages - 1, max_batch);
     p->host_labels = xmalloc((size_t)max_batch * sizeof(int));
     p->host_loss = xmalloc((size_t)max_batch * sizeof(float));
     p->host_pred = xmalloc((size_t)max_batch * sizeof(int));
     return p;
 }
 
+Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch) {
+    CHECK(stages >= 1 && stages <= PIPE_MAX_STAGES, "--stages out of range");
+    CHECK(first[0] == 0 && first[stages] == table->n_layers,
+          "the stages must cover the layers from 0 to the end (TODO 1b: pipe_balance fills first[])");
+    for (int s = 0; s < stages; s++) {
+        CHECK(first[s] < first[s + 1], "a stage with no layer (TODO 1b: the cuts in first[] must increase)");
+        CHECK(s == 0 || pipe_cut_ok(table, first[s]), "a cut where more than one activation crosses (pipe_cut_ok)");
+    }
+    Pipe *p = pipe_alloc(table, stages, micro_batches, max_batch);
+    for (int s = 0; s < stages; s++)
+        stage_create(&p->stages[s], table, d, first[s], first[s + 1], s == stages - 1, max_batch, micro_batches);
+    return p;
+}
+
 Pipe *pipe_create_stage(const Model *table, Device d, const int *first, int stages, int s, int micro_batches,
                         int max_batch) {
     CHECK(s >= 0 && s < stages && stages <= PIPE_MAX_STAGES, "a stage outside the split");
-    CHECK(micro_batches >= 1 && micro_batches <= PIPE_MAX_MICRO, "--micro-batches out of range");
     CHECK(first[s] < first[s + 1] && first[s + 1] <= table->n_layers && (s == 0 || pipe_cut_ok(table, first[s])),
           "not a stage of a valid split (TODO 1b: pipe_balance fills first[])");
-    Pipe *p = xcalloc(1, sizeof *p);
-    p->table = table, p->n_stages = 1, p->micro_batches = micro_batches, p->max_batch = max_batch;
-    stage_create(&p->stages[0], table, d, first[s], first[s + 1], s == stages - 1, max_batch);
-    p->host_labels = xmalloc((size_t)max_batch * sizeof(int));
-    p->host_loss = xmalloc((size_t)max_batch * sizeof(float));
-    p->host_pred = xmalloc((size_t)max_batch * sizeof(int));
+    Pipe *p = pipe_alloc(table, 1, micro_batches, max_batch);
+    stage_create(&p->stages[0], table, d, first[s], first[s + 1], s == stages - 1, max_batch, micro_batches);
     return p;
 }
 
@@ -265,122 +216,73 @@ void pipe_free(Pipe *p) {
 
 // ---------------------------------------------------------------- given: running a stage
 
-float *stage_out(Stage *st) { return st->acts[st->last - 1]; }
-float *stage_dout(Stage *st) { return st->dacts[st->last - 1]; }
+bool pipe_cut_ok(const Model *m, int cut) { return model_cut_ok(&m->cfg, cut); }
 
-// Activation idx for samples from `off`: the stage's own layer, or what came across the cut (stage 0: the images).
-static float *act_at(Stage *st, const Model *m, int idx, int off) {
-    if (idx < st->first) return st->input + (size_t)off * st->in_floats;
-    return st->acts[idx] + (size_t)off * layer_floats(&m->layers[idx]);
-}
-static float *dact_at(Stage *st, const Model *m, int idx, int off) {
-    if (idx < st->first) return st->dinput ? st->dinput + (size_t)off * st->in_floats : NULL;
-    return st->dacts[idx] + (size_t)off * layer_floats(&m->layers[idx]);
-}
-static float *param_at(float *base, const Stage *st, const Model *m, int view) {
-    return view < 0 ? NULL : base + (m->views[view].offset - st->param_offset);
-}
-static float *running_at(Stage *st, const Model *m, int view) {
-    return st->buffers + (m->buffer_views[view].offset - st->buffer_offset);
-}
-static void in_shape(const Model *m, const Layer *l, int *c, int *h, int *w) {
-    *c = m->cfg.in_c, *h = m->cfg.in_h, *w = m->cfg.in_w;
-    if (l->in >= 0) *c = m->layers[l->in].c, *h = m->layers[l->in].h, *w = m->layers[l->in].w;
+float *stage_out(Stage *st) { return st->out; }
+float *stage_dout(Stage *st) { return st->dout; }
+
+size_t stage_held_bytes(const Stage *st) {
+    size_t bytes = 0;
+    for (int v = 0; v < st->n_views; v++) bytes += model_device_bytes(st->views[v]);
+    return bytes;
 }
 
-void stage_forward(Stage *st, const Model *m, int off, int n, int k, bool train) {
-    Device d = st->device;
-    for (int i = st->first; i < st->last; i++) {
-        double t0 = time_now();
-        const Layer *l = &m->layers[i];
-        const float *in = act_at(st, m, l->in, off);
-        float *out = act_at(st, m, i, off);
-        int c, h, w;
-        in_shape(m, l, &c, &h, &w);
-        size_t count = (size_t)n * layer_floats(l);
-        switch (l->kind) {
-        case LAYER_CONV: {
-            Conv2dDims cd = conv_dims(m, l, n);
-            conv2d_forward(d, &cd, in, param_at(st->params, st, m, l->weight),
-                           param_at(st->params, st, m, l->bias_view), out, st->work);
-            break;
-        }
-        case LAYER_BN: {
-            BatchNormDims bd = bn_dims(l, n);
-            const float *gamma = param_at(st->params, st, m, l->weight);
-            const float *beta = param_at(st->params, st, m, l->bias_view);
-            float *rm = running_at(st, m, l->running), *rv = running_at(st, m, l->running + 1);
-            float *mean = st->saved + (size_t)k * st->saved_floats + st->saved_offset[i], *invstd = mean + l->c;
-            if (train) batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, rm, rv, NULL, st->work);
-            else batchnorm_forward_eval(d, &bd, in, gamma, beta, rm, rv, out);
-            break;
-        }
-        case LAYER_RELU: relu_forward(d, count, in, out); break;
-        case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
-        case LAYER_ADD: add_forward(d, count, in, act_at(st, m, l->in2, off), out); break;
-        case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
-        case LAYER_LINEAR:
-            linear_forward(d, n, c * h * w, l->out_c, in, param_at(st->params, st, m, l->weight),
-                           param_at(st->params, st, m, l->bias_view), out);
-            break;
-        }
-        device_synchronize(d);
-        double dt = time_now() - t0;
-        st->layer_seconds[i] += dt, st->seconds += dt;
+// The view that keeps micro-batch k from its forward to its backward: a free one, or a new one when every view
+// holds a micro-batch still waiting for its backward (so a stage ends up with as many as it ever has in flight).
+static Model *view_take(Stage *st, int k) {
+    CHECK(k >= 0 && k < PIPE_MAX_MICRO, "a micro-batch index out of range");
+    int v = 0;
+    while (v < st->n_views && st->holds[v] >= 0) {
+        if (st->holds[v] == k) die("micro-batch %d forward twice without its backward on the stage of layers %d..%d\n"
+                                   "  HINT: each micro-batch goes forward once, then backward once, per step",
+                                   k, st->first, st->last - 1);
+        v++;
     }
+    if (v == st->n_views) st->views[st->n_views++] = model_create_view(st->owner, st->micro_rows);
+    st->holds[v] = k;
+    return st->views[v];
 }
 
-void stage_backward(Stage *st, const Model *m, int off, int n, int k) {
+static int view_of(const Stage *st, int k) {
+    for (int v = 0; v < st->n_views; v++)
+        if (st->holds[v] == k) return v;
+    die("backward of micro-batch %d before its forward on the stage of layers %d..%d\n"
+        "  HINT: stage_forward(.., k, true) keeps the activations that stage_backward(.., k) needs",
+        k, st->first, st->last - 1);
+}
+
+void stage_forward(Stage *st, const Model *table, int off, int n, int k, bool train) {
+    double t0 = time_now();
     Device d = st->device;
-    // The ops ADD into activation gradients (a residual's input gets two shares): every slot of these samples
-    // starts at zero, but the output gradient, which the caller has just written.
-    for (int i = st->first; i < st->last - 1; i++)
-        device_memset_zero(d, dact_at(st, m, i, off), (size_t)n * layer_floats(&m->layers[i]) * sizeof(float));
+    size_t fin = st->in_floats, fout = st->out_floats;
+    (void)table;
+    if (train) {
+        CHECK(n <= st->micro_rows, "a micro-batch larger than max_batch / micro_batches (pipe_micro_range)");
+        const float *y = model_forward(view_take(st, k), st->input + (size_t)off * fin, n, true);
+        device_copy(d, st->out + (size_t)off * fout, y, (size_t)n * fout * sizeof(float));
+    } else {  // evaluation: running statistics, every image on its own, so in pieces through the owner
+        for (int at = off; at < off + n; at += st->micro_rows) {
+            int rows = off + n - at < st->micro_rows ? off + n - at : st->micro_rows;
+            const float *y = model_forward(st->owner, st->input + (size_t)at * fin, rows, false);
+            device_copy(d, st->out + (size_t)at * fout, y, (size_t)rows * fout * sizeof(float));
+        }
+    }
+    device_synchronize(d);
+    st->seconds += time_now() - t0;
+}
+
+void stage_backward(Stage *st, const Model *table, int off, int n, int k) {
+    double t0 = time_now();
+    Device d = st->device;
+    size_t fin = st->in_floats, fout = st->out_floats;
+    (void)table;
+    int v = view_of(st, k);
+    model_backward(st->views[v], st->input + (size_t)off * fin, st->dout + (size_t)off * fout, n);
     if (st->dinput)
-        device_memset_zero(d, dact_at(st, m, st->first - 1, off), (size_t)n * st->in_floats * sizeof(float));
-    for (int i = st->last - 1; i >= st->first; i--) {
-        double t0 = time_now();
-        const Layer *l = &m->layers[i];
-        const float *in = act_at(st, m, l->in, off), *out = act_at(st, m, i, off), *dy = dact_at(st, m, i, off);
-        float *dx = dact_at(st, m, l->in, off);
-        int c, h, w;
-        in_shape(m, l, &c, &h, &w);
-        size_t count = (size_t)n * layer_floats(l);
-        float *dw = param_at(st->grads, st, m, l->weight), *db = param_at(st->grads, st, m, l->bias_view);
-        switch (l->kind) {
-        case LAYER_CONV: {
-            Conv2dDims cd = conv_dims(m, l, n);
-            conv2d_backward(d, &cd, in, param_at(st->params, st, m, l->weight), dy, dx, dw, db, st->work);
-            break;
-        }
-        case LAYER_BN: {
-            BatchNormDims bd = bn_dims(l, n);
-            const float *mean = st->saved + (size_t)k * st->saved_floats + st->saved_offset[i], *invstd = mean + l->c;
-            if (dx) batchnorm_backward(d, &bd, in, param_at(st->params, st, m, l->weight), mean, invstd, dy, dx, dw, db,
-                                       NULL, st->work);
-            break;
-        }
-        case LAYER_RELU:
-            if (dx) relu_backward(d, count, out, dy, dx);
-            break;
-        case LAYER_MAXPOOL:
-            if (dx) maxpool2_backward(d, n, c, h, w, in, out, dy, dx);
-            break;
-        case LAYER_ADD:
-            if (dx) add_inplace(d, count, dx, dy);
-            if (l->in2 >= 0) add_inplace(d, count, dact_at(st, m, l->in2, off), dy);
-            break;
-        case LAYER_AVGPOOL:
-            if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
-            break;
-        case LAYER_LINEAR:
-            linear_backward(d, n, c * h * w, l->out_c, in, param_at(st->params, st, m, l->weight), dy, dx, dw, db);
-            break;
-        }
-        device_synchronize(d);
-        double dt = time_now() - t0;
-        st->layer_seconds[i] += dt, st->seconds += dt;
-    }
+        device_copy(d, st->dinput + (size_t)off * fin, model_input_grad(st->views[v]), (size_t)n * fin * sizeof(float));
+    st->holds[v] = -1;  // its activations are no longer needed: the view is free for the next micro-batch
+    device_synchronize(d);
+    st->seconds += time_now() - t0;
 }
 
 void pipe_copy(Device to, float *dst, Device from, const float *src, size_t n) {
@@ -417,20 +319,17 @@ void pipe_loss(Pipe *p, int off, int n, float smoothing, float scale, Metrics *r
     r->count += n;
 }
 
-void stage_optim_step(Stage *st, const Model *m, const SgdConfig *opt) {
-    for (int v = 0; v < m->n_views; v++) {
-        const TensorView *tv = &m->views[v];
-        if (tv->offset < st->param_offset || tv->offset >= st->param_offset + st->n_params) continue;
-        size_t at = tv->offset - st->param_offset;
-        sgd_update(st->device, tv->count, st->params + at, st->grads + at, st->velocity + at, opt->lr, opt->momentum,
-                   tv->decay ? opt->weight_decay : 0.0f, opt->nesterov);
-    }
+void stage_optim_step(Stage *st, const Model *table, const SgdConfig *opt) {
+    (void)table;
+    optim_step(st->owner, opt);
 }
 
+// A step starts here (pipe_step, pipe_dist_load): its micro-batches start afresh, so every view is free again,
+// even when the last step left some without their backward.
 void pipe_zero_grad(Pipe *p) {
     for (int s = 0; s < p->n_stages; s++) {
-        Stage *st = &p->stages[s];
-        device_memset_zero(st->device, st->grads, (st->n_params ? st->n_params : 1) * sizeof(float));
+        model_zero_grad(p->stages[s].owner);
+        for (int v = 0; v < PIPE_MAX_MICRO; v++) p->stages[s].holds[v] = -1;
     }
 }
 
@@ -440,25 +339,35 @@ void pipe_micro_range(int n, int M, int k, int *off, int *size) {
     *off = k * base + (k < extra ? k : extra);
 }
 
+// The kit runs a stage as a whole, so time is measured per SEGMENT: the layers between two places where a cut
+// is allowed, each as a stage of its own on a synthetic batch. A segment's time goes to its first layer, the
+// others get 0: a stage of any allowed split is whole segments, so its cost, the sum over its layers, is its
+// segments' time.
 void pipe_measure_layers(const Model *table, Device d, int batch, int reps, double *seconds) {
-    int first[2] = {0, table->n_layers};
-    Pipe *p = pipe_create(table, d, first, 1, 1, batch);
-    size_t image = p->stages[0].in_floats;
-    Batch b = {.n = batch, .x = xmalloc((size_t)batch * image * sizeof(float)),
-               .y = xmalloc((size_t)batch * sizeof(int))};
-    for (size_t i = 0; i < (size_t)batch * image; i++) b.x[i] = (float)sin(0.37 * (double)i);
-    for (int i = 0; i < batch; i++) b.y[i] = i % table->cfg.classes;
-    for (int r = 0; r <= reps; r++) {
-        if (r == 1) memset(p->stages[0].layer_seconds, 0, sizeof p->stages[0].layer_seconds);  // rep 0 warms up
-        Metrics unused = {0, 0, 0};
-        pipe_load_batch(p, &b);
-        stage_forward(&p->stages[0], table, 0, batch, 0, true);
-        pipe_loss(p, 0, batch, 0.0f, 1.0f / (float)batch, &unused);
-        stage_backward(&p->stages[0], table, 0, batch, 0);
+    int n = table->n_layers;
+    for (int a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && !pipe_cut_ok(table, b); b++) continue;
+        Model *m = model_create_stage(&table->cfg, d, batch, 0, a, b);
+        const Layer *out = &table->layers[b - 1];
+        size_t fin = (size_t)m->in_c * m->in_h * m->in_w, fout = (size_t)batch * out->c * out->h * out->w;
+        size_t nx = (size_t)batch * fin, count = nx > fout ? nx : fout;
+        float *host = xmalloc(count * sizeof(float));
+        for (size_t i = 0; i < count; i++) host[i] = (float)sin(0.37 * (double)i);
+        float *x = device_alloc(d, nx * sizeof(float)), *dy = device_alloc(d, fout * sizeof(float));
+        device_copy_to(d, x, host, nx * sizeof(float));
+        device_copy_to(d, dy, host, fout * sizeof(float));
+        double t = 0.0;
+        for (int r = 0; r <= reps; r++) {  // rep 0 warms up
+            double t0 = time_now();
+            model_forward(m, x, batch, true);
+            model_backward(m, x, dy, batch);
+            device_synchronize(d);
+            if (r > 0) t += time_now() - t0;
+        }
+        for (int i = a; i < b; i++) seconds[i] = i == a ? t / (reps > 0 ? reps : 1) : 0.0;
+        device_free(d, x), device_free(d, dy), free(host);
+        model_free(m);
     }
-    for (int i = 0; i < table->n_layers; i++) seconds[i] = p->stages[0].layer_seconds[i] / (reps > 0 ? reps : 1);
-    free(b.x), free(b.y);
-    pipe_free(p);
 }
 
 Metrics pipe_evaluate(Pipe *p, Loader *L) {
