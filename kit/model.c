@@ -343,6 +343,23 @@ static void plan_memory(Model *m) {
 
 // ---------------------------------------------------------------- memory and initialisation
 
+static Conv2dDims conv_dims(const Model *m, const Layer *l, int n);
+
+// An inference model's prepared filters (Model.prepared): one slice per conv layer that has any. Only for
+// inference: a training model's weights change every step, and preparing them would cost a pass per step.
+static void prepared_alloc(Model *m) {
+    size_t total = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        Conv2dDims cd = conv_dims(m, l, m->max_batch);
+        m->prepared_offset[i] = total;
+        total += conv2d_prepared_floats(m->device, &cd);
+    }
+    m->prepared = total ? device_alloc(m->device, total * sizeof(float)) : NULL;
+    m->prepared_floats = total;
+}
+
 // Builds the table and allocates the buffers; `training` adds what only training needs (see model.h).
 static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, bool training) {
     CHECK(max_batch > 0, "the batch size must be positive");
@@ -374,6 +391,7 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
     m->pred = device_alloc(d, B * sizeof(int));
     m->host_loss = xmalloc(B * F);
     m->host_pred = xmalloc(B * sizeof(int));
+    if (!training) prepared_alloc(m);
     model_init(m, seed);
     return m;
 }
@@ -409,6 +427,7 @@ Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch) {
 size_t model_device_bytes(const Model *m) {
     size_t B = (size_t)m->max_batch, F = sizeof(float), floats = m->n_params + m->n_buffers;
     floats += B * m->act_floats_per_sample + m->work_floats + B * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w + B;
+    floats += m->prepared_floats;
     if (m->grads) floats += 2 * m->n_params + B * m->grad_floats_per_sample + m->saved_floats + B * m->cfg.classes;
     return floats * F + 2 * B * sizeof(int);  // + labels and pred
 }
@@ -416,7 +435,7 @@ size_t model_device_bytes(const Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     float *bufs[] = {m->params, m->grads, m->velocity, m->buffers, m->acts, m->dacts,
-                     m->saved, m->work, m->input, m->loss, m->dlogits};
+                     m->saved, m->work, m->input, m->loss, m->dlogits, m->prepared};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
     device_free(m->device, m->labels);
     device_free(m->device, m->pred);
@@ -465,6 +484,18 @@ void model_init(Model *m, uint64_t seed) {
         device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
         device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
     }
+    model_prepare_inference(m);
+}
+
+void model_prepare_inference(Model *m) {
+    if (!m->prepared) return;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        Conv2dDims cd = conv_dims(m, l, m->max_batch);
+        if (conv2d_prepared_floats(m->device, &cd))
+            conv2d_prepare(m->device, &cd, m->params + m->views[l->weight].offset, m->prepared + m->prepared_offset[i]);
+    }
 }
 
 void model_zero_grad(Model *m) {
@@ -505,10 +536,51 @@ static BatchNormDims bn_dims(const Layer *l, int n) {
     return d;
 }
 
+// Layer i of an eval-mode forward (BN with its running statistics) of n images: what model_forward(train = false)
+// runs for each layer in turn.
+void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
+    const Layer *l = &m->layers[i];
+    const float *in = act_ptr(m, l->in, x);
+    float *out = act_ptr(m, i, x);
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    const size_t count = (size_t)n * l->c * l->h * l->w;
+    const Device d = m->device;
+    switch (l->kind) {
+    case LAYER_CONV: {  // an inference model's prepared filters: the same bits as conv2d_forward, sooner
+        Conv2dDims cd = conv_dims(m, l, n);
+        const float *prepared = m->prepared && conv2d_prepared_floats(d, &cd) ? m->prepared + m->prepared_offset[i] : NULL;
+        conv2d_forward_prepared(d, &cd, in, view_ptr(m->params, m, l->weight), prepared,
+                                view_ptr(m->params, m, l->bias_view), out, m->work);
+        break;
+    }
+    case LAYER_BN: {
+        BatchNormDims bd = bn_dims(l, n);
+        const float *run_mean = m->buffers + m->buffer_views[l->running].offset;
+        const float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
+        batchnorm_forward_eval(d, &bd, in, view_ptr(m->params, m, l->weight), view_ptr(m->params, m, l->bias_view),
+                               run_mean, run_var, out);
+        break;
+    }
+    case LAYER_RELU: relu_forward(d, count, in, out); break;  // in may be out: in place
+    case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
+    case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
+    case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
+    case LAYER_LINEAR:
+        linear_forward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight),
+                       view_ptr(m->params, m, l->bias_view), out);
+        break;
+    }
+}
+
 const float *model_forward(Model *m, const float *x, int n, bool train) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     CHECK(!train || m->grads != NULL, "forward in training mode on an inference-only model (model_create_inference): "
           "pass train = false (eval mode: BN uses its running statistics)");
+    if (!train) {
+        for (int i = 0; i < m->n_layers; i++) model_forward_layer_eval(m, i, x, n);
+        return act_ptr(m, m->n_layers - 1, x);
+    }
     Device d = m->device;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
