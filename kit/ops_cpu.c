@@ -225,9 +225,9 @@ static void col2im_group(const Conv2dDims *s, const ConvPlan *pl, const float *c
 // threads share each image's GEMM y (K, P*Q) = w (K, C*R*R) @ col (C*R*R, P*Q), by output columns when the map is
 // the larger side (thread t: y[:, c0:c1] = w @ col[:, c0:c1]) or by output channels when the filters are (late
 // layers: 512 channels of a 4 x 4 map; thread t: y[k0:k1, :] = w[k0:k1, :] @ col, so each thread packs only its
-// share of the filters instead of all of them). Every output element is still the same dot product over C*R*R in
-// the same order, so the numbers are those of the image split (tests/test_ops.c:
-// test_conv_forward_column_split_same_bits).
+// share of the filters instead of all of them). Every output element is still the same dot product over C*R*R; a
+// thread's smaller GEMM may take another OpenBLAS kernel (its small-matrix one), so the result is the image split's
+// up to rounding (tests/test_ops.c: test_conv_forward_thread_split), and for a given thread count always the same.
 static void conv2d_forward_split(const Conv2dDims *s, const ConvPlan *pl, int threads, const float *x,
                                  const float *w, const float *b, float *y, float *col) {
     const int K = s->k;

@@ -509,31 +509,92 @@ static void test_conv_overwrites_and_no_bias(void **state) {
     free(x), free(w), free(y), free(work), free(yr), free(xd), free(wd);
 }
 
-// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns (im2col)
-// or share out its 16 GEMMs (Winograd). Right against float64, and the same bits as one thread computing the
-// whole image: every output element is the same dot product, in the same order, whichever thread computes it.
-static void test_conv_forward_column_split_same_bits(void **state) {
+// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns or output
+// channels (im2col), or share out its 16 GEMMs and its transforms (Winograd). Right against float64; against one
+// thread computing the whole image, Winograd's shares are the same calls on the same data (the same bits), while
+// im2col's thread-sized GEMMs may take other OpenBLAS kernels (its small-matrix path below about 100^3
+// multiply-adds, or another order over the products): each output is a sum of C*R*R products and the bias, so both
+// sides lie within gamma_(C*R*R + 1) * sum|terms| of the exact value, and of each other within twice that.
+static void test_conv_forward_thread_split(void **state) {
     (void)state;
     const Conv2dDims shapes[] = {
         {.n = 1, .c = 3, .h = 9, .w = 11, .k = 5, .r = 3, .stride = 1, .pad = 1},  // 99 columns: uneven blocks
         {.n = 1, .c = 6, .h = 8, .w = 8, .k = 4, .r = 1, .stride = 1, .pad = 0},   // 1x1: the image is its im2col
         {.n = 1, .c = 2, .h = 16, .w = 15, .k = 3, .r = 3, .stride = 2, .pad = 1},
         {.n = 1, .c = 16, .h = 9, .w = 8, .k = 24, .r = 3, .stride = 1, .pad = 1},  // Winograd: the 16 GEMMs shared
+        {.n = 1, .c = 32, .h = 4, .w = 4, .k = 40, .r = 3, .stride = 1, .pad = 1},  // 40 channels > 16 columns: by rows
+        {.n = 1, .c = 8, .h = 3, .w = 5, .k = 36, .r = 1, .stride = 1, .pad = 0},   // 1x1, by rows
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const Conv2dDims s = shapes[i];
         conv_case(s, 70 + i);  // forward and backward against float64 and finite differences
         const size_t nx = (size_t)s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r, ny = conv_y_size(&s);
         float *x = fvec(nx, -1, 1, 80 + i), *w = fvec(nw, -1, 1, 90 + i), *b = fvec(s.k, -1, 1, 100 + i);
-        float *work = fzeros(conv2d_work_floats(CPU, &s)), *split = fzeros(ny), *whole = fzeros(ny);
-        conv2d_forward(CPU, &s, x, w, b, split, work);  // all threads: by columns when there are 2+
+        float *ax = xmalloc(nx * sizeof(float)), *aw = xmalloc(nw * sizeof(float)), *ab = xmalloc(s.k * sizeof(float));
+        for (size_t j = 0; j < nx; j++) ax[j] = fabsf(x[j]);
+        for (size_t j = 0; j < nw; j++) aw[j] = fabsf(w[j]);
+        for (int j = 0; j < s.k; j++) ab[j] = fabsf(b[j]);
+        float *work = fzeros(conv2d_work_floats(CPU, &s)), *split = fzeros(ny), *whole = fzeros(ny), *sum = fzeros(ny);
+        conv2d_forward(CPU, &s, x, w, b, split, work);  // all threads: shared when there are 2+
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
         conv2d_forward(CPU, &s, x, w, b, whole, work);  // one thread: the whole image in one GEMM
+        setenv("KIT_WINOGRAD", "0", 1);  // sum|terms| of the direct sum (Winograd's own: test_conv_winograd_bound)
+        conv2d_forward(CPU, &s, ax, aw, ab, sum, work);
+        unsetenv("KIT_WINOGRAD");
         omp_set_num_threads(threads);
-        if (memcmp(split, whole, ny * sizeof(float)) != 0)
-            fail_msg("conv2d forward of one image (shape %zu): the column split changed the bits", i);
-        free(x), free(w), free(b), free(work), free(split), free(whole);
+        if (winograd_forward_eligible(&s)) {
+            if (memcmp(split, whole, ny * sizeof(float)) != 0)
+                fail_msg("conv2d forward of one image (shape %zu): Winograd's sharing between threads changed the bits", i);
+        } else {
+            // Twice gamma_(CRR + 1) for the two sides, and once more for S itself, a float sum of as many terms.
+            assert_within_rounding(split, whole, sum, ny, 3 * (s.c * s.r * s.r + 1));
+        }
+        free(x), free(w), free(b), free(ax), free(aw), free(ab), free(work), free(split), free(whole), free(sum);
+    }
+}
+
+// Prepared filters (conv2d_prepare, what an inference model keeps): conv2d_forward_prepared gives conv2d_forward's
+// bits, one image or several, one thread or all; a layer with nothing to prepare (0 floats) takes the plain path;
+// with KIT_WINOGRAD=0 the prepared filters are ignored and the result is im2col's.
+static void test_conv_prepared_same_bits(void **state) {
+    (void)state;
+    const Conv2dDims shapes[] = {
+        {.n = 3, .c = 16, .h = 9, .w = 8, .k = 24, .r = 3, .stride = 1, .pad = 1},   // Winograd forward: prepared
+        {.n = 3, .c = 32, .h = 4, .w = 4, .k = 40, .r = 3, .stride = 1, .pad = 1},   // a 4 x 4 map: im2col, nothing
+        {.n = 2, .c = 3, .h = 10, .w = 10, .k = 16, .r = 3, .stride = 1, .pad = 1},  // 3 channels: nothing
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const Conv2dDims s = shapes[i];
+        const size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * 9, ny = conv_y_size(&s);
+        const size_t np = conv2d_prepared_floats(CPU, &s);
+        assert_true((np > 0) == winograd_forward_eligible(&s));
+        float *x = fvec(nx, -1, 1, 110 + i), *w = fvec(nw, -1, 1, 120 + i), *b = fvec(s.k, -1, 1, 130 + i);
+        float *prepared = np ? fvec(np, -1, 1, 140 + i) : NULL, *work = fzeros(conv2d_work_floats(CPU, &s));
+        float *plain = fzeros(ny), *fast = fzeros(ny);
+        if (np) conv2d_prepare(CPU, &s, w, prepared);
+        const int threads = omp_get_max_threads();
+        for (int t = 1; t <= threads; t += threads > 1 ? threads - 1 : 1) {
+            omp_set_num_threads(t);
+            for (int n = 1; n <= s.n; n += s.n - 1) {
+                Conv2dDims d = s;
+                d.n = n;
+                conv2d_forward(CPU, &d, x, w, b, plain, work);
+                memset(fast, 0xff, ny * sizeof(float));  // NaNs: what is not overwritten shows
+                conv2d_forward_prepared(CPU, &d, x, w, prepared, b, fast, work);
+                if (memcmp(plain, fast, (size_t)n * ny / s.n * sizeof(float)) != 0)
+                    fail_msg("shape %zu, %d images, %d threads: the prepared forward's bits differ", i, n, t);
+            }
+        }
+        omp_set_num_threads(threads);
+        if (np) {  // KIT_WINOGRAD=0: im2col, whatever was prepared
+            setenv("KIT_WINOGRAD", "0", 1);
+            conv2d_forward(CPU, &s, x, w, b, plain, work);
+            conv2d_forward_prepared(CPU, &s, x, w, prepared, b, fast, work);
+            unsetenv("KIT_WINOGRAD");
+            assert_memory_equal(plain, fast, ny * sizeof(float));
+        }
+        free(x), free(w), free(b), free(prepared), free(work), free(plain), free(fast);
     }
 }
 
@@ -1187,7 +1248,8 @@ int main(void) {
         cmocka_unit_test(test_conv_accumulate_and_null),
         cmocka_unit_test(test_conv_overwrites_and_no_bias),
         cmocka_unit_test(test_conv_work_fits_smaller_batches),
-        cmocka_unit_test(test_conv_forward_column_split_same_bits),
+        cmocka_unit_test(test_conv_forward_thread_split),
+        cmocka_unit_test(test_conv_prepared_same_bits),
         cmocka_unit_test(test_bn_train_gradients),
         cmocka_unit_test(test_bn_running_stats),
         cmocka_unit_test(test_bn_eval_uses_running_stats),
