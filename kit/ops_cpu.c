@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/gemm_small.h"
 #include "kit/ops_impl.h"
 #include "kit/winograd.h"
 
@@ -316,21 +317,53 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
     }
 }
 
-// The prepared filters are Winograd's U, for the layers whose forward it takes (whatever KIT_WINOGRAD says now:
-// it is read on every call); the others have none.
+// The prepared filters: Winograd's (winograd_prepare_filters) for the layers whose forward it takes (whatever
+// KIT_WINOGRAD says now: it is read on every call); for the others, the filters packed for gemm_small (a whole image
+// at most GEMM_SMALL_MAX_COLS output positions: the 4 x 4 maps of ResNet-9's last stage, where OpenBLAS's packing of
+// the filters on every call cost more than its multiplications at batch 1); none where neither applies.
+static bool conv_packable(const Conv2dDims *s) {
+    return (size_t)conv2d_out_h(s) * (size_t)conv2d_out_w(s) <= GEMM_SMALL_MAX_COLS && gemm_small_available();
+}
+
 size_t conv2d_prepared_floats_cpu(const Conv2dDims *s) {
     conv_check_dims(s);
-    return winograd_forward_eligible(s) ? winograd_filters_floats(s) : 0;
+    if (winograd_forward_eligible(s)) return winograd_filters_floats(s);
+    return conv_packable(s) ? gemm_packed_floats(s->k, s->c * s->r * s->r) : 0;
 }
 
 void conv2d_prepare_cpu(const Conv2dDims *s, const float *w, float *prepared) {
     if (winograd_forward_eligible(s)) winograd_prepare_filters(s, w, prepared);
+    else if (conv_packable(s)) gemm_pack(s->k, s->c * s->r * s->r, w, s->c * s->r * s->r, prepared);
+}
+
+// The forward from filters packed for gemm_small, one image at a time (im2col by the calling thread, then the
+// filters' panels shared out between the threads): batches of at most GEMM_SMALL_MAX_COLS output positions.
+static void conv2d_forward_packed(const Conv2dDims *s, const float *x, const float *wp, const float *b, float *y,
+                                  float *work) {
+    const ConvPlan pl = conv_plan(s);
+    const int threads = conv_call_threads(), panels = (s->k + GEMM_PANEL - 1) / GEMM_PANEL;
+    const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)s->k * pl.pq;
+    for (int n = 0; n < s->n; n++) {
+        const float *a = x + n * x_img;  // 1x1, stride 1, no padding: the image is its im2col matrix
+        if (!pl.direct) {
+            im2col_group(s, &pl, a, 1, work);
+            a = work;
+        }
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int p = 0; p < panels; p++)
+            gemm_small(s->k, (int)pl.pq, (int)pl.crr, wp, a, (int)pl.pq, b, y + n * y_img, (int)pl.pq, p, p + 1);
+    }
 }
 
 void conv2d_forward_prepared_cpu(const Conv2dDims *s, const float *x, const float *w, const float *prepared,
                                  const float *b, float *y, float *work) {
-    if (prepared && winograd_forward_eligible(s) && winograd_enabled()) {
-        winograd_forward_prepared(s, x, prepared, b, y, work);
+    if (prepared && winograd_forward_eligible(s)) {
+        if (winograd_enabled()) winograd_forward_prepared(s, x, prepared, b, y, work);
+        else conv2d_forward_cpu(s, x, w, b, y, work);
+        return;
+    }
+    if (prepared && conv_packable(s) && (size_t)s->n * conv2d_out_h(s) * conv2d_out_w(s) <= GEMM_SMALL_MAX_COLS) {
+        conv2d_forward_packed(s, x, prepared, b, y, work);
         return;
     }
     conv2d_forward_cpu(s, x, w, b, y, work);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/gemm_small.h"
 #include "kit/winograd.h"
 
 // Below this many channels on either side the GEMMs are too shallow to pay for the transforms
@@ -294,6 +295,20 @@ static void wino_share(int n, int parts, int t, int *lo, int *hi) {
     *hi = *lo + per < n ? *lo + per : n;
 }
 
+// Prepared filters (winograd_prepare_filters): U (16, cout, cin), then, where gemm_small runs, U[e] packed for it
+// (16 of gemm_packed_floats(cout, cin)). Its packed U[e], or NULL.
+static const float *wino_packed(const WinoPlan *pl, const float *u_ready, int e) {
+    if (!u_ready || !gemm_small_available()) return NULL;
+    return u_ready + 16 * (size_t)pl->cout * pl->cin + (size_t)e * gemm_packed_floats(pl->cout, pl->cin);
+}
+
+// wino_gemm for the output channels of panels p0 .. p1 - 1 of a prepared U[e] (few columns: gemm_small.h).
+static void wino_gemm_packed(const WinoPlan *pl, const float *up, const float *v, float *m, size_t cols, int e, int p0,
+                             int p1) {
+    gemm_small(pl->cout, (int)cols, pl->cin, up, v + (size_t)e * pl->cin * cols, (int)cols, NULL,
+               m + (size_t)e * pl->cout * cols, (int)cols, p0, p1);
+}
+
 // Fewer images than threads (batch-1 inference): the images cannot keep the threads busy, so the threads share
 // each image: its input transform by input channels, its 16 GEMMs, its output transform by output channels, each
 // thread with a scratch of its own (thread 0's in its slice, the others' after that slice: winograd_work_floats
@@ -318,8 +333,16 @@ static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, con
         for (int n = 0; n < pl->n; n++) {
             wino_inputs_range(pl, x + n * x_img, 1, v, cols, scratch, c0, c1);
 #pragma omp barrier
+            if (wino_packed(pl, u_ready, 0) && cols <= GEMM_SMALL_MAX_COLS) {  // prepared and few tiles: gemm_small
+                const int panels = (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL;
 #pragma omp for schedule(static)
-            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);  // (ends with a barrier)
+                for (int ep = 0; ep < 16 * panels; ep++)
+                    wino_gemm_packed(pl, wino_packed(pl, u_ready, ep / panels), v, m, cols, ep / panels, ep % panels,
+                                     ep % panels + 1);
+            } else {
+#pragma omp for schedule(static)
+                for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);  // (ends with a barrier)
+            }
             // (No barrier after: the next image's input transform writes V and this thread's scratch, which no
             // other thread's output transform reads; M is rewritten only after the barrier before the GEMMs.)
             wino_outputs_range(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch, k0, k1);
@@ -353,7 +376,11 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, const f
             float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
             float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
-            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
+            const bool small = wino_packed(pl, u_ready, 0) && cols <= GEMM_SMALL_MAX_COLS;
+            for (int e = 0; e < 16; e++) {
+                if (small) wino_gemm_packed(pl, wino_packed(pl, u_ready, e), v, m, cols, e, 0, (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL);
+                else wino_gemm(pl, u, v, m, cols, e);
+            }
             wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
         }
     }
@@ -370,13 +397,23 @@ void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const
     wino_run(&pl, x, w, NULL, false, b, false, y, work);
 }
 
-size_t winograd_filters_floats(const Conv2dDims *s) { return 16 * (size_t)s->k * (size_t)s->c; }
+size_t winograd_filters_floats(const Conv2dDims *s) {
+    const size_t packed = gemm_small_available() ? 16 * gemm_packed_floats(s->k, s->c) : 0;
+    return 16 * (size_t)s->k * (size_t)s->c + packed;
+}
 
 void winograd_prepare_filters(const Conv2dDims *s, const float *w, float *u) {
     wino_check(s);
     const WinoPlan pl = wino_plan_for(1, s->c, s->k, s->h, s->w, 1);  // only cin and cout matter here
 #pragma omp parallel num_threads(wino_call_threads())
-    wino_filters(&pl, w, false, u);
+    {
+        wino_filters(&pl, w, false, u);  // (ends with a barrier)
+        if (gemm_small_available()) {
+#pragma omp for schedule(static)
+            for (int e = 0; e < 16; e++)
+                gemm_pack(s->k, s->c, u + (size_t)e * s->k * s->c, s->c, (float *)wino_packed(&pl, u, e));
+        }
+    }
 }
 
 void winograd_forward_prepared(const Conv2dDims *s, const float *x, const float *u, const float *b, float *y,
