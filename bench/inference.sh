@@ -8,8 +8,8 @@
 # the time). The kit: the lesson 06 solution with --latency; PyTorch: bench/torch_infer.py, loading the same file
 # through tools/ckpt_read.py. ROUNDS (default 3) alternating runs (kit, PyTorch, kit, ...) so that other work on the
 # machine lands on both; the table has the median of the rounds. The same thread count on both sides (THREADS,
-# default: the cores). MODELS=resnet9 (comma-separated) runs only those rows. The share of the machine that other work took while each side ran is recorded
-# (bench/cpu_share.py); above 10 % the report says LOADED in bold.
+# default: the cores); MODELS=resnet9 (comma-separated) runs only those rows. The share of the machine that other
+# work took while each side ran is recorded (bench/cpu_share.py); above 10 % the report says LOADED in bold.
 set -euo pipefail
 infer=${1:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
 train04=${2:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
