@@ -58,7 +58,8 @@ __attribute__((target("avx2,fma"))) static void gemm_block6(int k, const float *
     __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
     __m256 a5 = a0, b5 = a0;
     for (int c = 0; c < k; c++) {
-        const __m256 w0 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL), w1 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL + 8);
+        const float *wc = wp + (size_t)c * GEMM_PANEL;
+        const __m256 w0 = _mm256_loadu_ps(wc), w1 = _mm256_loadu_ps(wc + 8);
         const float *xc = x + (size_t)c * ldx;
         GEMM_STEP(0, a0, b0);
         GEMM_STEP(1, a1, b1);
@@ -78,7 +79,8 @@ __attribute__((target("avx2,fma"))) static void gemm_block6(int k, const float *
 __attribute__((target("avx2,fma"))) static void gemm_block4(int k, const float *wp, const float *x, int ldx, float *t) {
     __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
     for (int c = 0; c < k; c++) {
-        const __m256 w0 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL), w1 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL + 8);
+        const float *wc = wp + (size_t)c * GEMM_PANEL;
+        const __m256 w0 = _mm256_loadu_ps(wc), w1 = _mm256_loadu_ps(wc + 8);
         const float *xc = x + (size_t)c * ldx;
         GEMM_STEP(0, a0, b0);
         GEMM_STEP(1, a1, b1);
@@ -94,7 +96,8 @@ __attribute__((target("avx2,fma"))) static void gemm_block4(int k, const float *
 __attribute__((target("avx2,fma"))) static void gemm_block1(int k, const float *wp, const float *x, int ldx, float *t) {
     __m256 a0 = _mm256_setzero_ps(), b0 = a0;
     for (int c = 0; c < k; c++) {
-        const __m256 w0 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL), w1 = _mm256_loadu_ps(wp + (size_t)c * GEMM_PANEL + 8);
+        const float *wc = wp + (size_t)c * GEMM_PANEL;
+        const __m256 w0 = _mm256_loadu_ps(wc), w1 = _mm256_loadu_ps(wc + 8);
         const float *xc = x + (size_t)c * ldx;
         GEMM_STEP(0, a0, b0);
     }

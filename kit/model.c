@@ -547,9 +547,10 @@ void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
     const size_t count = (size_t)n * l->c * l->h * l->w;
     const Device d = m->device;
     switch (l->kind) {
-    case LAYER_CONV: {  // an inference model's prepared filters: the same bits as conv2d_forward, sooner
+    case LAYER_CONV: {  // an inference model's prepared filters: conv2d_forward's result up to rounding, sooner
         Conv2dDims cd = conv_dims(m, l, n);
-        const float *prepared = m->prepared && conv2d_prepared_floats(d, &cd) ? m->prepared + m->prepared_offset[i] : NULL;
+        const bool has = m->prepared && conv2d_prepared_floats(d, &cd);
+        const float *prepared = has ? m->prepared + m->prepared_offset[i] : NULL;
         conv2d_forward_prepared(d, &cd, in, view_ptr(m->params, m, l->weight), prepared,
                                 view_ptr(m->params, m, l->bias_view), out, m->work);
         break;

@@ -378,7 +378,8 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, const f
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
             const bool small = wino_packed(pl, u_ready, 0) && cols <= GEMM_SMALL_MAX_COLS;
             for (int e = 0; e < 16; e++) {
-                if (small) wino_gemm_packed(pl, wino_packed(pl, u_ready, e), v, m, cols, e, 0, (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL);
+                const int panels = (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL;
+                if (small) wino_gemm_packed(pl, wino_packed(pl, u_ready, e), v, m, cols, e, 0, panels);
                 else wino_gemm(pl, u, v, m, cols, e);
             }
             wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
