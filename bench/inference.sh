@@ -8,8 +8,8 @@
 # the time). The kit: the lesson 06 solution with --latency; PyTorch: bench/torch_infer.py, loading the same file
 # through tools/ckpt_read.py. ROUNDS (default 3) alternating runs (kit, PyTorch, kit, ...) so that other work on the
 # machine lands on both; the table has the median of the rounds. The same thread count on both sides (THREADS,
-# default: the cores). The share of the machine that other work took while each side ran is recorded
-# (bench/cpu_share.py); above 10 % the report says LOADED in bold.
+# default: the cores); MODELS=resnet9 (comma-separated) runs only those rows. The share of the machine that other
+# work took while each side ran is recorded (bench/cpu_share.py); above 10 % the report says LOADED in bold.
 set -euo pipefail
 infer=${1:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
 train04=${2:?usage: $0 INFER_PROGRAM LESSON04_PROGRAM [OUT.md]}
@@ -30,6 +30,10 @@ measured() { local label=$1; shift; python3 bench/cpu_share.py --log "$work/shar
 # model dataset data-dir
 models=("resnet9 synthetic datasets/data")
 [ -d /usr/share/datasets/fashion-mnist ] && models+=("fmnist fashion-mnist /usr/share/datasets/fashion-mnist")
+if [ -n "${MODELS:-}" ]; then  # MODELS=resnet9: only those (a longer run of one row)
+  keep=(); for spec in "${models[@]}"; do [[ " ${MODELS//,/ } " == *" ${spec%% *} "* ]] && keep+=("$spec"); done
+  models=("${keep[@]}")
+fi
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

@@ -67,6 +67,7 @@ def main():
         elapsed = time.perf_counter() - start
     p50, p99 = times[len(times) // 2], times[(len(times) * 99) // 100]
     print(f"bench: device=cpu model={ck['header']['model']} p50_ms={1e3 * p50:.4f} p99_ms={1e3 * p99:.4f} "
+          f"min_ms={1e3 * times[0]:.4f} "
           f"batch={a.batch} images_per_s={batches * a.batch / elapsed:.1f} torch={torch.__version__} threads={a.threads}")
 
 

@@ -714,6 +714,7 @@ void ckpt_apply(const Ckpt *ck, Model *m) {
             device_copy_to(m->device, dst[k] + v->offset, ck->bytes + t->offset, t->nbytes);
         }
     }
+    model_prepare_inference(m);  // an inference model's prepared filters follow the new weights
 }
 
 int ckpt_load(const char *path, Model *m, CkptState *st, char *err, size_t errlen) {

@@ -424,6 +424,23 @@ static void alloc_batch_buffers(Model *m, bool training) {
     m->host_pred = xmalloc(B * sizeof(int));
 }
 
+static Conv2dDims conv_dims(const Model *m, const Layer *l, int n);
+
+// An inference model's prepared filters (Model.prepared): one slice per conv layer that has any. Only for
+// inference: a training model's weights change every step, and preparing them would cost a pass per step.
+static void prepared_alloc(Model *m) {
+    size_t total = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        Conv2dDims cd = conv_dims(m, l, m->max_batch);
+        m->prepared_offset[i] = total;
+        total += conv2d_prepared_floats(m->device, &cd);
+    }
+    m->prepared = total ? device_alloc(m->device, total * sizeof(float)) : NULL;
+    m->prepared_floats = total;
+}
+
 // Builds the table (range: a stage's [first, last); NULL: every layer) and allocates the buffers; `training`
 // adds what only training needs (see model.h).
 static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint64_t seed, bool training,
@@ -453,6 +470,7 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
     }
     m->work = device_alloc(d, m->work_floats * F);
     alloc_batch_buffers(m, training);
+    if (!training) prepared_alloc(m);
     model_init(m, seed);
     return m;
 }
@@ -514,6 +532,7 @@ size_t model_device_bytes(const Model *m) {
     floats += B * m->act_floats_per_sample + B * in + B;
     if (m->grads) floats += B * m->grad_floats_per_sample + m->saved_floats + B * out_floats(m);
     if (m->dinput) floats += B * in;
+    if (!m->owner) floats += m->prepared_floats;
     return floats * F + 2 * B * sizeof(int);  // + labels and pred
 }
 
@@ -522,7 +541,7 @@ void model_free(Model *m) {
     float *bufs[] = {m->acts, m->dacts, m->saved, m->input, m->loss, m->dlogits, m->dinput};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
     if (!m->owner) {  // a view's shared buffers are its owner's to free
-        float *owned[] = {m->params, m->grads, m->velocity, m->buffers, m->work};
+        float *owned[] = {m->params, m->grads, m->velocity, m->buffers, m->work, m->prepared};
         for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) device_free(m->device, owned[i]);
     }
     device_free(m->device, m->labels);
@@ -572,6 +591,18 @@ void model_init(Model *m, uint64_t seed) {
         device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
         device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
     }
+    model_prepare_inference(m);
+}
+
+void model_prepare_inference(Model *m) {
+    if (!m->prepared) return;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        Conv2dDims cd = conv_dims(m, l, m->max_batch);
+        if (conv2d_prepared_floats(m->device, &cd))
+            conv2d_prepare(m->device, &cd, m->params + m->views[l->weight].offset, m->prepared + m->prepared_offset[i]);
+    }
 }
 
 void model_zero_grad(Model *m) {
@@ -612,10 +643,52 @@ static BatchNormDims bn_dims(const Layer *l, int n) {
     return d;
 }
 
+// Layer i of an eval-mode forward (BN with its running statistics) of n images: what model_forward(train = false)
+// runs for each layer in turn.
+void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
+    const Layer *l = &m->layers[i];
+    const float *in = act_ptr(m, l->in, x);
+    float *out = act_ptr(m, i, x);
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    const size_t count = (size_t)n * l->c * l->h * l->w;
+    const Device d = m->device;
+    switch (l->kind) {
+    case LAYER_CONV: {  // an inference model's prepared filters: conv2d_forward's result up to rounding, sooner
+        Conv2dDims cd = conv_dims(m, l, n);
+        const bool has = m->prepared && conv2d_prepared_floats(d, &cd);
+        const float *prepared = has ? m->prepared + m->prepared_offset[i] : NULL;
+        conv2d_forward_prepared(d, &cd, in, view_ptr(m->params, m, l->weight), prepared,
+                                view_ptr(m->params, m, l->bias_view), out, m->work);
+        break;
+    }
+    case LAYER_BN: {
+        BatchNormDims bd = bn_dims(l, n);
+        const float *run_mean = m->buffers + m->buffer_views[l->running].offset;
+        const float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
+        batchnorm_forward_eval(d, &bd, in, view_ptr(m->params, m, l->weight), view_ptr(m->params, m, l->bias_view),
+                               run_mean, run_var, out);
+        break;
+    }
+    case LAYER_RELU: relu_forward(d, count, in, out); break;  // in may be out: in place
+    case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
+    case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
+    case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
+    case LAYER_LINEAR:
+        linear_forward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight),
+                       view_ptr(m->params, m, l->bias_view), out);
+        break;
+    }
+}
+
 const float *model_forward(Model *m, const float *x, int n, bool train) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     CHECK(!train || m->grads != NULL, "forward in training mode on an inference-only model (model_create_inference): "
           "pass train = false (eval mode: BN uses its running statistics)");
+    if (!train) {
+        for (int i = 0; i < m->n_layers; i++) model_forward_layer_eval(m, i, x, n);
+        return act_ptr(m, m->n_layers - 1, x);
+    }
     Device d = m->device;
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];

@@ -29,6 +29,20 @@ void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float 
     conv2d_backward_cpu(s, x, w, dy, dx, dw, db, work);
 }
 
+// Prepared filters: the CPU only (a GPU's conv has nothing to prepare: 0 floats, and the plain forward).
+size_t conv2d_prepared_floats(Device d, const Conv2dDims *s) {
+    return d == DEVICE_CPU ? conv2d_prepared_floats_cpu(s) : 0;
+}
+
+void conv2d_prepare(Device d, const Conv2dDims *s, const float *w, float *prepared) {
+    if (d == DEVICE_CPU) conv2d_prepare_cpu(s, w, prepared);
+}
+
+void conv2d_forward_prepared(Device d, const Conv2dDims *s, const float *x, const float *w, const float *prepared, const float *b, float *y, float *work) {
+    if (d == DEVICE_CPU) { conv2d_forward_prepared_cpu(s, x, w, prepared, b, y, work); return; }
+    conv2d_forward(d, s, x, w, b, y, work);
+}
+
 size_t batchnorm_work_floats(Device d, const BatchNormDims *s) {
 #ifdef KIT_CUDA
     if (d == DEVICE_CUDA) { return batchnorm_work_floats_cuda(s); }

@@ -30,6 +30,18 @@ extern "C" {
 size_t conv2d_work_floats(Device d, const Conv2dDims *s);
 void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *b,
                     float *y, float *work);
+// The filters in the form the forward computes with, made once for many calls (an inference model's weights change
+// only when a checkpoint is applied): on the CPU, Winograd's transformed filters for the layers it takes, which
+// conv2d_forward would otherwise transform anew on every call (16 floats per channel pair: 16 MB for 512 -> 512).
+// conv2d_prepared_floats: how many floats `prepared` needs (0: nothing to prepare, on this layer or this device).
+// conv2d_prepare: prepared from w (call again whenever w changes). conv2d_forward_prepared: conv2d_forward's result,
+// using `prepared` where it has one (w where it has none): the same bits where its GEMMs have many columns; where
+// they have few (batch 1 on small maps) the same products summed in another order (kit/gemm_small.h), equal up to
+// rounding.
+size_t conv2d_prepared_floats(Device d, const Conv2dDims *s);
+void conv2d_prepare(Device d, const Conv2dDims *s, const float *w, float *prepared);
+void conv2d_forward_prepared(Device d, const Conv2dDims *s, const float *x, const float *w, const float *prepared,
+                             const float *b, float *y, float *work);
 // dx += conv_transpose(dy, w); dw += dy (x) x; db += sum(dy). Any of dx, dw, db may be NULL.
 void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *dy,
                      float *dx, float *dw, float *db, float *work);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/gemm_small.h"
 #include "kit/ops_impl.h"
 #include "kit/winograd.h"
 
@@ -222,15 +223,20 @@ static void col2im_group(const Conv2dDims *s, const ConvPlan *pl, const float *c
 }
 
 // Fewer images than threads (batch-1 inference, lesson 06): splitting by image would leave threads idle, so the
-// threads share each image's GEMM by output columns instead: thread t computes y[:, c0:c1] = w @ col[:, c0:c1].
-// Every output element is still the same dot product over C*R*R in the same order, so the numbers are those of
-// the image split (tests/test_ops.c: test_conv_forward_column_split_same_bits).
-static void conv2d_forward_by_columns(const Conv2dDims *s, const ConvPlan *pl, int threads, const float *x,
-                                      const float *w, const float *b, float *y, float *col) {
+// threads share each image's GEMM y (K, P*Q) = w (K, C*R*R) @ col (C*R*R, P*Q), by output columns when the map is
+// the larger side (thread t: y[:, c0:c1] = w @ col[:, c0:c1]) or by output channels when the filters are (late
+// layers: 512 channels of a 4 x 4 map; thread t: y[k0:k1, :] = w[k0:k1, :] @ col, so each thread packs only its
+// share of the filters instead of all of them). Every output element is still the same dot product over C*R*R; a
+// thread's smaller GEMM may take another OpenBLAS kernel (its small-matrix one), so the result is the image split's
+// up to rounding (tests/test_ops.c: test_conv_forward_thread_split), and for a given thread count always the same.
+static void conv2d_forward_split(const Conv2dDims *s, const ConvPlan *pl, int threads, const float *x,
+                                 const float *w, const float *b, float *y, float *col) {
     const int K = s->k;
     const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl->pq;
-    // Column blocks of whole 16-float vectors, so each thread's GEMM runs full-width kernels.
-    const size_t block = ((pl->pq + (size_t)threads - 1) / (size_t)threads + 15) / 16 * 16;
+    const bool by_rows = (size_t)K > pl->pq;
+    // Blocks of whole 16-float vectors (of 16 rows), so each thread's GEMM runs the same full-width kernels.
+    const size_t extent = by_rows ? (size_t)K : pl->pq;
+    const size_t block = ((extent + (size_t)threads - 1) / (size_t)threads + 15) / 16 * 16;
     for (int n = 0; n < s->n; n++) {
         const float *xn = x + n * x_img;
         float *yn = y + n * y_img;
@@ -238,16 +244,20 @@ static void conv2d_forward_by_columns(const Conv2dDims *s, const ConvPlan *pl, i
         const float *a = pl->direct ? xn : col;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int t = 0; t < threads; t++) {
-            const size_t c0 = (size_t)t * block, c1 = min_size(c0 + block, pl->pq);
-            if (c0 >= c1) continue;
+            const size_t i0 = (size_t)t * block, i1 = min_size(i0 + block, extent);
+            if (i0 >= i1) continue;
+            // This thread's part: rows k0..k1 by columns c0..c1 of y.
+            const size_t k0 = by_rows ? i0 : 0, k1 = by_rows ? i1 : (size_t)K;
+            const size_t c0 = by_rows ? 0 : i0, c1 = by_rows ? pl->pq : i1;
             float beta = 0.0f;
             if (b) {
-                for (int k = 0; k < K; k++)
+                for (size_t k = k0; k < k1; k++)
                     for (size_t i = c0; i < c1; i++) yn[k * pl->pq + i] = b[k];
                 beta = 1.0f;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, (int)(c1 - c0), (int)pl->crr, 1.0f, w,
-                        (int)pl->crr, a + c0, (int)pl->pq, beta, yn + c0, (int)pl->pq);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(k1 - k0), (int)(c1 - c0), (int)pl->crr,
+                        1.0f, w + k0 * pl->crr, (int)pl->crr, a + c0, (int)pl->pq, beta, yn + k0 * pl->pq + c0,
+                        (int)pl->pq);
         }
     }
 }
@@ -261,8 +271,8 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
     const ConvPlan pl = conv_plan(s);
     blas_single_thread();
     const int call_threads = conv_call_threads();
-    if (pl.group == 1 && s->n < call_threads && pl.pq >= 2 * 16) {
-        conv2d_forward_by_columns(s, &pl, call_threads, x, w, b, y, work);
+    if (pl.group == 1 && s->n < call_threads && (pl.pq >= 2 * 16 || s->k >= 2 * 16)) {
+        conv2d_forward_split(s, &pl, call_threads, x, w, b, y, work);
         return;
     }
     const int K = s->k;
@@ -305,6 +315,58 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
             }
         }
     }
+}
+
+// The prepared filters: Winograd's (winograd_prepare_filters) for the layers whose forward it takes (whatever
+// KIT_WINOGRAD says now: it is read on every call); for the others, the filters packed for gemm_small (a whole image
+// at most GEMM_SMALL_MAX_COLS output positions: the 4 x 4 maps of ResNet-9's last stage, where OpenBLAS's packing of
+// the filters on every call cost more than its multiplications at batch 1); none where neither applies.
+static bool conv_packable(const Conv2dDims *s) {
+    return (size_t)conv2d_out_h(s) * (size_t)conv2d_out_w(s) <= GEMM_SMALL_MAX_COLS && gemm_small_available();
+}
+
+size_t conv2d_prepared_floats_cpu(const Conv2dDims *s) {
+    conv_check_dims(s);
+    if (winograd_forward_eligible(s)) return winograd_filters_floats(s);
+    return conv_packable(s) ? gemm_packed_floats(s->k, s->c * s->r * s->r) : 0;
+}
+
+void conv2d_prepare_cpu(const Conv2dDims *s, const float *w, float *prepared) {
+    if (winograd_forward_eligible(s)) winograd_prepare_filters(s, w, prepared);
+    else if (conv_packable(s)) gemm_pack(s->k, s->c * s->r * s->r, w, s->c * s->r * s->r, prepared);
+}
+
+// The forward from filters packed for gemm_small, one image at a time (im2col by the calling thread, then the
+// filters' panels shared out between the threads): batches of at most GEMM_SMALL_MAX_COLS output positions.
+static void conv2d_forward_packed(const Conv2dDims *s, const float *x, const float *wp, const float *b, float *y,
+                                  float *work) {
+    const ConvPlan pl = conv_plan(s);
+    const int threads = conv_call_threads(), panels = (s->k + GEMM_PANEL - 1) / GEMM_PANEL;
+    const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)s->k * pl.pq;
+    for (int n = 0; n < s->n; n++) {
+        const float *a = x + n * x_img;  // 1x1, stride 1, no padding: the image is its im2col matrix
+        if (!pl.direct) {
+            im2col_group(s, &pl, a, 1, work);
+            a = work;
+        }
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int p = 0; p < panels; p++)
+            gemm_small(s->k, (int)pl.pq, (int)pl.crr, wp, a, (int)pl.pq, b, y + n * y_img, (int)pl.pq, p, p + 1);
+    }
+}
+
+void conv2d_forward_prepared_cpu(const Conv2dDims *s, const float *x, const float *w, const float *prepared,
+                                 const float *b, float *y, float *work) {
+    if (prepared && winograd_forward_eligible(s)) {
+        if (winograd_enabled()) winograd_forward_prepared(s, x, prepared, b, y, work);
+        else conv2d_forward_cpu(s, x, w, b, y, work);
+        return;
+    }
+    if (prepared && conv_packable(s) && (size_t)s->n * conv2d_out_h(s) * conv2d_out_w(s) <= GEMM_SMALL_MAX_COLS) {
+        conv2d_forward_packed(s, x, prepared, b, y, work);
+        return;
+    }
+    conv2d_forward_cpu(s, x, w, b, y, work);
 }
 
 // db[k] += sum over images and positions of dy[n][k].

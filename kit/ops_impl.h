@@ -15,6 +15,9 @@ extern "C" {
 // ---- CPU (kit/ops_cpu.c)
 size_t conv2d_work_floats_cpu(const Conv2dDims *s);
 void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work);
+size_t conv2d_prepared_floats_cpu(const Conv2dDims *s);
+void conv2d_prepare_cpu(const Conv2dDims *s, const float *w, float *prepared);
+void conv2d_forward_prepared_cpu(const Conv2dDims *s, const float *x, const float *w, const float *prepared, const float *b, float *y, float *work);
 void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work);
 size_t batchnorm_work_floats_cpu(const BatchNormDims *s);
 void batchnorm_forward_train_cpu(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);

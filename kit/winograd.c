@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/gemm_small.h"
 #include "kit/winograd.h"
 
 // Below this many channels on either side the GEMMs are too shallow to pay for the transforms
@@ -152,14 +153,16 @@ static void wino_filters(const WinoPlan *pl, const float *w, bool flipped, float
 // the compiler a shuffle per vector) and the padding is written once per call, not once per row of tiles.
 // Then a row of tiles at a time: B^T down the columns of its 4 rows, B along them.
 // `scratch` holds the padded image, (2*th + 2) rows of 2*tw + 2, then 4 rows of 2*tw + 2 (WINO_SCRATCH).
-static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch) {
+// Only input channels c0 .. c1 - 1 (threads sharing one image take a range each: the same values).
+static void wino_inputs_range(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch,
+                              int c0, int c1) {
     const int H = pl->h, W = pl->w, TW = pl->tw, RW = 2 * TW + 2;  // padded row: columns -1 .. 2*tw
     const size_t ld = (size_t)pl->cin * cols;
     float *pad = scratch, *r[4];
     for (int i = 0; i < 4; i++) r[i] = pad + (size_t)(2 * pl->th + 2 + i) * RW;
     memset(pad, 0, (size_t)(2 * pl->th + 2) * RW * sizeof(float));  // the interior is overwritten below
     for (int n = 0; n < g; n++) {
-        for (int c = 0; c < pl->cin; c++) {
+        for (int c = c0; c < c1; c++) {
             const float *xc = x + ((size_t)n * pl->cin + c) * H * W;
             float *vc = v + (size_t)c * cols + (size_t)n * pl->tiles;
             for (int row = 0; row < H; row++) {  // image column q is padded column q + 1
@@ -200,6 +203,10 @@ static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, siz
     }
 }
 
+static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, size_t cols, float *scratch) {
+    wino_inputs_range(pl, x, g, v, cols, scratch, 0, pl->cin);
+}
+
 // y (g, cout, h, w) from M (16, cout, cols): Y = A^T m A per tile, plus the bias (overwrite) or added
 // onto y (accumulate). An overhanging tile's outputs outside the image are dropped. First for every tile of
 // the group, per output channel, in long loops along M's rows (the compiler vectorises them whole): A^T down
@@ -207,11 +214,12 @@ static void wino_inputs(const WinoPlan *pl, const float *x, int g, float *v, siz
 // (M is not needed after). A loop reads at most 4 of M's 16 rows: they lie a power-of-two apart on large maps,
 // and 16 streams at once fall into the same cache sets. Then into y a row of tiles at a time: tile (ti, tj)'s
 // result (a, b) is y[2ti+a][2tj+b].
-static void wino_outputs(const WinoPlan *pl, float *m, int g, size_t cols, const float *b, bool accumulate,
-                         float *y, float *scratch) {
+// Only output channels k0 .. k1 - 1 (threads sharing one image take a range each: the same values).
+static void wino_outputs_range(const WinoPlan *pl, float *m, int g, size_t cols, const float *b, bool accumulate,
+                               float *y, float *scratch, int k0, int k1) {
     const int H = pl->h, W = pl->w, TW = pl->tw;
     const size_t ld = (size_t)pl->cout * cols;
-    for (int k = 0; k < pl->cout; k++) {
+    for (int k = k0; k < k1; k++) {
         float *mk = m + (size_t)k * cols;  // M[e][k][t] = mk[e * ld + t]
         for (size_t t0 = 0; t0 < cols; t0 += WINO_OUT_BLOCK) {
             const size_t nb = cols - t0 < WINO_OUT_BLOCK ? cols - t0 : WINO_OUT_BLOCK;
@@ -268,6 +276,11 @@ static void wino_outputs(const WinoPlan *pl, float *m, int g, size_t cols, const
     }
 }
 
+static void wino_outputs(const WinoPlan *pl, float *m, int g, size_t cols, const float *b, bool accumulate,
+                         float *y, float *scratch) {
+    wino_outputs_range(pl, m, g, cols, b, accumulate, y, scratch, 0, pl->cout);
+}
+
 // M[e] (cout, cols) = U[e] (cout, cin) @ V[e] (cin, cols): the sum over input channels, for one e of 16.
 static void wino_gemm(const WinoPlan *pl, const float *u, const float *v, float *m, size_t cols, int e) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pl->cout, (int)cols, pl->cin, 1.0f,
@@ -275,45 +288,86 @@ static void wino_gemm(const WinoPlan *pl, const float *u, const float *v, float 
                 m + (size_t)e * pl->cout * cols, (int)cols);
 }
 
-// Fewer images than threads (batch-1 inference): the images cannot keep the threads busy, so every image goes
-// through thread 0's slice with its 16 GEMMs shared out between the threads. Each GEMM is the same call as in
-// wino_run, so the numbers do not depend on the batch size (tests/test_ops.c).
-static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, const float *w, bool flipped,
-                            const float *b, bool accumulate, float *y, float *work) {
-    float *u = work, *v = u + 16 * (size_t)pl->cout * pl->cin;
+// [lo, hi) = thread t's share of 0 .. n split into `parts` (static: the same split on every call).
+static void wino_share(int n, int parts, int t, int *lo, int *hi) {
+    const int per = (n + parts - 1) / parts;
+    *lo = t * per < n ? t * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+// Prepared filters (winograd_prepare_filters): U (16, cout, cin), then, where gemm_small runs, U[e] packed for it
+// (16 of gemm_packed_floats(cout, cin)). Its packed U[e], or NULL.
+static const float *wino_packed(const WinoPlan *pl, const float *u_ready, int e) {
+    if (!u_ready || !gemm_small_available()) return NULL;
+    return u_ready + 16 * (size_t)pl->cout * pl->cin + (size_t)e * gemm_packed_floats(pl->cout, pl->cin);
+}
+
+// wino_gemm for the output channels of panels p0 .. p1 - 1 of a prepared U[e] (few columns: gemm_small.h).
+static void wino_gemm_packed(const WinoPlan *pl, const float *up, const float *v, float *m, size_t cols, int e, int p0,
+                             int p1) {
+    gemm_small(pl->cout, (int)cols, pl->cin, up, v + (size_t)e * pl->cin * cols, (int)cols, NULL,
+               m + (size_t)e * pl->cout * cols, (int)cols, p0, p1);
+}
+
+// Fewer images than threads (batch-1 inference): the images cannot keep the threads busy, so the threads share
+// each image: its input transform by input channels, its 16 GEMMs, its output transform by output channels, each
+// thread with a scratch of its own (thread 0's in its slice, the others' after that slice: winograd_work_floats
+// leaves room for a slice per thread). Each GEMM is the same call as in wino_run and each transformed value the
+// same arithmetic, so the numbers do not depend on the batch size or the thread count (tests/test_ops.c).
+// u_ready: the filters already transformed (winograd_prepare_filters), else transformed into work first.
+static void wino_run_shared(const WinoPlan *pl, int threads, const float *x, const float *w, const float *u_ready,
+                            bool flipped, const float *b, bool accumulate, float *y, float *work) {
+    float *u_work = work, *v = u_work + 16 * (size_t)pl->cout * pl->cin;
+    const float *u = u_ready ? u_ready : u_work;
     const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
-    const size_t cols = pl->tiles;  // one image at a time
-    float *m = v + 16 * (size_t)pl->cin * cols, *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
+    const size_t cols = pl->tiles, scratch_floats = WINO_SCRATCH(pl->th, pl->tw);  // one image at a time
+    float *m = v + 16 * (size_t)pl->cin * cols, *scratch0 = v + pl->thread_floats - scratch_floats;
 #pragma omp parallel num_threads(threads)
     {
-        wino_filters(pl, w, flipped, u);  // ends with omp for's barrier
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *scratch = t == 0 ? scratch0 : v + pl->thread_floats + (size_t)(t - 1) * scratch_floats;
+        int c0, c1, k0, k1;
+        wino_share(pl->cin, nt, t, &c0, &c1);
+        wino_share(pl->cout, nt, t, &k0, &k1);
+        if (!u_ready) wino_filters(pl, w, flipped, u_work);  // ends with omp for's barrier
         for (int n = 0; n < pl->n; n++) {
-#pragma omp single
-            wino_inputs(pl, x + n * x_img, 1, v, cols, scratch);  // (single ends with a barrier)
+            wino_inputs_range(pl, x + n * x_img, 1, v, cols, scratch, c0, c1);
+#pragma omp barrier
+            if (wino_packed(pl, u_ready, 0) && cols <= GEMM_SMALL_MAX_COLS) {  // prepared and few tiles: gemm_small
+                const int panels = (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL;
 #pragma omp for schedule(static)
-            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
-#pragma omp single
-            wino_outputs(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch);
+                for (int ep = 0; ep < 16 * panels; ep++)
+                    wino_gemm_packed(pl, wino_packed(pl, u_ready, ep / panels), v, m, cols, ep / panels, ep % panels,
+                                     ep % panels + 1);
+            } else {
+#pragma omp for schedule(static)
+                for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);  // (ends with a barrier)
+            }
+            // (No barrier after: the next image's input transform writes V and this thread's scratch, which no
+            // other thread's output transform reads; M is rewritten only after the barrier before the GEMMs.)
+            wino_outputs_range(pl, m, 1, cols, b, accumulate, y + n * y_img, scratch, k0, k1);
         }
     }
 }
 
-// The convolution x (n, cin, h, w) -> y (n, cout, h, w) with filters w arranged as `flipped` says.
-static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool flipped, const float *b,
-                     bool accumulate, float *y, float *work) {
+// The convolution x (n, cin, h, w) -> y (n, cout, h, w) with filters w arranged as `flipped` says, or already
+// transformed (u_ready, not NULL).
+static void wino_run(const WinoPlan *pl, const float *x, const float *w, const float *u_ready, bool flipped,
+                     const float *b, bool accumulate, float *y, float *work) {
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // see ops_cpu.c's threading policy
     const int call_threads = wino_call_threads();
     if (pl->n < call_threads && pl->group == 1) {
-        wino_run_shared(pl, call_threads, x, w, flipped, b, accumulate, y, work);
+        wino_run_shared(pl, call_threads, x, w, u_ready, flipped, b, accumulate, y, work);
         return;
     }
-    float *u = work;
+    float *u_work = work;
+    const float *u = u_ready ? u_ready : u_work;
     const size_t x_img = (size_t)pl->cin * pl->h * pl->w, y_img = (size_t)pl->cout * pl->h * pl->w;
 #pragma omp parallel num_threads(pl->threads)
     {
-        wino_filters(pl, w, flipped, u);  // ends with omp for's barrier: U complete before any GEMM
+        if (!u_ready) wino_filters(pl, w, flipped, u_work);  // ends with omp for's barrier: U complete before any GEMM
         const int t = omp_get_thread_num();
-        float *v = u + 16 * (size_t)pl->cout * pl->cin + (size_t)t * pl->thread_floats;
+        float *v = u_work + 16 * (size_t)pl->cout * pl->cin + (size_t)t * pl->thread_floats;
 #pragma omp for schedule(static)
         for (int ch = 0; ch < pl->chunks; ch++) {
             const int n0 = ch * pl->group;
@@ -322,7 +376,12 @@ static void wino_run(const WinoPlan *pl, const float *x, const float *w, bool fl
             float *m = v + 16 * (size_t)pl->cin * cols;  // M (16, cout, cols) right after V (16, cin, cols)
             float *scratch = v + pl->thread_floats - WINO_SCRATCH(pl->th, pl->tw);
             wino_inputs(pl, x + n0 * x_img, g, v, cols, scratch);
-            for (int e = 0; e < 16; e++) wino_gemm(pl, u, v, m, cols, e);
+            const bool small = wino_packed(pl, u_ready, 0) && cols <= GEMM_SMALL_MAX_COLS;
+            for (int e = 0; e < 16; e++) {
+                const int panels = (pl->cout + GEMM_PANEL - 1) / GEMM_PANEL;
+                if (small) wino_gemm_packed(pl, wino_packed(pl, u_ready, e), v, m, cols, e, 0, panels);
+                else wino_gemm(pl, u, v, m, cols, e);
+            }
             wino_outputs(pl, m, g, cols, b, accumulate, y + n0 * y_img, scratch);
         }
     }
@@ -336,13 +395,39 @@ static void wino_check(const Conv2dDims *s) {
 void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work) {
     wino_check(s);
     const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
-    wino_run(&pl, x, w, false, b, false, y, work);
+    wino_run(&pl, x, w, NULL, false, b, false, y, work);
+}
+
+size_t winograd_filters_floats(const Conv2dDims *s) {
+    const size_t packed = gemm_small_available() ? 16 * gemm_packed_floats(s->k, s->c) : 0;
+    return 16 * (size_t)s->k * (size_t)s->c + packed;
+}
+
+void winograd_prepare_filters(const Conv2dDims *s, const float *w, float *u) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(1, s->c, s->k, s->h, s->w, 1);  // only cin and cout matter here
+#pragma omp parallel num_threads(wino_call_threads())
+    {
+        wino_filters(&pl, w, false, u);  // (ends with a barrier)
+        if (gemm_small_available()) {
+#pragma omp for schedule(static)
+            for (int e = 0; e < 16; e++)
+                gemm_pack(s->k, s->c, u + (size_t)e * s->k * s->c, s->c, (float *)wino_packed(&pl, u, e));
+        }
+    }
+}
+
+void winograd_forward_prepared(const Conv2dDims *s, const float *x, const float *u, const float *b, float *y,
+                               float *work) {
+    wino_check(s);
+    const WinoPlan pl = wino_plan_for(s->n, s->c, s->k, s->h, s->w, wino_call_threads());
+    wino_run(&pl, x, NULL, u, false, b, false, y, work);
 }
 
 void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy, float *dx, float *work) {
     wino_check(s);
     const WinoPlan pl = wino_plan_for(s->n, s->k, s->c, s->h, s->w, wino_call_threads());
-    wino_run(&pl, dy, w, true, NULL, true, dx, work);
+    wino_run(&pl, dy, w, NULL, true, NULL, true, dx, work);
 }
 
 // ---------------------------------------------------------------- the weight gradient

@@ -26,6 +26,15 @@ bool winograd_enabled(void);
 size_t winograd_work_floats(const Conv2dDims *s);
 // y (N, K, H, W) = conv(x (N, C, H, W), w (K, C, 3, 3)) + b (K, or NULL): overwrites y.
 void winograd_forward(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work);
+// The forward's filters transformed once, for many calls (an inference model keeps them: its weights change only
+// when a checkpoint is applied): U (16, K, C) = G w G^T, and where gemm_small runs (kit/gemm_small.h) each U[e]
+// packed for it too, winograd_filters_floats(s) floats in all, made by winograd_prepare_filters from w (K, C, 3, 3).
+// winograd_forward_prepared gives winograd_forward's bits when its GEMMs have more than GEMM_SMALL_MAX_COLS tiles;
+// with fewer (batch 1 on small maps), gemm_small's: the same products summed in channel order, equal up to rounding.
+size_t winograd_filters_floats(const Conv2dDims *s);
+void winograd_prepare_filters(const Conv2dDims *s, const float *w, float *u);
+void winograd_forward_prepared(const Conv2dDims *s, const float *x, const float *u, const float *b, float *y,
+                               float *work);
 // dx (N, C, H, W) += the input gradient of that convolution for dy (N, K, H, W).
 void winograd_backward_data(const Conv2dDims *s, const float *w, const float *dy, float *dx, float *work);
 // dw (K, C, 3, 3) += the weight gradient of that convolution for x (N, C, H, W) and dy (N, K, H, W).

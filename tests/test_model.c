@@ -152,6 +152,51 @@ static void test_eval_is_per_sample(void **state) {
     model_free(m);
 }
 
+// An inference model keeps its conv filters prepared (model_prepare_inference: Winograd's transformed filters, and
+// filters packed for gemm_small where a layer's GEMMs have few columns). Its eval forward must be a training model's
+// eval forward, alone and in a batch, after the weights change too. resnet9 at width 16 on 16 x 16 inputs has
+// Winograd forwards on 16 x 16 and 8 x 8 maps (64 and 16 tiles: gemm_small at batch 1) and im2col ones on 4 x 4 and
+// 2 x 2 maps (gemm_small up to 4 images). The two differ only in the order of each conv's sums, so they agree to
+// rounding: each layer within twice its own bound (kit/WINOGRAD.md: about 1e-5 of its terms for C = 128; measured
+// here about 1e-7 of the largest logit), compared at 1e-4 of the largest logit as test_eval_is_per_sample does. The
+// prepared filters not following the weights (round 1, before model_prepare_inference) moves them by tens of %.
+static void test_inference_model_matches_eval(void **state) {
+    (void)state;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "resnet9", 16, 3, 16, 16, 10));
+    Model *train = model_create(&cfg, DEVICE_CPU, 3, 5), *inf = model_create_inference(&cfg, DEVICE_CPU, 3);
+    assert_non_null(inf->prepared);  // some layer has prepared filters: the path under test is taken
+    float x[3 * 3 * 16 * 16], a[30], b[30];
+    fill_uniform(x, sizeof x / sizeof x[0], -1, 1, 6);
+    for (int round = 0; round < 2; round++) {
+        // Round 0: the training model's initial weights; round 1: all of them moved, running statistics included.
+        if (round == 1)
+            for (size_t i = 0; i < train->n_params; i++) train->params[i] *= 1.0f + 0.25f * ((float)(i % 7) - 3.0f) / 3.0f;
+        for (size_t i = 0; i < train->n_buffers; i++) train->buffers[i] += round ? 0.01f * (float)(i % 5) : 0.0f;
+        memcpy(inf->params, train->params, train->n_params * sizeof(float));
+        memcpy(inf->buffers, train->buffers, train->n_buffers * sizeof(float));
+        double scale = 0.0;
+        if (round == 1) {  // before it is told: the prepared filters are still round 0's, and the logits show it
+            memcpy(a, model_forward(train, x, 3, false), sizeof a);
+            memcpy(b, model_forward(inf, x, 3, false), sizeof b);
+            for (int i = 0; i < 30; i++) scale = fabs(a[i]) > scale ? fabs(a[i]) : scale;
+            assert_true(max_rel_error(b, a, 30, scale) > 1e-2);
+        }
+        model_prepare_inference(inf);
+        for (int n = 1; n <= 3; n += 2) {
+            memcpy(a, model_forward(train, x, n, false), (size_t)n * 10 * sizeof(float));
+            memcpy(b, model_forward(inf, x, n, false), (size_t)n * 10 * sizeof(float));
+            scale = 0.0;
+            for (int i = 0; i < n * 10; i++) scale = fabs(a[i]) > scale ? fabs(a[i]) : scale;
+            print_message("round %d, batch %d: inference against eval: %.2g of the largest logit\n", round, n,
+                          max_rel_error(b, a, (size_t)n * 10, scale));
+            assert_close(b, a, (size_t)n * 10, 1e-4, scale);
+        }
+    }
+    model_free(train);
+    model_free(inf);
+}
+
 // The gradient-ready hook reports every parameter exactly once, from the end of the buffer to the start.
 typedef struct {
     size_t next_end;
@@ -688,7 +733,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views_tile_the_buffer),   cmocka_unit_test(test_init_is_deterministic),
         cmocka_unit_test(test_gradient_tiny),           cmocka_unit_test(test_gradient_resnet9),
-        cmocka_unit_test(test_eval_is_per_sample),      cmocka_unit_test(test_grads_ready_hook_order),
+        cmocka_unit_test(test_eval_is_per_sample),      cmocka_unit_test(test_inference_model_matches_eval),      cmocka_unit_test(test_grads_ready_hook_order),
         cmocka_unit_test(test_weight_decay_only_on_weights), cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_unknown_model_name),      cmocka_unit_test(test_memory_plan_matches_plain),
         cmocka_unit_test(test_stages_equal_whole),      cmocka_unit_test(test_views_share_parameters),

@@ -27,6 +27,7 @@
 
 #include "tests/testutil.h"
 
+#include "kit/gemm_small.h"
 #include "kit/ops.h"
 #include "kit/winograd.h"
 
@@ -509,32 +510,176 @@ static void test_conv_overwrites_and_no_bias(void **state) {
     free(x), free(w), free(y), free(work), free(yr), free(xd), free(wd);
 }
 
-// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns (im2col)
-// or share out its 16 GEMMs (Winograd). Right against float64, and the same bits as one thread computing the
-// whole image: every output element is the same dot product, in the same order, whichever thread computes it.
-static void test_conv_forward_column_split_same_bits(void **state) {
+// Fewer images than threads (batch-1 inference): the threads split each image's GEMM by output columns or output
+// channels (im2col), or share out its 16 GEMMs and its transforms (Winograd). Right against float64; against one
+// thread computing the whole image, Winograd's shares are the same calls on the same data (the same bits), while
+// im2col's thread-sized GEMMs may take other OpenBLAS kernels (its small-matrix path below about 100^3
+// multiply-adds, or another order over the products): each output is a sum of C*R*R products and the bias, so both
+// sides lie within gamma_(C*R*R + 1) * sum|terms| of the exact value, and of each other within twice that.
+static void test_conv_forward_thread_split(void **state) {
     (void)state;
     const Conv2dDims shapes[] = {
         {.n = 1, .c = 3, .h = 9, .w = 11, .k = 5, .r = 3, .stride = 1, .pad = 1},  // 99 columns: uneven blocks
         {.n = 1, .c = 6, .h = 8, .w = 8, .k = 4, .r = 1, .stride = 1, .pad = 0},   // 1x1: the image is its im2col
         {.n = 1, .c = 2, .h = 16, .w = 15, .k = 3, .r = 3, .stride = 2, .pad = 1},
         {.n = 1, .c = 16, .h = 9, .w = 8, .k = 24, .r = 3, .stride = 1, .pad = 1},  // Winograd: the 16 GEMMs shared
+        {.n = 1, .c = 32, .h = 4, .w = 4, .k = 40, .r = 3, .stride = 1, .pad = 1},  // 40 channels > 16 columns: by rows
+        {.n = 1, .c = 8, .h = 3, .w = 5, .k = 36, .r = 1, .stride = 1, .pad = 0},   // 1x1, by rows
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const Conv2dDims s = shapes[i];
         conv_case(s, 70 + i);  // forward and backward against float64 and finite differences
         const size_t nx = (size_t)s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r, ny = conv_y_size(&s);
         float *x = fvec(nx, -1, 1, 80 + i), *w = fvec(nw, -1, 1, 90 + i), *b = fvec(s.k, -1, 1, 100 + i);
-        float *work = fzeros(conv2d_work_floats(CPU, &s)), *split = fzeros(ny), *whole = fzeros(ny);
-        conv2d_forward(CPU, &s, x, w, b, split, work);  // all threads: by columns when there are 2+
+        float *ax = xmalloc(nx * sizeof(float)), *aw = xmalloc(nw * sizeof(float)), *ab = xmalloc(s.k * sizeof(float));
+        for (size_t j = 0; j < nx; j++) ax[j] = fabsf(x[j]);
+        for (size_t j = 0; j < nw; j++) aw[j] = fabsf(w[j]);
+        for (int j = 0; j < s.k; j++) ab[j] = fabsf(b[j]);
+        float *work = fzeros(conv2d_work_floats(CPU, &s)), *split = fzeros(ny), *whole = fzeros(ny), *sum = fzeros(ny);
+        conv2d_forward(CPU, &s, x, w, b, split, work);  // all threads: shared when there are 2+
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
         conv2d_forward(CPU, &s, x, w, b, whole, work);  // one thread: the whole image in one GEMM
+        setenv("KIT_WINOGRAD", "0", 1);  // sum|terms| of the direct sum (Winograd's own: test_conv_winograd_bound)
+        conv2d_forward(CPU, &s, ax, aw, ab, sum, work);
+        unsetenv("KIT_WINOGRAD");
         omp_set_num_threads(threads);
-        if (memcmp(split, whole, ny * sizeof(float)) != 0)
-            fail_msg("conv2d forward of one image (shape %zu): the column split changed the bits", i);
-        free(x), free(w), free(b), free(work), free(split), free(whole);
+        if (winograd_forward_eligible(&s)) {
+            if (memcmp(split, whole, ny * sizeof(float)) != 0)
+                fail_msg("conv2d forward of one image (shape %zu): Winograd's sharing between threads changed the bits", i);
+        } else {
+            // Twice gamma_(CRR + 1) for the two sides, and once more for S itself, a float sum of as many terms.
+            assert_within_rounding(split, whole, sum, ny, 3 * (s.c * s.r * s.r + 1));
+        }
+        free(x), free(w), free(b), free(ax), free(aw), free(ab), free(work), free(split), free(whole), free(sum);
     }
+}
+
+// Prepared filters (conv2d_prepare, what an inference model keeps). conv2d_forward_prepared takes gemm_small (filters
+// packed once) where a GEMM has at most GEMM_SMALL_MAX_COLS columns, else conv2d_forward's own GEMMs. Against
+// conv2d_forward: the same bits on the OpenBLAS route; on gemm_small's the same products summed in another order, so
+// both sides lie within Winograd's bound gamma_(C+11) * S of the exact value (S: Winograd run on absolute values,
+// kit/WINOGRAD.md), or for im2col within gamma_(C*R*R + 1) * sum|terms|, and within twice that of each other (three
+// times for im2col, whose sum|terms| is itself a float sum). gemm_small's results do not depend on the thread count
+// or on the other images of the batch (bit for bit). A layer with nothing to prepare takes the plain path; with
+// KIT_WINOGRAD=0 the prepared Winograd filters are ignored and the result is im2col's.
+static void test_conv_prepared_forward(void **state) {
+    (void)state;
+    const Conv2dDims shapes[] = {
+        {.n = 3, .c = 16, .h = 9, .w = 8, .k = 24, .r = 3, .stride = 1, .pad = 1},   // Winograd, 20 tiles: gemm_small
+        {.n = 3, .c = 16, .h = 18, .w = 18, .k = 20, .r = 3, .stride = 1, .pad = 1}, // Winograd, 81 tiles: OpenBLAS
+        {.n = 5, .c = 32, .h = 4, .w = 4, .k = 40, .r = 3, .stride = 1, .pad = 1},   // im2col 4 x 4: gemm_small to 4 images
+        {.n = 2, .c = 3, .h = 10, .w = 10, .k = 16, .r = 3, .stride = 1, .pad = 1},  // 100 positions: nothing prepared
+    };
+    const bool small_ok = gemm_small_available();
+    if (!small_ok) print_message("gemm_small does not run on this CPU (no AVX2 + FMA): its cases are skipped\n");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const Conv2dDims s = shapes[i];
+        const bool wino = winograd_forward_eligible(&s);
+        const size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * 9, ny = conv_y_size(&s), img = ny / s.n;
+        const size_t np = conv2d_prepared_floats(CPU, &s);
+        assert_true((np > 0) == (wino || (small_ok && s.h * s.w <= GEMM_SMALL_MAX_COLS)));
+        float *x = fvec(nx, -1, 1, 110 + i), *w = fvec(nw, -1, 1, 120 + i), *b = fvec(s.k, -1, 1, 130 + i);
+        float *prepared = np ? fvec(np, -1, 1, 140 + i) : NULL, *work = fzeros(conv2d_work_floats(CPU, &s));
+        float *plain = fzeros(ny), *fast = fzeros(ny), *first = fzeros(ny), *alone = fzeros(img);
+        float *ax = xmalloc(nx * sizeof(float)), *aw = xmalloc(nw * sizeof(float)), *ab = xmalloc(s.k * sizeof(float));
+        for (size_t j = 0; j < nx; j++) ax[j] = fabsf(x[j]);
+        for (size_t j = 0; j < nw; j++) aw[j] = fabsf(w[j]);
+        for (int j = 0; j < s.k; j++) ab[j] = fabsf(b[j]);
+        double *bound = xmalloc(ny * sizeof(double));  // sum|terms| of each output, for the rounding bound
+        if (wino) {
+            wino_abs_sum(&s, x, w, b, bound);
+        } else {
+            float *sd = fzeros(ny);
+            setenv("KIT_WINOGRAD", "0", 1);
+            conv2d_forward(CPU, &s, ax, aw, ab, sd, work);
+            unsetenv("KIT_WINOGRAD");
+            for (size_t j = 0; j < ny; j++) bound[j] = sd[j];
+            free(sd);
+        }
+        const int k_round = wino ? 2 * (s.c + 11) : 3 * (s.c * 9 + 1);
+        if (np) conv2d_prepare(CPU, &s, w, prepared);
+        const int threads = omp_get_max_threads();
+        for (int t = 1; t <= threads; t += threads > 1 ? threads - 1 : 1) {
+            omp_set_num_threads(t);
+            for (int n = 1; n <= s.n; n++) {
+                Conv2dDims d = s;
+                d.n = n;
+                const size_t cols = wino ? (size_t)n * ((s.h + 1) / 2) * ((s.w + 1) / 2) : (size_t)n * s.h * s.w;
+                const bool small = np && small_ok && (wino ? ((s.h + 1) / 2) * ((s.w + 1) / 2) <= GEMM_SMALL_MAX_COLS
+                                                           : cols <= GEMM_SMALL_MAX_COLS);
+                conv2d_forward(CPU, &d, x, w, b, plain, work);
+                memset(fast, 0xff, ny * sizeof(float));  // NaNs: what is not overwritten shows
+                conv2d_forward_prepared(CPU, &d, x, w, prepared, b, fast, work);
+                if (!small && memcmp(plain, fast, (size_t)n * img * sizeof(float)) != 0)
+                    fail_msg("shape %zu, %d images, %d threads: the prepared forward's bits differ on OpenBLAS's route", i, n, t);
+                assert_within_rounding(fast, plain, bound, (size_t)n * img, k_round);
+                if (!small) continue;
+                if (t == 1 && n == s.n) memcpy(first, fast, ny * sizeof(float));
+                if (t == threads && n == s.n && memcmp(first, fast, ny * sizeof(float)) != 0)
+                    fail_msg("shape %zu: gemm_small's results changed with the thread count", i);
+                if (n == 1 && t == threads) memcpy(alone, fast, img * sizeof(float));
+            }
+            if (np && small_ok && t == threads) {  // the last image alone, against its place in the batch of s.n
+                Conv2dDims d = s;
+                d.n = 1;
+                conv2d_forward_prepared(CPU, &d, x + (size_t)(s.n - 1) * (nx / s.n), w, prepared, b, alone, work);
+                conv2d_forward_prepared(CPU, &s, x, w, prepared, b, fast, work);
+                if (wino ? ((s.h + 1) / 2) * ((s.w + 1) / 2) * 2 <= GEMM_SMALL_MAX_COLS
+                         : (size_t)s.n * s.h * s.w <= GEMM_SMALL_MAX_COLS)
+                    assert_memory_equal(alone, fast + (size_t)(s.n - 1) * img, img * sizeof(float));
+            }
+        }
+        omp_set_num_threads(threads);
+        if (np && wino) {  // KIT_WINOGRAD=0: im2col, whatever was prepared
+            setenv("KIT_WINOGRAD", "0", 1);
+            conv2d_forward(CPU, &s, x, w, b, plain, work);
+            conv2d_forward_prepared(CPU, &s, x, w, prepared, b, fast, work);
+            unsetenv("KIT_WINOGRAD");
+            assert_memory_equal(plain, fast, ny * sizeof(float));
+        }
+        free(x), free(w), free(b), free(prepared), free(work), free(plain), free(fast), free(first), free(alone);
+        free(ax), free(aw), free(ab), free(bound);
+    }
+}
+
+// gemm_small against a float64 product: odd row counts (a part panel), every column tail (6, 4, 1), with and without
+// a bias, rows of x and y longer than n; each element within gamma_(k+1) * sum|terms|, and column j the same bits
+// whether computed among n columns or alone.
+static void test_gemm_small(void **state) {
+    (void)state;
+    if (!gemm_small_available()) {
+        print_message("[  SKIP    ] gemm_small needs AVX2 + FMA, which this CPU lacks\n");
+        skip();
+    }
+    const int m = 37, k = 75, ld = 20;
+    float *a = fvec((size_t)m * k, -1, 1, 150), *x = fvec((size_t)k * ld, -1, 1, 151), *bias = fvec(m, -1, 1, 152);
+    float *wp = fzeros(gemm_packed_floats(m, k)), *y = fzeros((size_t)m * ld), *y1 = fzeros((size_t)m * ld);
+    gemm_pack(m, k, a, k, wp);
+    for (int n = 1; n <= 17; n++) {
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bb = with_bias ? bias : NULL;
+            gemm_small(m, n, k, wp, x, ld, bb, y, ld, 0, (m + GEMM_PANEL - 1) / GEMM_PANEL);
+            for (int i = 0; i < m; i++) {
+                for (int j = 0; j < n; j++) {
+                    double exact = bb ? bb[i] : 0.0, terms = bb ? fabs(bb[i]) : 0.0;
+                    for (int c = 0; c < k; c++) {
+                        exact += (double)a[(size_t)i * k + c] * x[(size_t)c * ld + j];
+                        terms += fabs((double)a[(size_t)i * k + c] * x[(size_t)c * ld + j]);
+                    }
+                    if (!(fabs(y[(size_t)i * ld + j] - exact) <= gamma_k(k + 1) * terms))
+                        fail_msg("gemm_small n=%d: y[%d][%d] = %.9g, exact %.9g", n, i, j, y[(size_t)i * ld + j], exact);
+                }
+            }
+            for (int j = 0; j < n; j++) {  // column j alone: x and y shifted to it
+                gemm_small(m, 1, k, wp, x + j, ld, bb, y1 + j, ld, 0, (m + GEMM_PANEL - 1) / GEMM_PANEL);
+                for (int i = 0; i < m; i++)
+                    if (memcmp(&y1[(size_t)i * ld + j], &y[(size_t)i * ld + j], sizeof(float)) != 0)
+                        fail_msg("gemm_small: column %d of %d gave other bits alone", j, n);
+            }
+        }
+    }
+    free(a), free(x), free(bias), free(wp), free(y), free(y1);
 }
 
 // The model sizes `work` once for its largest batch; a smaller last batch must fit in it.
@@ -1187,7 +1332,9 @@ int main(void) {
         cmocka_unit_test(test_conv_accumulate_and_null),
         cmocka_unit_test(test_conv_overwrites_and_no_bias),
         cmocka_unit_test(test_conv_work_fits_smaller_batches),
-        cmocka_unit_test(test_conv_forward_column_split_same_bits),
+        cmocka_unit_test(test_conv_forward_thread_split),
+        cmocka_unit_test(test_conv_prepared_forward),
+        cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_bn_train_gradients),
         cmocka_unit_test(test_bn_running_stats),
         cmocka_unit_test(test_bn_eval_uses_running_stats),
