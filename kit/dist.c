@@ -280,9 +280,16 @@ static bool nccl_settled(ProcessGroup *pg, void *r) {
     return *res != ncclInProgress;
 }
 
+// A failure names the operation and adds NCCL's own last message (which argument it refused, and why).
 static void nccl_settle(ProcessGroup *pg, ncclResult_t r, const char *what, size_t n) {
+    if (r == ncclSuccess) return;
     wait_until(pg, nccl_settled, &r, what, n, "floats");
-    NCCL_CHECK(r);
+    if (r == ncclSuccess) return;
+    char msg[512];
+    const char *detail = pg->nccl ? ncclGetLastError(pg->nccl) : ncclGetLastError(NULL);
+    snprintf(msg, sizeof msg, "%s (%zu) failed in NCCL: %s%s%s\n  HINT: %s", what, n, ncclGetErrorString(r),
+             detail && *detail ? ": " : "", detail ? detail : "", nccl_hint(r));
+    pg_abort(pg, msg);
 }
 
 // Makes NCCL's stream wait for the compute work queued so far. An event on the legacy default stream
@@ -1035,12 +1042,11 @@ ProcessGroup *pg_split(ProcessGroup *pg, int color, int key) {
     comm_adopt(g);
 #ifdef KIT_NCCL
     if (g->backend == PG_BACKEND_NCCL) {
-        nccl_stream_init(g);
-        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-        config.blocking = 0;
-        // Non-blocking, as the world's communicator: the new one reports its progress itself (nccl_settled).
-        ncclResult_t r = ncclCommSplit(pg->nccl, color, key, &g->nccl, &config);
-        nccl_settle(g, r, "NCCL communicator split", (size_t)g->world);
+        // The group's own communicator, made as the world's was: a fresh ncclUniqueId from the group's rank 0,
+        // broadcast over the group's MPI communicator. Not ncclCommSplit: on a non-blocking parent (NCCL 2.28.3,
+        // an H200) it settled without filling in the new handle, whose first all-reduce then failed with "comm
+        // argument is NULL"; NCCL fills it only as the parent's own operation completes (NVIDIA/nccl#1472).
+        nccl_init(g);
     }
 #endif
     return g;

@@ -79,7 +79,9 @@ endif
 
 # ---- flags
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2)
+# _FORTIFY_SOURCE as Ubuntu's gcc turns it on by default (the GPU machines build with one): its checks and warnings
+# (an unchecked freopen, say) then fail here first, not on a GPU machine's first build. Needs optimisation.
+OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O2 -g -march=x86-64-v2 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2)
 comma := ,
 SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 CPPFLAGS += -I. $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)

@@ -15,6 +15,7 @@
 #include "tests/mpi_testutil.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -74,7 +75,9 @@ int fdatasync(int fd) {
     return (int)syscall(SYS_fdatasync, fd);
 }
 int rename(const char *from, const char *to) {
-    char abs_from[512], abs_to[512];
+    // realpath writes up to PATH_MAX bytes: a smaller buffer is an overflow waiting for a long path (glibc's
+    // _FORTIFY_SOURCE, on by default on Ubuntu, stops the program there).
+    char abs_from[PATH_MAX], abs_to[PATH_MAX];
     // Absolute paths, so that the folder of each can be compared.
     if (!realpath(from, abs_from)) snprintf(abs_from, sizeof abs_from, "%s", from);
     int rc = renameat(AT_FDCWD, from, AT_FDCWD, to);
@@ -202,7 +205,7 @@ static void test_write_file_survives_kill(void **state) {
 static void test_write_file_is_durable(void **state) {
     ProcessGroup *pg = test_pg();
     shared_dir(pg);
-    char path[256], abs_path[512], dir[512], err[512];
+    char path[256], abs_path[PATH_MAX], dir[PATH_MAX], err[512];
     snprintf(path, sizeof path, "%s/rank%d.ckpt", g_dir, pg_rank(pg));
     enum { N = 64 * 1024 };
     static uint8_t bytes[N], got[N + 1];
