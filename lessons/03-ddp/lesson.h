@@ -86,6 +86,12 @@ typedef struct {
     bool (*after_step)(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch);
     // after every epoch and its evaluation (r->run: the next epoch): true stops the training there
     bool (*after_epoch)(void *ctx, DdpRun *r);
+    // the test split's metrics, summed over every rank (NULL: ddp_evaluate on the model): a lesson whose ranks
+    // do not each hold the whole model (a pipeline stage, a shard) evaluates its own way
+    Metrics (*evaluate)(void *ctx, DdpRun *r);
+    // at the end of every epoch: stops the job if the ranks that must agree do not (NULL: pg_check_identical
+    // over the model's parameters on every rank); `what` names the moment for the message
+    void (*check_replicas)(void *ctx, DdpRun *r, const char *what);
 } TrainHooks;
 
 // One rank's training run: what ddp_run_open makes and the loop uses.

@@ -260,13 +260,14 @@ bool ddp_run_epoch(DdpRun *r) {
     // or mis-scaled all-reduce at once, with the hashes of every rank, instead of a slow drift.
     char what[64];
     snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
-    pg_check_identical(r->pg, m->params, m->n_params, what);
+    if (r->hooks.check_replicas) r->hooks.check_replicas(r->hooks.ctx, r, what);
+    else pg_check_identical(r->pg, m->params, m->n_params, what);
 
     Metrics train = ddp_global_metrics(r->pg, r->log.local);
     train.loss_sum += run->carry.loss_sum;  // the part of the epoch trained before this process started (04)
     train.correct += run->carry.correct;
     train.count += run->carry.count;
-    Metrics test = ddp_evaluate(r->pg, m, r->data.test_loader);
+    Metrics test = r->hooks.evaluate ? r->hooks.evaluate(r->hooks.ctx, r) : ddp_evaluate(r->pg, m, r->data.test_loader);
     trainlog_epoch_end(&r->log, &train, &test, lr_at(&r->sched, (epoch + 1) * r->steps_per_epoch - 1));
     if (r->is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, pg_world(r->pg));
     *run = (RunState){.epoch = epoch + 1, .step = run->step, .images = run->images + train.count,
