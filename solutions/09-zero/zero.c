@@ -49,10 +49,8 @@ size_t shard_valid(const ShardLayout *l, int rank) {
     return off >= l->n ? 0 : (l->n - off < l->shard ? l->n - off : l->shard);
 }
 
-// x (n) /= world on the device, with the rounding of the kit's all-reduce average (dist.c): a division, or the
-// multiply by 1/world where that is exact (a power-of-two world), so that a shard matches pg_allreduce_avg's.
 // The kit has no scaling kernel: on a GPU the shard goes to the host and back (a shard is small).
-static void shard_divide(Device d, float *x, size_t n, int world) {
+void shard_divide(Device d, float *x, size_t n, int world) {
     if (world == 1 || n == 0) return;
     float *h = d == DEVICE_CPU ? x : xmalloc(n * F);
     if (h != x) device_copy_from(d, h, x, n * F);
@@ -213,30 +211,29 @@ static void fill_decay_shard(Zero *z, int u) {
 // What unit u keeps between steps, decided once at the start. zero_create has made every shard buffer the stage
 // needs; the unit model still holds everything a whole model does (model_create_stage).
 static void zero_release_unsharded(Zero *z, int u) {
-    Model *m = z->units[u];
     // TODO 2 (stage 1 and up): the full momentum goes (model_release, kit/model.h): this rank's is velocity_shard.
     if (z->stage >= ZERO_OPTIM) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_VELOCITY);
+        model_release(z->units[u], MODEL_VELOCITY);
         // END SOLUTION
     }
     // TODO 3 (stage 2 and up): the full gradient goes too; each backward of the unit brings it back for as long
     //   as it takes to compute it and reduce-scatter it into grad_shard.
     if (z->stage >= ZERO_GRADS) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_GRADS);
+        model_release(z->units[u], MODEL_GRADS);
         // END SOLUTION
     }
     // TODO 4 (stage 3): the full parameters go: param_shard (filled by zero_create) is this rank's only copy.
     if (z->stage == ZERO_PARAMS) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_PARAMS);
+        model_release(z->units[u], MODEL_PARAMS);
         // END SOLUTION
     }
     // TODO 5 (--recompute): the activations go; forward brings them back for the unit's forward only.
     if (z->recompute) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_ACTS);
+        model_release(z->units[u], MODEL_ACTS);
         // END SOLUTION
     }
 }
