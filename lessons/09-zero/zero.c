@@ -231,6 +231,8 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     z->scratch = floats_alloc(d, most_padded, MEM_COMM);
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
+    const Model *m0 = z->units[0];
+    z->input = floats_alloc(d, (size_t)max_batch * m0->in_c * m0->in_h * m0->in_w, MEM_ACTS);
     z->dlogits = floats_alloc(d, (size_t)max_batch * z->classes, MEM_ACTS);
     z->loss = floats_alloc(d, (size_t)max_batch, MEM_ACTS);
     z->labels = device_alloc_as(d, (size_t)max_batch * sizeof(int), MEM_ACTS);
@@ -248,7 +250,7 @@ void zero_free(Zero *z) {
         float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->decay_shard[u], z->boundary[u]};
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     }
-    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->dlogits, z->loss};
+    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     device_free(d, z->labels), device_free(d, z->pred);
     free(z->host_loss), free(z->host_pred);
@@ -341,11 +343,11 @@ static void unit_update(Zero *z, int u, const SgdConfig *opt) {
 // The batch on the device: the loader's staged copy, else a copy into unit 0's input and z->labels.
 static void batch_in(Zero *z, const Batch *b, const float **x, const int **y) {
     if (batch_on_device(b, z->device, x, y)) return;
-    Model *m0 = z->units[0];
+    const Model *m0 = z->units[0];
     size_t image = (size_t)m0->in_c * m0->in_h * m0->in_w;
-    device_copy_to(z->device, m0->input, b->x, (size_t)b->n * image * F);
+    device_copy_to(z->device, z->input, b->x, (size_t)b->n * image * F);
     device_copy_to(z->device, z->labels, b->y, (size_t)b->n * sizeof(int));
-    *x = m0->input, *y = z->labels;
+    *x = z->input, *y = z->labels;
 }
 
 // The loss of the last unit's logits into *r; its gradient (scaled by `scale`) into z->dlogits when train.
