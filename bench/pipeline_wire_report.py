@@ -13,7 +13,7 @@ def parse(path):
     pipes, ddps, header = [], {}, ""
     for line in open(path):
         if line.startswith("#"):
-            header = line[1:].strip()
+            header = line[1:].strip().removeprefix("bench/pipeline-wire.sh, ")
         elif line.startswith("wire:"):
             d = dict(kv.split("=", 1) for kv in line.split()[1:])
             for k, v in d.items():
@@ -28,7 +28,7 @@ def parse(path):
 
 
 def mb(x):
-    return f"{x / 1e6:.3f} MB"
+    return f"{x / 1e6:.3f} MB" if x >= 1e5 else f"{x:.0f} B"
 
 
 def wire_report(pipes, ddps, header, out):
