@@ -36,75 +36,10 @@
 #include "solutions/03-ddp/lesson.h"  // lesson 03's training loop, linked from its solution
 
 #ifndef AUTOGRADER
-// ---------------------------------------------------------------- this lesson's options
-
-typedef struct {
-    int stages, micro_batches;
-    BalanceRule balance;
-    ScheduleKind schedule;
-    int bench;  // > 0: time this many steps on one batch, print one `bench:` line, no training
-    const char *stage_devices;  // one process: "cpu,cuda", the device of every stage (NULL: --device for all)
-} PipeOptions;
-
-static void pipe_usage(FILE *out) {
-    fprintf(out, "lesson 08 options:\n"
-                 "  --stages N          stages the model is cut into (1..%d, default 2)\n"
-                 "  --micro-batches M   micro-batches per batch (1..%d, default 4; 1: naive model parallelism)\n"
-                 "  --balance RULE      params|time: cut by parameter count or by measured forward+backward time\n"
-                 "  --schedule NAME     gpipe|1f1b: the order of each stage's forwards and backwards (several ranks)\n"
-                 "  --stage-devices L   one process: the device of every stage, e.g. cpu,cuda (default: --device)\n"
-                 "  --bench STEPS       several ranks: time STEPS steps on one batch, print a `bench:` line, no training\n",
-            PIPE_MAX_STAGES, PIPE_MAX_MICRO);
-}
-
-static void pipe_usage_error(const char *what, const char *value) {
-    fprintf(stderr, "error: %s: '%s'\n", what, value ? value : "(missing)");
-    pipe_usage(stderr);
-    exit(2);
-}
-
-static int parse_int(const char *name, const char *v, int lo, int hi) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi) {
-        char what[96];
-        snprintf(what, sizeof what, "%s takes an integer from %d to %d", name, lo, hi);
-        pipe_usage_error(what, v);
-    }
-    return (int)x;
-}
-
-// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
-// kit's. --help prints both usages.
-static PipeOptions pipe_parse(int *argc, char **argv) {
-    PipeOptions po = {.stages = 2, .micro_batches = 4, .balance = BALANCE_PARAMS, .schedule = SCHEDULE_GPIPE};
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--stages") == 0) po.stages = parse_int(a, v, 1, PIPE_MAX_STAGES), i++;
-        else if (strcmp(a, "--micro-batches") == 0) po.micro_batches = parse_int(a, v, 1, PIPE_MAX_MICRO), i++;
-        else if (strcmp(a, "--balance") == 0) {
-            if (v && strcmp(v, "params") == 0) po.balance = BALANCE_PARAMS;
-            else if (v && strcmp(v, "time") == 0) po.balance = BALANCE_TIME;
-            else pipe_usage_error("--balance takes params or time", v);
-            i++;
-        } else if (strcmp(a, "--schedule") == 0) {
-            if (!v || !schedule_parse(v, &po.schedule)) pipe_usage_error("--schedule takes gpipe or 1f1b", v);
-            i++;
-        } else if (strcmp(a, "--stage-devices") == 0) {
-            if (!v || !*v) pipe_usage_error("--stage-devices takes a device per stage, e.g. cpu,cuda", v);
-            po.stage_devices = v, i++;
-        } else if (strcmp(a, "--bench") == 0) {
-            po.bench = parse_int(a, v, 1, 100000), i++;
-        } else {
-            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) pipe_usage(stdout);
-            argv[out++] = argv[i];
-        }
-    }
-    *argc = out;
-    argv[out] = NULL;
-    return po;
+// This lesson's options are the kit's (kit/cli.c, CLI_PIPE): --stages, --micro-batches, --balance, --schedule,
+// --stage-devices, --bench.
+static BalanceRule balance_rule(const TrainOptions *o) {
+    return strcmp(o->balance, "time") == 0 ? BALANCE_TIME : BALANCE_PARAMS;
 }
 
 // ---------------------------------------------------------------- the report
@@ -244,22 +179,21 @@ static void print_grid(const DistPipe *dp, const Model *table, const int *first,
 
 // The same cut on every rank: by parameter count (the same table everywhere), or by time measured on rank 0
 // and shared (each rank would measure its own noise and cut elsewhere).
-static void cut_model(ProcessGroup *pg, Device d, const Model *table, const TrainOptions *o,
-                      const PipeOptions *po, double *cost, int *first) {
+static void cut_model(ProcessGroup *pg, Device d, const Model *table, const TrainOptions *o, double *cost,
+                      int *first) {
     double seconds[MODEL_MAX_LAYERS] = {0};
-    if (po->balance == BALANCE_TIME) {
+    if (balance_rule(o) == BALANCE_TIME) {
         if (pg_rank(pg) == 0) pipe_measure_layers(table, d, o->batch_size, 3, seconds);
         pg_allreduce_sum_double_host(pg, seconds, table->n_layers);  // rank 0's numbers, zeros elsewhere
     }
-    pipe_layer_costs(table, po->balance, seconds, cost);
-    if (!pipe_balance(table, cost, po->stages, first))
+    pipe_layer_costs(table, balance_rule(o), seconds, cost);
+    if (!pipe_balance(table, cost, o->stages, first))
         die("cannot cut model %s into %d stages: it has fewer places where one activation crosses\n"
-            "  HINT: fewer --stages (or, if every layer count allows it: TODO 1b, pipe_balance)", o->model, po->stages);
+            "  HINT: fewer --stages (or, if every layer count allows it: TODO 1b, pipe_balance)", o->model, o->stages);
 }
 
-// What the hooks share: this lesson's options, the cut, and the stages this process runs.
+// What the hooks share: the cut, and the stages this process runs.
 typedef struct {
-    const PipeOptions *po;
     Device devices[PIPE_MAX_STAGES];  // one process: the device of every stage
     Model *table;                     // the layer table and the initial weights (batch 1): each stage copies its slice
     double cost[MODEL_MAX_LAYERS];
@@ -270,28 +204,30 @@ typedef struct {
     PipeCkpt ck;                      // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
 } PipeRun;
 
-// One process: the device of each stage, --device for all unless --stage-devices names one per stage.
-static void parse_stage_devices(const PipeOptions *po, Device dev, Device *devices) {
-    for (int s = 0; s < po->stages; s++) devices[s] = dev;
-    if (!po->stage_devices) return;
+// One process: --stage-devices names the device of every stage (default: --device for all).
+static void parse_stage_devices(const TrainOptions *o, Device dev, Device *devices) {
     char list[256];
-    snprintf(list, sizeof list, "%s", po->stage_devices);
+    snprintf(list, sizeof list, "%s", o->stage_devices ? o->stage_devices : "");
     int n = 0;
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ","), n++)
-        if (n >= po->stages || !device_parse(name, &devices[n], true))
+        if (n >= o->stages || !device_parse(name, &devices[n], true))
             die("--stage-devices %s: '%s' is not a device (cpu, cuda, cuda-emu) or one too many for --stages %d",
-                po->stage_devices, name, po->stages);
-    if (n != po->stages)
-        die("--stage-devices %s names %d device(s) for --stages %d: one per stage", po->stage_devices, n, po->stages);
-    for (int s = 0; s < po->stages; s++)
+                o->stage_devices, name, o->stages);
+    if (o->stage_devices && n != o->stages)
+        die("--stage-devices %s names %d device(s) for --stages %d: one per stage", o->stage_devices, n, o->stages);
+    for (int s = 0; s < o->stages; s++) {
+        if (!o->stage_devices) devices[s] = dev;
         if (devices[s] == DEVICE_CUDA && dev != DEVICE_CUDA) device_set_gpu(0);  // the process group bound none
+    }
 }
 
 // Several ranks: this rank's place in the grid and its groups (TODO 5a-b), its REPLICA's shard (TODO 5c), the
 // copies of its stage, and the rank that prints: the last stage has the loss; the one of replica 0 reports.
 static int open_grid(void *ctx, DdpRun *r) {
     PipeRun *run = ctx;
-    DistPipe *dp = run->dp = pipe_dist_join(r->pg, run->po->stages, run->po->schedule);
+    ScheduleKind schedule;
+    schedule_parse(r->o->schedule, &schedule);
+    DistPipe *dp = run->dp = pipe_dist_join(r->pg, r->o->stages, schedule);
     const PipeGrid *g = &dp->grid;
     if (r->o->batch_size % g->replicas != 0)
         die("--batch-size %d is not a multiple of the %d replicas", r->o->batch_size, g->replicas);
@@ -308,15 +244,15 @@ static int open_grid(void *ctx, DdpRun *r) {
 // of a rank share: this rank's stage; in one process, which holds each stage once, the whole layer table.
 static Model *make_pipe(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     PipeRun *run = ctx;
-    const PipeOptions *po = run->po;
+    const TrainOptions *o = r->o;
     // The same seed on every rank: the same initial weights, so the copies of a stage start equal.
-    run->table = model_create(cfg, DEVICE_CPU, 1, r->o->seed);
-    cut_model(r->pg, pg_device(r->pg), run->table, r->o, po, run->cost, run->first);
+    run->table = model_create(cfg, DEVICE_CPU, 1, o->seed);
+    cut_model(r->pg, pg_device(r->pg), run->table, o, run->cost, run->first);
     if (!run->dp) {
-        run->p = pipe_create_on(run->table, run->devices, run->first, po->stages, po->micro_batches, r->local_batch);
+        run->p = pipe_create_on(run->table, run->devices, run->first, o->stages, o->micro_batches, r->local_batch);
         return run->table;
     }
-    pipe_dist_make_stage(run->dp, run->table, pg_device(r->pg), run->first, po->micro_batches, r->local_batch);
+    pipe_dist_make_stage(run->dp, run->table, pg_device(r->pg), run->first, o->micro_batches, r->local_batch);
     return run->dp->local->stages[0].owner;
 }
 
@@ -371,43 +307,45 @@ static void resume_pipe(PipeRun *run, DdpRun *r) {
                         .test_acc = c->test_acc};
 }
 
-static void train_pipeline(ProcessGroup *pg, const TrainOptions *o, const PipeOptions *po) {
+// The report after the training and the settings the `final:` line adds to lesson 03's.
+static void report(PipeRun *run, DdpRun *r, char *extra, size_t len) {
+    const TrainOptions *o = r->o;
+    const char *balance = balance_rule(o) == BALANCE_TIME ? "time" : "params";
+    if (run->dp) {
+        report_idle(run->dp, run->plan.micro, r->is_main);
+        snprintf(extra, len, "stages=%d replicas=%d micro_batches=%d schedule=%s balance=%s", o->stages,
+                 run->dp->grid.replicas, o->micro_batches, o->schedule, balance);
+    } else {
+        print_time_split(run->p);
+        snprintf(extra, len, "stages=%d micro_batches=%d balance=%s%s%s", o->stages, o->micro_batches, balance,
+                 o->stage_devices ? " stage_devices=" : "", o->stage_devices ? o->stage_devices : "");
+    }
+}
+
+static void train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
     bool several = pg_world(pg) > 1;
-    if (several && po->stage_devices)
+    if (several && o->stage_devices)
         die("--stage-devices places the stages of ONE process; with several ranks each rank runs its stage on "
             "--device (a GPU per rank: --device cuda)");
-    if (po->bench && !several)
+    if (o->bench && !several)
         die("--bench times the pipeline of several ranks: start the program on P ranks (scripts/launch.sh)");
-    PipeRun run = {.po = po};
-    parse_stage_devices(po, pg_device(pg), run.devices);
+    PipeRun run = {0};
+    parse_stage_devices(o, pg_device(pg), run.devices);
     TrainHooks hooks = {.ctx = &run, .open = several ? open_grid : NULL, .make_model = make_pipe,
                         .step = pipeline_step, .after_epoch = save_epoch, .evaluate = pipeline_evaluate,
                         .check_replicas = check_stage_copies};
     DdpRun r;
     ddp_run_open(&r, pg, o, &hooks);  // lesson 03: data, model (the hooks'), optimizer, schedule
-    const char *rule = po->balance == BALANCE_TIME ? "measured time" : "parameter count";
+    const char *rule = balance_rule(o) == BALANCE_TIME ? "measured time" : "parameter count";
     if (r.is_main && several) print_grid(run.dp, run.table, run.first, run.cost, rule);
-    if (r.is_main && !several)
-        print_stages(run.p, run.cost, po->balance == BALANCE_TIME ? "measured time (s per step)" : rule,
-                     po->stage_devices != NULL);
-
-    if (po->bench) {
-        bench_steps(run.dp, &r.data, o, po->bench, r.is_main);
+    if (r.is_main && !several) print_stages(run.p, run.cost, rule, o->stage_devices != NULL);
+    if (o->bench) {
+        bench_steps(run.dp, &r.data, o, o->bench, r.is_main);
     } else {
         resume_pipe(&run, &r);
         ddp_run_epochs(&r);
         char extra[192];
-        if (several) {
-            report_idle(run.dp, run.plan.micro, r.is_main);
-            snprintf(extra, sizeof extra, "stages=%d replicas=%d micro_batches=%d schedule=%s balance=%s",
-                     po->stages, run.dp->grid.replicas, po->micro_batches, schedule_name(po->schedule),
-                     po->balance == BALANCE_TIME ? "time" : "params");
-        } else {
-            print_time_split(run.p);
-            snprintf(extra, sizeof extra, "stages=%d micro_batches=%d balance=%s%s%s", po->stages, po->micro_batches,
-                     po->balance == BALANCE_TIME ? "time" : "params", po->stage_devices ? " stage_devices=" : "",
-                     po->stage_devices ? po->stage_devices : "");
-        }
+        report(&run, &r, extra, sizeof extra);
         ddp_run_report(&r, extra);
     }
     ddp_run_close(&r);  // the model it gives back belongs to the pipe (or is the table): freed below
@@ -419,15 +357,14 @@ static void train_pipeline(ProcessGroup *pg, const TrainOptions *o, const PipeOp
 // ---------------------------------------------------------------- main
 
 int main(int argc, char **argv) {
-    PipeOptions po = pipe_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT);  // lesson 01's options, --backend, --timeout, lesson 04's --checkpoint
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT | CLI_PIPE);  // lessons 01, 03 and 04's options, and this lesson's
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);
     // One rank: every stage in this process. Several (mpirun): one stage per rank.
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    train_pipeline(pg, &o, &po);
+    train_pipeline(pg, &o);
     pg_finalize(pg);
     return 0;
 }
