@@ -241,7 +241,8 @@ for s in "${steps[@]}"; do
       # Lesson 08: two stages in one process, stage 0 on the CPU and stage 1 on the GPU (the activations cross
       # the cut device -> host -> device), then one stage per rank (2 ranks sharing the GPU: point-to-point on the
       # MPI backend; NCCL's own send/recv ran in `dist`'s mpi_dist on 1 rank).
-      run lesson08-1proc 1 60 $lessons compare 1 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 -- --stage-devices cpu,cuda
+      run lesson08-1proc 1 60 $lessons compare 1 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 \
+        -- --stage-devices cpu,cuda
       run lesson08-mpi2 1 60 $lessons compare mpi:2 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 -- --backend mpi ;;
     tests)
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done

@@ -116,8 +116,8 @@ struct DdpRun {
     TrainHooks hooks;
 };
 
-// Data (hooks->open), model (hooks->make_model, hooks->model_built, then the broadcast and the buckets), optimizer, schedule;
-// prints the setup.
+// Data (hooks->open), model (hooks->make_model, hooks->model_built, then the broadcast and the buckets),
+// optimizer, schedule; prints the setup.
 void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const TrainHooks *hooks);
 // One epoch from r->run (then its evaluation); false when a hook stopped it.
 bool ddp_run_epoch(DdpRun *r);
