@@ -5,9 +5,8 @@
 //   ./train --stages 2 --stage-devices cpu,cuda                  (one process, stage 0 on the CPU, 1 on the GPU)
 //   scripts/launch.sh 4 ./train --stages 2 --micro-batches 4 --schedule 1f1b                 (2 stages x 2 replicas)
 //
-// Read it top to bottom: options (the kit's, plus --stages, --micro-batches, --balance, --schedule,
-// --stage-devices and --bench, read here), the reports, then the training: lesson 03's loop (ddp_run_open,
-// ddp_run_epochs, ddp_run_report) with this lesson's hooks, on one rank or many:
+// Read it top to bottom: the reports, then the training: lesson 03's loop (ddp_run_open, ddp_run_epochs,
+// ddp_run_report) with this lesson's hooks, on one rank or many (this lesson's options are the kit's: CLI_PIPE):
 //
 //   one rank:   every stage in this process, each on its device (TODO 1-3, pipe.c): the step is pipe_step
 //   N ranks:    the grid of stages x replicas (TODO 5), this rank's stage only, its ops of the schedule with
