@@ -18,6 +18,8 @@
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_DOUBLE, OPT_SEED, OPT_FLAG } OptType;
 
 static const char *device_choices(void) { return "auto|cpu|cuda|cuda-emu"; }
+static const char *balance_choices(void) { return "params|time"; }
+static const char *schedule_choices(void) { return "gpipe|1f1b"; }
 
 // One row per option: adding an option is a TrainOptions field and a row here. Parsing, the range check,
 // the default, --help and the "does not apply to this lesson" error all come from the row.
@@ -94,6 +96,18 @@ static const CliOption OPTIONS[] = {
      "write the confusion matrix as CSV to FILE (make plot draws it)"},
     {"latency", NULL, CLI_INFER, OPT_FLAG, FIELD(latency), NULL, 0, 0, NULL,
      "measure latency (batch 1: p50, p99) and throughput (batch 256)\ninstead of evaluating the test set"},
+    // lesson 08 (pipelines; the ranges are its PIPE_MAX_STAGES and PIPE_MAX_MICRO)
+    {"stages", "N", CLI_PIPE, OPT_INT, FIELD(stages), "2", 1, 8, NULL, "stages the model is cut into, 1..8"},
+    {"micro-batches", "M", CLI_PIPE, OPT_INT, FIELD(micro_batches), "4", 1, 64, NULL,
+     "micro-batches per batch, 1..64 (1: naive model parallelism)"},
+    {"balance", "RULE", CLI_PIPE, OPT_STRING, FIELD(balance), "params", 0, 0, balance_choices,
+     ": cut by parameter count or by measured\nforward+backward time"},
+    {"schedule", "NAME", CLI_PIPE, OPT_STRING, FIELD(schedule), "gpipe", 0, 0, schedule_choices,
+     ": the order of each stage's forwards and\nbackwards (several ranks)"},
+    {"stage-devices", "L", CLI_PIPE, OPT_STRING, FIELD(stage_devices), NULL, 0, 0, NULL,
+     "one process: the list of the stages' devices, e.g. cpu,cuda\n(default: --device for all)"},
+    {"bench", "STEPS", CLI_PIPE, OPT_INT, FIELD(bench), "0", 0, 100000, NULL,
+     "several ranks: time STEPS steps on one batch, print a\n`bench:` line, no training (0: train)"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };

@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4 };
+enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4,
+       CLI_PIPE = 1 << 5 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -42,6 +43,12 @@ typedef struct {
     const char *image;           // CLI_INFER: predict this image file (PNG, or raw C*H*W bytes)
     const char *confusion;       // CLI_INFER: write the confusion matrix as CSV to this file (make plot draws it)
     bool latency;                // CLI_INFER: measure latency (batch 1) and throughput (batch 256)
+    // lesson 08 (pipelines)
+    int stages, micro_batches;   // CLI_PIPE: stages the model is cut into, micro-batches per batch
+    const char *balance;         // CLI_PIPE: params|time, what a cut balances
+    const char *schedule;        // CLI_PIPE: gpipe|1f1b, the order of a stage's forwards and backwards
+    const char *stage_devices;   // CLI_PIPE: one process, the device of every stage ("cpu,cuda"; NULL: --device)
+    int bench;                   // CLI_PIPE: > 0, time this many steps on one batch instead of training
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups

@@ -178,6 +178,7 @@ ifneq ($(EMU_LESSON01),)
 	@echo "== the lesson programs' CUDA path in the emulator, one epoch, against the CPU (tests/emu-lessons.sh)"
 	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/solutions/02-data-parallel/train \
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/03-ddp/train) \
+	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/08-pipeline/train) \
 	  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train)
 	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
 	@echo "test-emu: ok"

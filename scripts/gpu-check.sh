@@ -14,7 +14,8 @@
 #              1 rank on NCCL, 2 ranks sharing the one GPU on the MPI backend (NCCL refuses two ranks on one
 #              device), lesson 07 also started from a rendezvous store (1 rank NCCL, 2 ranks socket backend);
 #              lesson 06 on a checkpoint lesson 04 wrote on the GPU, evaluated on the GPU and on the CPU;
-#              lesson 08's pipeline in one process and on 2 ranks (MPI point-to-point), against the CPU
+#              lesson 08's pipeline in one process (stage 0 on the CPU, stage 1 on the GPU) and on 2 ranks
+#              (MPI point-to-point), against the CPU
 #   tests      make test-lesson03 ... test-lesson07: every lesson's multi-rank checks (CPU, the bundle's Open
 #              MPI, lesson 07's store and sockets) on this machine; needs no GPU
 #   fashion    lesson 01's reference schedule on Fashion-MNIST on the GPU: accuracy and seconds
@@ -237,9 +238,11 @@ for s in "${steps[@]}"; do
       run lesson07-store2 1 60 $lessons compare store:2 "$train07" "${tiny[@]}"
       run lesson07-mpi2 1 60 $lessons compare mpi:2 "$train07" "${tiny[@]}" -- --backend mpi
       run lesson07-torchrun2 1 90 env LD_LIBRARY_PATH="$orig_ld" $lessons compare torchrun:2 "$train07" "${tiny[@]}"
-      # Lesson 08: two stages in one process (both on the GPU), then one stage per rank (2 ranks sharing the
-      # GPU: point-to-point on the MPI backend; NCCL's own send/recv ran in `dist`'s mpi_dist on 1 rank).
-      run lesson08-1proc 1 60 $lessons compare 1 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4
+      # Lesson 08: two stages in one process, stage 0 on the CPU and stage 1 on the GPU (the activations cross
+      # the cut device -> host -> device), then one stage per rank (2 ranks sharing the GPU: point-to-point on the
+      # MPI backend; NCCL's own send/recv ran in `dist`'s mpi_dist on 1 rank).
+      run lesson08-1proc 1 60 $lessons compare 1 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 \
+        -- --stage-devices cpu,cuda
       run lesson08-mpi2 1 60 $lessons compare mpi:2 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 -- --backend mpi ;;
     tests)
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done

@@ -7,7 +7,8 @@
 # those tests cannot see: that each lesson's program drives the CUDA backend correctly over a whole epoch
 # (replicas on two emulated GPUs in lesson 02, the MPI backend staging device buffers in lesson 03; lesson 01's
 # program is the single-device part of both, and its kernel has a test of its own in test-emu; lesson 06's
-# inference from a checkpoint, at the end).
+# inference from a checkpoint; lesson 08's pipeline in one process with stage 0 on the CPU and stage 1 on the
+# emulated GPU, the activations and their gradients copied across the cut between the two, at the end).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -67,6 +68,18 @@ fi
 wait $l02 || status=1
 cat "$out/02" "$out/03" 2>/dev/null
 rm -rf "$out"
+# Lesson 08: the same two stages, both on the CPU or split over the CPU and the emulated GPU (--stage-devices),
+# beside lesson 06 as lesson 02 runs beside lesson 03 (the emulator takes one core). The same 39 steps, so the
+# tolerances above hold; --width 8 quarters the emulated stage's convolution (~19 s of CPU instead of ~31 s) and
+# only shortens its sums over channels (less rounding to amplify, not more).
+l08=
+if [ -x "$cpu/solutions/08-pipeline/train" ] && [ -x "$emu/solutions/08-pipeline/train" ]; then
+  out08=$(mktemp)
+  check "lesson 08 in one process, stage 0 on the CPU, stage 1 on an emulated GPU" \
+    "$cpu/solutions/08-pipeline/train" --device cpu --stages 2 --width 8 "${args[@]}" -- \
+    "$emu/solutions/08-pipeline/train" --stage-devices cpu,cuda-emu --stages 2 --width 8 "${args[@]}" >"$out08" 2>&1 &
+  l08=$!
+fi
 # Lesson 06 (inference): a checkpoint of lesson 04's CPU program, evaluated on the emulated GPU and on the CPU.
 # Eval-mode logits on the two paths differ by rounding (~1e-6 relative: one forward, no training steps to
 # amplify it), so a prediction can only change where an image's top two logits are that close: the correct
@@ -91,5 +104,9 @@ if [ -x "$cpu/solutions/04-checkpoint/train" ] && [ -x "$cpu/solutions/06-infere
     echo "FAIL lesson 06: lesson 04's program could not write the checkpoint"; status=1
   fi
   rm -rf "$ck"
+fi
+if [ -n "$l08" ]; then
+  wait "$l08" || status=1
+  cat "$out08"; rm -f "$out08"
 fi
 exit $status

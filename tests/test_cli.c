@@ -90,6 +90,32 @@ static void test_mistakes_are_usage_errors(void **state) {
     check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi, nccl or socket, got 'gloo'");
 }
 
+// Lesson 08's options (CLI_PIPE): their defaults, their values, their ranges and choices, and no other lesson's.
+static void test_pipeline_options(void **state) {
+    char *a0[] = {"train", NULL};
+    TrainOptions o = parse(CLI_PIPE, 1, a0);
+    assert_int_equal(o.stages, 2);
+    assert_int_equal(o.micro_batches, 4);
+    assert_string_equal(o.balance, "params");
+    assert_string_equal(o.schedule, "gpipe");
+    assert_null(o.stage_devices);
+    assert_int_equal(o.bench, 0);
+    char *a1[] = {"train", "--stages", "3", "--balance", "time", "--schedule", "1f1b", "--stage-devices",
+                  "cpu,cuda,cpu", NULL};
+    o = parse(CLI_PIPE, 9, a1);
+    assert_int_equal(o.stages, 3);
+    assert_string_equal(o.balance, "time");
+    assert_string_equal(o.schedule, "1f1b");
+    assert_string_equal(o.stage_devices, "cpu,cuda,cpu");
+    char *bad[][3] = {{"train", "--stages", "9"}, {"train", "--micro-batches", "0"}, {"train", "--balance", "flops"},
+                      {"train", "--schedule", "zb"}};
+    const char *why[] = {"--stages needs an integer in [1, 8]", "--micro-batches needs an integer in [1, 64]",
+                         "--balance must be params or time", "--schedule must be gpipe or 1f1b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) check_error(CLI_PIPE, 3, bad[i], 2, why[i]);
+    char *other[] = {"train", "--stages", "2", NULL};
+    check_error(CLI_DIST, 3, other, 2, "--stages does not apply");
+}
+
 // --metrics to a place that cannot be written is an error at start-up (exit 2), not after the first epoch; a
 // writable path is accepted and nothing is created while parsing.
 static void test_metrics_path_checked_at_start(void **state) {
@@ -136,6 +162,7 @@ int main(void) {
         cmocka_unit_test(test_mistakes_are_usage_errors),
         cmocka_unit_test(test_device_cuda_without_gpu),
         cmocka_unit_test(test_metrics_path_checked_at_start),
+        cmocka_unit_test(test_pipeline_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

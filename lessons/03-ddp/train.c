@@ -159,8 +159,10 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     // TODO 6 (also): every rank computes, but only rank 0 prints, or N ranks print N copies of every line.
     r->is_main = true;
 
-    // Data: this rank's shard of every epoch, in local batches.
-    r->local_batch = ddp_data_open(&r->data, o, pg);
+    // Data: this rank's shard of every epoch, in local batches. Every rank holds a replica: the world.
+    r->replicas = pg;
+    r->local_batch = r->hooks.open ? r->hooks.open(r->hooks.ctx, r) : ddp_data_open(&r->data, o, pg);
+    int replicas = pg_world(r->replicas);
 
     // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
     ModelConfig cfg;
@@ -168,23 +170,25 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     Model *m = r->hooks.make_model ? r->hooks.make_model(r->hooks.ctx, r, &cfg)
                                    : model_create(&cfg, dev, r->local_batch, o->seed);
     if (r->hooks.model_built) r->hooks.model_built(r->hooks.ctx, pg, m);  // before the broadcast and the buckets see it
-    ddp_broadcast_model(pg, m);
-    r->ddp = (Ddp){.pg = pg, .model = m, .buckets = r->hooks.step ? NULL : ddp_attach_buckets(pg, m, o->bucket_mb)};
+    ddp_broadcast_model(r->replicas, m);
+    r->ddp = (Ddp){.pg = r->replicas, .model = m,
+                   .buckets = r->hooks.step ? NULL : ddp_attach_buckets(r->replicas, m, o->bucket_mb)};
     r->opt = train_sgd_config(o);
     r->steps_per_epoch = loader_batches_per_epoch(r->data.train_loader);
     r->sched = train_schedule(o, r->steps_per_epoch);  // warmup, then linear decay to 0: the run's one schedule
     if (r->is_main) {
         train_print_setup(&r->data, m);
-        printf("data: %d rank%s x %d images per step = global batch %d; %d steps per epoch\n", world,
-               world == 1 ? "" : "s", r->local_batch, r->local_batch * world, r->steps_per_epoch);
+        printf("data: %d %s%s x %d images per step = global batch %d; %d steps per epoch\n", replicas,
+               replicas == world ? "rank" : "replica", replicas == 1 ? "" : "s", r->local_batch,
+               r->local_batch * replicas, r->steps_per_epoch);
         if (r->ddp.buckets)
             printf("gradients: all-reduced in %d bucket%s of up to %g MB, started during backward\n",
                    buckets_count(r->ddp.buckets), buckets_count(r->ddp.buckets) == 1 ? "" : "s", o->bucket_mb);
         else if (!r->hooks.step)
             printf("gradients: one all-reduce of the flat buffer (%zu floats) after backward\n", m->n_params);
     }
-    // rank 0 prints: the bar shows its shard, the epoch lines are global (all-reduced)
-    trainlog_begin(&r->log, o, r->data.train.name, dev, world, r->is_main);
+    // rank 0 prints: the bar shows its shard (images/s times the replicas), the epoch lines are global (all-reduced)
+    trainlog_begin(&r->log, o, r->data.train.name, dev, replicas, r->is_main);
     r->log.last_loss = r->run.last_loss;
 }
 
@@ -213,7 +217,7 @@ bool ddp_run_epoch(DdpRun *r) {
     char what[64];
     snprintf(what, sizeof what, "parameters after epoch %d", epoch + 1);
     if (r->hooks.check_replicas) r->hooks.check_replicas(r->hooks.ctx, r, what);
-    else pg_check_identical(r->pg, m->params, m->n_params, what);
+    else pg_check_identical(r->replicas, m->params, m->n_params, what);
 
     Metrics train = ddp_global_metrics(r->pg, r->log.local);
     train.loss_sum += run->carry.loss_sum;  // the part of the epoch trained before this process started (04)

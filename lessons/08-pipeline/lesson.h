@@ -86,6 +86,9 @@ bool pipe_balance(const Model *m, const double *cost, int stages, int *first);
 // Given: the stages of `first` (as pipe_balance fills it) on device d, their weights copied from table (which
 // must outlive the pipe), for batches of up to max_batch split into up to PIPE_MAX_MICRO micro-batches.
 Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch);
+// Given: the same with stage s on devices[s] (one process, a stage per device: the cuts join two devices).
+Pipe *pipe_create_on(const Model *table, const Device *devices, const int *first, int stages, int micro_batches,
+                     int max_batch);
 void pipe_free(Pipe *p);
 
 // Given: forward of samples [off, off + n) through stage s (its input must already hold them), micro-batch
@@ -203,9 +206,12 @@ void pipe_dist_average_grads(DistPipe *dp);
 // the last stage, zeros elsewhere.
 Metrics pipe_dist_step(DistPipe *dp, const Batch *b, const PipePlan *plan, const SgdConfig *opt, float smoothing);
 
-// Given: this rank's stage of the split `first` (stages = pg_world(world) / replicas), its grid and groups.
-DistPipe *pipe_dist_create(ProcessGroup *world, const Model *table, Device d, const int *first, int stages,
-                           int micro_batches, int max_batch, ScheduleKind schedule);
+// Given: this rank's place in the grid of `stages` and its two groups (TODO 5a, 5b; stops the job when the world is
+// not pipes of `stages`), without its stage yet. Collective over world.
+DistPipe *pipe_dist_join(ProcessGroup *world, int stages, ScheduleKind schedule);
+// Given: this rank's stage of the split `first`, on device d, for batches of up to max_batch in micro_batches.
+void pipe_dist_make_stage(DistPipe *dp, const Model *table, Device d, const int *first, int micro_batches,
+                          int max_batch);
 void pipe_dist_free(DistPipe *dp);
 // Given: the plan of this rank's stage for a batch of n images.
 void pipe_dist_plan(const DistPipe *dp, int n, PipePlan *plan);
@@ -256,9 +262,10 @@ typedef struct {
 void pipe_ckpt_begin(PipeCkpt *c, ProcessGroup *world, ProcessGroup *pipe, int stage, int replica, Pipe *p,
                      const TrainOptions *o, const Model *table, const LrSchedule *sched, int steps_per_epoch,
                      TrainLog *log);
-// Given: after an epoch's evaluation (train: its metrics over the world; log: after trainlog_epoch_end): the
-// run moves on to the next epoch and, with --checkpoint or --checkpoint-dir, is saved. Collective over the world.
-void pipe_ckpt_epoch_end(PipeCkpt *c, const Metrics *train, const TrainLog *log);
+// Given: after an epoch's evaluation (images: trained since the start, over the world; log: after
+// trainlog_epoch_end): the run moves on to the next epoch and, with --checkpoint or --checkpoint-dir, is saved.
+// Collective over the world.
+void pipe_ckpt_epoch_end(PipeCkpt *c, long long images, const TrainLog *log);
 // Given: the world's rank 0 gets every stage's parameters, momentum and BN statistics in `whole` (the whole
 // model's layout, on the CPU); collective over the world (replica 0's stages send; whole is used on rank 0 only).
 void pipe_ckpt_gather(const PipeCkpt *c, Model *whole);

@@ -90,22 +90,26 @@ size_t stage_out_floats(const Stage *st, const Model *table) {
     return (size_t)l->c * l->h * l->w;
 }
 
-DistPipe *pipe_dist_create(ProcessGroup *world, const Model *table, Device d, const int *first, int stages,
-                           int micro_batches, int max_batch, ScheduleKind schedule) {
+DistPipe *pipe_dist_join(ProcessGroup *world, int stages, ScheduleKind schedule) {
     DistPipe *dp = xcalloc(1, sizeof *dp);
     if (!pipe_grid(pg_rank(world), pg_world(world), stages, &dp->grid))
         die("%d ranks cannot be cut into pipes of %d stages (rank %d)\n"
             "  HINT: the number of ranks must be a multiple of --stages (TODO 5a: pipe_grid)",
             pg_world(world), stages, pg_rank(world));
-    dp->world = world, dp->table = table, dp->micro_batches = micro_batches, dp->schedule = schedule;
+    dp->world = world, dp->schedule = schedule;
     pipe_dist_groups(world, &dp->grid, &dp->same_stage, &dp->pipe);
     CHECK(dp->same_stage && dp->pipe, "TODO 5b: pipe_dist_groups must make both groups (pg_split)");
     CHECK(pg_world(dp->pipe) == stages && pg_rank(dp->pipe) == dp->grid.stage,
           "TODO 5b: the pipe group holds one rank per stage, ranked by stage");
     CHECK(pg_world(dp->same_stage) == dp->grid.replicas,
           "TODO 5b: the same-stage group holds one rank per replica");
-    dp->local = pipe_create_stage(table, d, first, stages, dp->grid.stage, micro_batches, max_batch);
     return dp;
+}
+
+void pipe_dist_make_stage(DistPipe *dp, const Model *table, Device d, const int *first, int micro_batches,
+                          int max_batch) {
+    dp->table = table, dp->micro_batches = micro_batches;
+    dp->local = pipe_create_stage(table, d, first, dp->grid.stages, dp->grid.stage, micro_batches, max_batch);
 }
 
 void pipe_dist_free(DistPipe *dp) {
@@ -133,7 +137,7 @@ void pipe_dist_plan(const DistPipe *dp, int n, PipePlan *plan) {
 
 void pipe_dist_load(DistPipe *dp, const Batch *b) {
     Stage *st = &dp->local->stages[0];
-    CHECK(b->n > 0 && b->n <= dp->local->max_batch, "a batch larger than the stage's max_batch (pipe_dist_create)");
+    CHECK(b->n > 0 && b->n <= dp->local->max_batch, "a batch larger than the stage's max_batch (pipe_dist_make_stage)");
     if (dp->grid.stage == 0)
         device_copy_to(st->device, st->input, b->x, (size_t)b->n * st->in_floats * sizeof(float));
     if (dp->grid.stage == dp->grid.stages - 1) {

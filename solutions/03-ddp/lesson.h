@@ -74,6 +74,12 @@ typedef struct DdpRun DdpRun;
 // What a later lesson adds to the loop, called on every rank at fixed points, ctx first. Each may be NULL.
 typedef struct {
     void *ctx;
+    // first of all, before the data: a lesson whose ranks each hold a PART of the model (a pipeline's stage)
+    // opens this rank's data into r->data and returns the local batch, and says which ranks hold copies of this
+    // rank's part (r->replicas, ranked by replica: the model is broadcast, checked and averaged among them) and
+    // which rank prints (r->is_main). NULL: every rank holds a whole replica (r->replicas is the world), reads
+    // its own shard (ddp_data_open) and rank 0 prints
+    int (*open)(void *ctx, DdpRun *r);
     // makes this rank's model from cfg (NULL: model_create on the process group's device, r->local_batch,
     // --seed): a lesson that trains a model of its own (a pipeline stage, a sharded model) builds it here
     Model *(*make_model)(void *ctx, DdpRun *r, const ModelConfig *cfg);
@@ -90,13 +96,14 @@ typedef struct {
     // do not each hold the whole model (a pipeline stage, a shard) evaluates its own way
     Metrics (*evaluate)(void *ctx, DdpRun *r);
     // at the end of every epoch: stops the job if the ranks that must agree do not (NULL: pg_check_identical
-    // over the model's parameters on every rank); `what` names the moment for the message
+    // over the model's parameters on r->replicas); `what` names the moment for the message
     void (*check_replicas)(void *ctx, DdpRun *r, const char *what);
 } TrainHooks;
 
 // One rank's training run: what ddp_run_open makes and the loop uses.
 struct DdpRun {
     ProcessGroup *pg;
+    ProcessGroup *replicas;  // the ranks holding a copy of this rank's model, ranked by replica (DDP: pg)
     const TrainOptions *o;
     bool is_main;            // rank 0: the one that prints
     TrainData data;          // this rank's shard
@@ -109,8 +116,8 @@ struct DdpRun {
     TrainHooks hooks;
 };
 
-// Data, model (hooks->make_model, hooks->model_built, then the broadcast and the buckets), optimizer, schedule;
-// prints the setup.
+// Data (hooks->open), model (hooks->make_model, hooks->model_built, then the broadcast and the buckets),
+// optimizer, schedule; prints the setup.
 void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const TrainHooks *hooks);
 // One epoch from r->run (then its evaluation); false when a hook stopped it.
 bool ddp_run_epoch(DdpRun *r);

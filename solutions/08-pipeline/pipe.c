@@ -184,6 +184,13 @@ static Pipe *pipe_alloc(const Model *table, int stages, int micro_batches, int m
 }
 
 Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, int micro_batches, int max_batch) {
+    Device devices[PIPE_MAX_STAGES];
+    for (int s = 0; s < stages && s < PIPE_MAX_STAGES; s++) devices[s] = d;
+    return pipe_create_on(table, devices, first, stages, micro_batches, max_batch);
+}
+
+Pipe *pipe_create_on(const Model *table, const Device *devices, const int *first, int stages, int micro_batches,
+                     int max_batch) {
     CHECK(stages >= 1 && stages <= PIPE_MAX_STAGES, "--stages out of range");
     CHECK(first[0] == 0 && first[stages] == table->n_layers,
           "the stages must cover the layers from 0 to the end (TODO 1b: pipe_balance fills first[])");
@@ -193,7 +200,8 @@ Pipe *pipe_create(const Model *table, Device d, const int *first, int stages, in
     }
     Pipe *p = pipe_alloc(table, stages, micro_batches, max_batch);
     for (int s = 0; s < stages; s++)
-        stage_create(&p->stages[s], table, d, first[s], first[s + 1], s == stages - 1, max_batch, micro_batches);
+        stage_create(&p->stages[s], table, devices[s], first[s], first[s + 1], s == stages - 1, max_batch,
+                     micro_batches);
     return p;
 }
 

@@ -97,8 +97,8 @@ void pipe_ckpt_scatter(const PipeCkpt *c, const Model *whole) {
 
 // ---------------------------------------------------------------- saving
 
-void pipe_ckpt_epoch_end(PipeCkpt *c, const Metrics *train, const TrainLog *log) {
-    c->epoch++, c->step += c->steps_per_epoch, c->images += train->count;
+void pipe_ckpt_epoch_end(PipeCkpt *c, long long images, const TrainLog *log) {
+    c->epoch++, c->step += c->steps_per_epoch, c->images = images;
     c->last_loss = log->last_loss, c->test_acc = log->test_acc;
     if (!saving(c)) return;
     bool root = pg_rank(c->world) == 0;

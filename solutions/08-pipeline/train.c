@@ -2,21 +2,21 @@
 // each batch cut into micro-batches (GPipe); with several ranks, one stage per rank.
 //
 //   ./train --dataset fashion-mnist --stages 2 --micro-batches 4 --balance params           (one process)
+//   ./train --stages 2 --stage-devices cpu,cuda                  (one process, stage 0 on the CPU, 1 on the GPU)
 //   scripts/launch.sh 4 ./train --stages 2 --micro-batches 4 --schedule 1f1b                 (2 stages x 2 replicas)
 //
-// Read it top to bottom: options (the kit's, plus --stages, --micro-batches, --balance, --schedule and --bench,
-// read here), then one of two programs:
+// Read it top to bottom: the reports, then the training: lesson 03's loop (ddp_run_open, ddp_run_epochs,
+// ddp_run_report) with this lesson's hooks, on one rank or many (this lesson's options are the kit's: CLI_PIPE):
 //
-//   one rank:   the stages one after another in this process (TODO 1-3, pipe.c): the loop of lesson 01
-//               where the step is pipe_step
+//   one rank:   every stage in this process, each on its device (TODO 1-3, pipe.c): the step is pipe_step
 //   N ranks:    the grid of stages x replicas (TODO 5), this rank's stage only, its ops of the schedule with
 //               messages across the cuts (TODO 6), the step (TODO 7): pipe_dist.c
 //
-//   for each epoch:
+//   for each epoch (lesson 03's loop):
 //       for each batch:
 //           the step: M micro-batches forward through the stages, backward back through them, one SGD
 //                     step per stage (N ranks: the stage's gradient averaged over its replicas first)
-//       evaluate through the stages on the test split
+//       the copies of each stage compared; evaluate through the stages on the test split
 //   print the stages, their time, and the bubble: (P-1)/(M+P-1) next to the measured idle time (N ranks)
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,84 +32,26 @@
 #include "kit/optim.h"
 #include "kit/train.h"
 #include "lesson.h"
+#include "solutions/03-ddp/lesson.h"  // lesson 03's training loop, linked from its solution
 
 #ifndef AUTOGRADER
-// ---------------------------------------------------------------- this lesson's options
-
-typedef struct {
-    int stages, micro_batches;
-    BalanceRule balance;
-    ScheduleKind schedule;
-    int bench;  // > 0: time this many steps on one batch, print one `bench:` line, no training
-} PipeOptions;
-
-static void pipe_usage(FILE *out) {
-    fprintf(out, "lesson 08 options:\n"
-                 "  --stages N          stages the model is cut into (1..%d, default 2)\n"
-                 "  --micro-batches M   micro-batches per batch (1..%d, default 4; 1: naive model parallelism)\n"
-                 "  --balance RULE      params|time: cut by parameter count or by measured forward+backward time\n"
-                 "  --schedule NAME     gpipe|1f1b: the order of each stage's forwards and backwards (several ranks)\n"
-                 "  --bench STEPS       several ranks: time STEPS steps on one batch, print a `bench:` line, no training\n",
-            PIPE_MAX_STAGES, PIPE_MAX_MICRO);
-}
-
-static void pipe_usage_error(const char *what, const char *value) {
-    fprintf(stderr, "error: %s: '%s'\n", what, value ? value : "(missing)");
-    pipe_usage(stderr);
-    exit(2);
-}
-
-static int parse_int(const char *name, const char *v, int lo, int hi) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi) {
-        char what[96];
-        snprintf(what, sizeof what, "%s takes an integer from %d to %d", name, lo, hi);
-        pipe_usage_error(what, v);
-    }
-    return (int)x;
-}
-
-// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
-// kit's. --help prints both usages.
-static PipeOptions pipe_parse(int *argc, char **argv) {
-    PipeOptions po = {.stages = 2, .micro_batches = 4, .balance = BALANCE_PARAMS, .schedule = SCHEDULE_GPIPE};
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--stages") == 0) po.stages = parse_int(a, v, 1, PIPE_MAX_STAGES), i++;
-        else if (strcmp(a, "--micro-batches") == 0) po.micro_batches = parse_int(a, v, 1, PIPE_MAX_MICRO), i++;
-        else if (strcmp(a, "--balance") == 0) {
-            if (v && strcmp(v, "params") == 0) po.balance = BALANCE_PARAMS;
-            else if (v && strcmp(v, "time") == 0) po.balance = BALANCE_TIME;
-            else pipe_usage_error("--balance takes params or time", v);
-            i++;
-        } else if (strcmp(a, "--schedule") == 0) {
-            if (!v || !schedule_parse(v, &po.schedule)) pipe_usage_error("--schedule takes gpipe or 1f1b", v);
-            i++;
-        } else if (strcmp(a, "--bench") == 0) {
-            po.bench = parse_int(a, v, 1, 100000), i++;
-        } else {
-            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) pipe_usage(stdout);
-            argv[out++] = argv[i];
-        }
-    }
-    *argc = out;
-    argv[out] = NULL;
-    return po;
+// This lesson's options are the kit's (kit/cli.c, CLI_PIPE): --stages, --micro-batches, --balance, --schedule,
+// --stage-devices, --bench.
+static BalanceRule balance_rule(const TrainOptions *o) {
+    return strcmp(o->balance, "time") == 0 ? BALANCE_TIME : BALANCE_PARAMS;
 }
 
 // ---------------------------------------------------------------- the report
 
-static void print_stages(const Pipe *p, const double *cost, const char *rule) {
+static void print_stages(const Pipe *p, const double *cost, const char *rule, bool devices) {
     printf("pipeline: %d stage(s), %d micro-batch(es) per batch, cut by %s\n", p->n_stages, p->micro_batches, rule);
     for (int s = 0; s < p->n_stages; s++) {
         const Stage *st = &p->stages[s];
         double c = 0;
         for (int i = st->first; i < st->last; i++) c += cost[i];
-        printf("  stage %d: layers %2d..%-2d  %8zu params  cost %.4g  sends %zu floats per image\n", s, st->first,
-               st->last - 1, st->n_params, c, s + 1 < p->n_stages ? p->stages[s + 1].in_floats : (size_t)0);
+        printf("  stage %d: layers %2d..%-2d  %8zu params  cost %.4g  sends %zu floats per image%s%s\n", s, st->first,
+               st->last - 1, st->n_params, c, s + 1 < p->n_stages ? p->stages[s + 1].in_floats : (size_t)0,
+               devices ? "  on " : "", devices ? device_name(st->device) : "");
     }
 }
 
@@ -135,80 +77,6 @@ static void print_time_split(const Pipe *p) {
     printf("bubble: (P-1)/(M+P-1) = %d/%d = %.0f%% of a step idle per device if each stage had its own device; "
            "balance: slowest stage %.0f%% of the total (ideal %.0f%%)\n",
            P - 1, M + P - 1, 100.0 * (P - 1) / (M + P - 1), total > 0 ? 100.0 * slowest / total : 0.0, 100.0 / P);
-}
-
-// ---------------------------------------------------------------- one process: every stage here
-
-// The same cut on every rank: by parameter count (the same table everywhere), or by time measured on rank 0
-// and shared (each rank would measure its own noise and cut elsewhere).
-static void cut_model(ProcessGroup *pg, Device d, const Model *table, const TrainOptions *o,
-                      const PipeOptions *po, double *cost, int *first) {
-    double seconds[MODEL_MAX_LAYERS] = {0};
-    if (po->balance == BALANCE_TIME) {
-        if (pg_rank(pg) == 0) pipe_measure_layers(table, d, o->batch_size, 3, seconds);
-        pg_allreduce_sum_double_host(pg, seconds, table->n_layers);  // rank 0's numbers, zeros elsewhere
-    }
-    pipe_layer_costs(table, po->balance, seconds, cost);
-    if (!pipe_balance(table, cost, po->stages, first))
-        die("cannot cut model %s into %d stages: it has fewer places where one activation crosses\n"
-            "  HINT: fewer --stages (or, if every layer count allows it: TODO 1b, pipe_balance)", o->model, po->stages);
-}
-
-static void train_one_process(ProcessGroup *pg, TrainOptions *o, const PipeOptions *po) {
-    Device dev;
-    device_parse(o->device, &dev, true);
-    if (dev != DEVICE_CPU) {  // one process runs every stage on the CPU; a stage per GPU is a stage per rank
-        printf("note: lesson 08 in one process runs its stages on the CPU (a GPU per stage: one rank per stage)\n");
-        dev = DEVICE_CPU;
-    }
-    if (po->bench) die("--bench times the pipeline of several ranks: start the program on P ranks (scripts/launch.sh)");
-    TrainData data;
-    train_data_open(&data, o, 0, 1, o->batch_size);
-    ModelConfig cfg;
-    model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
-    // The layer table and the initial weights, for one image: the stages copy their slices and own them from here.
-    Model *table = model_create(&cfg, DEVICE_CPU, 1, o->seed);
-    train_print_setup(&data, table);
-
-    // TODO 1 (pipe.c): where to cut.
-    double cost[MODEL_MAX_LAYERS] = {0};
-    int first[PIPE_MAX_STAGES + 1];
-    cut_model(pg, dev, table, o, po, cost, first);
-    Pipe *p = pipe_create(table, dev, first, po->stages, po->micro_batches, o->batch_size);
-    print_stages(p, cost, po->balance == BALANCE_TIME ? "measured time (s per step)" : "parameter count");
-
-    SgdConfig opt = train_sgd_config(o);
-    int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-    LrSchedule sched = train_schedule(o, steps_per_epoch);
-    TrainLog log;
-    trainlog_begin(&log, o, data.train.name, dev, 1, true);
-    PipeCkpt ck;  // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
-    pipe_ckpt_begin(&ck, pg, NULL, 0, 0, p, o, table, &sched, steps_per_epoch, &log);
-    for (int epoch = ck.epoch; epoch < o->epochs; epoch++) {
-        trainlog_epoch_begin(&log, epoch, steps_per_epoch);
-        loader_start_epoch(data.train_loader, epoch, 0);
-        const Batch *b;
-        double wait;
-        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-            opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);
-            Metrics r = pipe_step(p, b, &opt, o->label_smoothing);
-            if (r.count != b->n)
-                die("pipe_step processed %ld of the %d images of the batch: finish TODO 2-3 in pipe.c", r.count, b->n);
-            trainlog_step(&log, b->index, &r, wait);
-        }
-        Metrics test = pipe_evaluate(p, data.test_loader);
-        trainlog_epoch_end(&log, &log.local, &test, opt.lr);
-        pipe_ckpt_epoch_end(&ck, &log.local, &log);
-    }
-    print_time_split(p);
-    char extra[96];
-    snprintf(extra, sizeof extra, "stages=%d micro_batches=%d balance=%s", po->stages, po->micro_batches,
-             po->balance == BALANCE_TIME ? "time" : "params");
-    trainlog_final(&log, extra);
-
-    pipe_free(p);
-    model_free(table);
-    train_data_close(&data);
 }
 
 // ---------------------------------------------------------------- several ranks: one stage per rank
@@ -301,97 +169,201 @@ static void print_grid(const DistPipe *dp, const Model *table, const int *first,
     }
 }
 
-static void train_dist(ProcessGroup *pg, TrainOptions *o, const PipeOptions *po) {
-    PipeGrid g;
-    if (!pipe_grid(pg_rank(pg), pg_world(pg), po->stages, &g))
-        die("%d ranks cannot be cut into pipes of --stages %d\n  HINT: the number of ranks must be a multiple of "
-            "--stages (or TODO 5a: pipe_grid)", pg_world(pg), po->stages);
-    if (o->batch_size % g.replicas != 0)
-        die("--batch-size %d is not a multiple of the %d replicas", o->batch_size, g.replicas);
-    Device dev = pg_device(pg);
-    // The last stage has the loss: the last stage of replica 0 reports, once for the whole job.
-    bool printer = g.stage == g.stages - 1 && g.replica == 0;
-    if (dev == DEVICE_CUDA)
-        printf("rank %d: stage %d of replica %d on GPU %d of this node\n", pg_rank(pg), g.stage, g.replica,
-               pg_local_rank(pg) % device_gpu_count());
+// ---------------------------------------------------------------- the training: lesson 03's loop, this lesson's hooks
+//
+// The loop is lesson 03's; what is new goes through its hooks (TrainHooks): the data of a replica and the rank that
+// prints (open), the pipeline as the model (make_model), its step with its own messages (step), the evaluation
+// through the stages (evaluate), the comparison of the copies of one stage only (check_replicas), the checkpoint
+// of the whole model (after_epoch).
 
-    TrainData data;
-    pipe_dist_data_open(&data, o, &g);  // TODO 5c: this replica's shard
-    int local_batch = o->batch_size / g.replicas;
-    ModelConfig cfg;
-    model_config(&cfg, o->model, o->width, data.train.c, data.train.h, data.train.w, data.train.classes);
-    // The same seed on every rank: the same initial weights, so the copies of a stage start equal.
-    Model *table = model_create(&cfg, DEVICE_CPU, 1, o->seed);
-    if (printer) train_print_setup(&data, table);
-    double cost[MODEL_MAX_LAYERS] = {0};
-    int first[PIPE_MAX_STAGES + 1];
-    cut_model(pg, dev, table, o, po, cost, first);
-    DistPipe *dp = pipe_dist_create(pg, table, dev, first, po->stages, po->micro_batches, local_batch, po->schedule);
-    if (printer) print_grid(dp, table, first, cost, po->balance == BALANCE_TIME ? "measured time" : "parameter count");
-
-    if (po->bench) {
-        bench_steps(dp, &data, o, po->bench, printer);
-    } else {
-        SgdConfig opt = train_sgd_config(o);
-        int steps_per_epoch = loader_batches_per_epoch(data.train_loader);
-        LrSchedule sched = train_schedule(o, steps_per_epoch);
-        TrainLog log;
-        trainlog_begin(&log, o, data.train.name, dev, g.replicas, printer);
-        PipeCkpt ck;  // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
-        pipe_ckpt_begin(&ck, pg, dp->pipe, g.stage, g.replica, dp->local, o, table, &sched, steps_per_epoch, &log);
-        PipePlan plan = {0};
-        for (int epoch = ck.epoch; epoch < o->epochs; epoch++) {
-            trainlog_epoch_begin(&log, epoch, steps_per_epoch);
-            loader_start_epoch(data.train_loader, epoch, 0);
-            const Batch *b;
-            double wait;
-            while ((b = loader_next(data.train_loader, &wait)) != NULL) {
-                opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);
-                pipe_dist_plan(dp, b->n, &plan);
-                Metrics r = pipe_dist_step(dp, b, &plan, &opt, o->label_smoothing);
-                if (g.stage == g.stages - 1 && r.count != b->n)
-                    die("rank %d: the step counted %ld of the %d images of the batch: finish TODO 6-7 in "
-                        "pipe_dist.c", pg_rank(pg), r.count, b->n);
-                trainlog_step(&log, b->index, &r, wait);
-            }
-            // The copies of a stage must still be equal (a missed or world-wide all-reduce shows here).
-            char what[64];
-            snprintf(what, sizeof what, "stage %d's parameters after epoch %d", g.stage, epoch + 1);
-            Stage *st = &dp->local->stages[0];
-            if (st->n_params > 0) pg_check_identical(dp->same_stage, st->params, st->n_params, what);
-            // Only the last stages counted: the sum over the world is the sum over the replicas.
-            double sums[3] = {log.local.loss_sum, (double)log.local.correct, (double)log.local.count};
-            pg_allreduce_sum_double_host(pg, sums, 3);
-            Metrics train = {.loss_sum = sums[0], .correct = (long)sums[1], .count = (long)sums[2]};
-            Metrics test = pipe_dist_evaluate(dp, data.test_loader);
-            trainlog_epoch_end(&log, &train, &test, opt.lr);
-            pipe_ckpt_epoch_end(&ck, &train, &log);
-        }
-        report_idle(dp, plan.micro, printer);
-        char extra[128];
-        snprintf(extra, sizeof extra, "stages=%d replicas=%d micro_batches=%d schedule=%s balance=%s", g.stages,
-                 g.replicas, po->micro_batches, schedule_name(po->schedule),
-                 po->balance == BALANCE_TIME ? "time" : "params");
-        trainlog_final(&log, extra);
+// The same cut on every rank: by parameter count (the same table everywhere), or by time measured on rank 0
+// and shared (each rank would measure its own noise and cut elsewhere).
+static void cut_model(ProcessGroup *pg, Device d, const Model *table, const TrainOptions *o, double *cost,
+                      int *first) {
+    double seconds[MODEL_MAX_LAYERS] = {0};
+    if (balance_rule(o) == BALANCE_TIME) {
+        if (pg_rank(pg) == 0) pipe_measure_layers(table, d, o->batch_size, 3, seconds);
+        pg_allreduce_sum_double_host(pg, seconds, table->n_layers);  // rank 0's numbers, zeros elsewhere
     }
-    pipe_dist_free(dp);
-    model_free(table);
-    train_data_close(&data);
+    pipe_layer_costs(table, balance_rule(o), seconds, cost);
+    if (!pipe_balance(table, cost, o->stages, first))
+        die("cannot cut model %s into %d stages: it has fewer places where one activation crosses\n"
+            "  HINT: fewer --stages (or, if every layer count allows it: TODO 1b, pipe_balance)", o->model, o->stages);
+}
+
+// What the hooks share: the cut, and the stages this process runs.
+typedef struct {
+    Device devices[PIPE_MAX_STAGES];  // one process: the device of every stage
+    Model *table;                     // the layer table and the initial weights (batch 1): each stage copies its slice
+    double cost[MODEL_MAX_LAYERS];
+    int first[PIPE_MAX_STAGES + 1];   // the cut: stage s is layers [first[s], first[s + 1])
+    Pipe *p;                          // one process: every stage
+    DistPipe *dp;                     // several ranks: this rank's stage, its place in the grid and its groups
+    PipePlan plan;
+    PipeCkpt ck;                      // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
+} PipeRun;
+
+// One process: --stage-devices names the device of every stage (default: --device for all).
+static void parse_stage_devices(const TrainOptions *o, Device dev, Device *devices) {
+    char list[256];
+    snprintf(list, sizeof list, "%s", o->stage_devices ? o->stage_devices : "");
+    int n = 0;
+    for (char *name = strtok(list, ","); name; name = strtok(NULL, ","), n++)
+        if (n >= o->stages || !device_parse(name, &devices[n], true))
+            die("--stage-devices %s: '%s' is not a device (cpu, cuda, cuda-emu) or one too many for --stages %d",
+                o->stage_devices, name, o->stages);
+    if (o->stage_devices && n != o->stages)
+        die("--stage-devices %s names %d device(s) for --stages %d: one per stage", o->stage_devices, n, o->stages);
+    for (int s = 0; s < o->stages; s++) {
+        if (!o->stage_devices) devices[s] = dev;
+        if (devices[s] == DEVICE_CUDA && dev != DEVICE_CUDA) device_set_gpu(0);  // the process group bound none
+    }
+}
+
+// Several ranks: this rank's place in the grid and its groups (TODO 5a-b), its REPLICA's shard (TODO 5c), the
+// copies of its stage, and the rank that prints: the last stage has the loss; the one of replica 0 reports.
+static int open_grid(void *ctx, DdpRun *r) {
+    PipeRun *run = ctx;
+    ScheduleKind schedule;
+    schedule_parse(r->o->schedule, &schedule);
+    DistPipe *dp = run->dp = pipe_dist_join(r->pg, r->o->stages, schedule);
+    const PipeGrid *g = &dp->grid;
+    if (r->o->batch_size % g->replicas != 0)
+        die("--batch-size %d is not a multiple of the %d replicas", r->o->batch_size, g->replicas);
+    if (pg_device(r->pg) == DEVICE_CUDA)
+        printf("rank %d: stage %d of replica %d on GPU %d of this node\n", pg_rank(r->pg), g->stage, g->replica,
+               pg_local_rank(r->pg) % device_gpu_count());
+    pipe_dist_data_open(&r->data, r->o, g);
+    r->replicas = dp->same_stage;
+    r->is_main = g->stage == g->stages - 1 && g->replica == 0;
+    return r->o->batch_size / g->replicas;
+}
+
+// The cut (TODO 1) and the stages: every one in this process, or this rank's. The loop's model is what the copies
+// of a rank share: this rank's stage; in one process, which holds each stage once, the whole layer table.
+static Model *make_pipe(void *ctx, DdpRun *r, const ModelConfig *cfg) {
+    PipeRun *run = ctx;
+    const TrainOptions *o = r->o;
+    // The same seed on every rank: the same initial weights, so the copies of a stage start equal.
+    run->table = model_create(cfg, DEVICE_CPU, 1, o->seed);
+    cut_model(r->pg, pg_device(r->pg), run->table, o, run->cost, run->first);
+    if (!run->dp) {
+        run->p = pipe_create_on(run->table, run->devices, run->first, o->stages, o->micro_batches, r->local_batch);
+        return run->table;
+    }
+    pipe_dist_make_stage(run->dp, run->table, pg_device(r->pg), run->first, o->micro_batches, r->local_batch);
+    return run->dp->local->stages[0].owner;
+}
+
+// One step: the GPipe step of every stage (TODO 3), or this rank's ops of the schedule with their messages (TODO 7).
+static Metrics pipeline_step(void *ctx, DdpRun *r, const Batch *b) {
+    PipeRun *run = ctx;
+    if (!run->dp) {
+        Metrics m = pipe_step(run->p, b, &r->opt, r->o->label_smoothing);
+        if (m.count != b->n)
+            die("pipe_step processed %ld of the %d images of the batch: finish TODO 2-3 in pipe.c", m.count, b->n);
+        return m;
+    }
+    const PipeGrid *g = &run->dp->grid;
+    pipe_dist_plan(run->dp, b->n, &run->plan);
+    Metrics m = pipe_dist_step(run->dp, b, &run->plan, &r->opt, r->o->label_smoothing);
+    if (g->stage == g->stages - 1 && m.count != b->n)
+        die("rank %d: the step counted %ld of the %d images of the batch: finish TODO 6-7 in pipe_dist.c",
+            pg_rank(r->pg), m.count, b->n);
+    return m;
+}
+
+// The test split through the stages; several ranks: the last stages' sums over the world, on every rank.
+static Metrics pipeline_evaluate(void *ctx, DdpRun *r) {
+    PipeRun *run = ctx;
+    return run->dp ? pipe_dist_evaluate(run->dp, r->data.test_loader) : pipe_evaluate(run->p, r->data.test_loader);
+}
+
+// The copies of a stage must still be equal (a missed or world-wide all-reduce shows here); the ranks of other
+// stages hold other tensors. One process holds every stage once: nothing to compare.
+static void check_stage_copies(void *ctx, DdpRun *r, const char *what) {
+    PipeRun *run = ctx;
+    if (!run->dp) return;
+    const Stage *st = &run->dp->local->stages[0];
+    char line[96];
+    snprintf(line, sizeof line, "stage %d's %s", run->dp->grid.stage, what);
+    if (st->n_params > 0) pg_check_identical(r->replicas, st->params, st->n_params, line);
+}
+
+static bool save_epoch(void *ctx, DdpRun *r) {
+    PipeRun *run = ctx;
+    pipe_ckpt_epoch_end(&run->ck, r->run.images, &r->log);
+    return false;
+}
+
+// --resume: the stages take their slices and the loop its place (pipe_ckpt.c).
+static void resume_pipe(PipeRun *run, DdpRun *r) {
+    const DistPipe *dp = run->dp;
+    pipe_ckpt_begin(&run->ck, r->pg, dp ? dp->pipe : NULL, dp ? dp->grid.stage : 0, dp ? dp->grid.replica : 0,
+                    dp ? dp->local : run->p, r->o, run->table, &r->sched, r->steps_per_epoch, &r->log);
+    const PipeCkpt *c = &run->ck;
+    r->run = (RunState){.epoch = c->epoch, .step = c->step, .images = c->images, .last_loss = c->last_loss,
+                        .test_acc = c->test_acc};
+}
+
+// The report after the training and the settings the `final:` line adds to lesson 03's.
+static void report(PipeRun *run, DdpRun *r, char *extra, size_t len) {
+    const TrainOptions *o = r->o;
+    const char *balance = balance_rule(o) == BALANCE_TIME ? "time" : "params";
+    if (run->dp) {
+        report_idle(run->dp, run->plan.micro, r->is_main);
+        snprintf(extra, len, "stages=%d replicas=%d micro_batches=%d schedule=%s balance=%s", o->stages,
+                 run->dp->grid.replicas, o->micro_batches, o->schedule, balance);
+    } else {
+        print_time_split(run->p);
+        snprintf(extra, len, "stages=%d micro_batches=%d balance=%s%s%s", o->stages, o->micro_batches, balance,
+                 o->stage_devices ? " stage_devices=" : "", o->stage_devices ? o->stage_devices : "");
+    }
+}
+
+static void train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
+    bool several = pg_world(pg) > 1;
+    if (several && o->stage_devices)
+        die("--stage-devices places the stages of ONE process; with several ranks each rank runs its stage on "
+            "--device (a GPU per rank: --device cuda)");
+    if (o->bench && !several)
+        die("--bench times the pipeline of several ranks: start the program on P ranks (scripts/launch.sh)");
+    PipeRun run = {0};
+    parse_stage_devices(o, pg_device(pg), run.devices);
+    TrainHooks hooks = {.ctx = &run, .open = several ? open_grid : NULL, .make_model = make_pipe,
+                        .step = pipeline_step, .after_epoch = save_epoch, .evaluate = pipeline_evaluate,
+                        .check_replicas = check_stage_copies};
+    DdpRun r;
+    ddp_run_open(&r, pg, o, &hooks);  // lesson 03: data, model (the hooks'), optimizer, schedule
+    const char *rule = balance_rule(o) == BALANCE_TIME ? "measured time" : "parameter count";
+    if (r.is_main && several) print_grid(run.dp, run.table, run.first, run.cost, rule);
+    if (r.is_main && !several) print_stages(run.p, run.cost, rule, o->stage_devices != NULL);
+    if (o->bench) {
+        bench_steps(run.dp, &r.data, o, o->bench, r.is_main);
+    } else {
+        resume_pipe(&run, &r);
+        ddp_run_epochs(&r);
+        char extra[192];
+        report(&run, &r, extra, sizeof extra);
+        ddp_run_report(&r, extra);
+    }
+    ddp_run_close(&r);  // the model it gives back belongs to the pipe (or is the table): freed below
+    if (several) pipe_dist_free(run.dp);
+    else pipe_free(run.p);
+    model_free(run.table);
 }
 
 // ---------------------------------------------------------------- main
 
 int main(int argc, char **argv) {
-    PipeOptions po = pipe_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT);  // lesson 01's options, --backend, --timeout, lesson 04's --checkpoint
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT | CLI_PIPE);  // lessons 01, 03 and 04's options, and this lesson's
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);
     // One rank: every stage in this process. Several (mpirun): one stage per rank.
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    if (pg_world(pg) == 1) train_one_process(pg, &o, &po);
-    else train_dist(pg, &o, &po);
+    train_pipeline(pg, &o);
     pg_finalize(pg);
     return 0;
 }

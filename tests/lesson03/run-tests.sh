@@ -26,7 +26,7 @@ KIT_PG_TIMEOUT=60 solution_on_worlds "$tests" "${LESSON03_WORLDS:-1 3}" 120 '^DD
 if timeout --kill-after=5 60 scripts/launch.sh 2 "$tests" --check-loop-hooks >"$log" 2>&1; then
   ok "the loop: $(grep -m1 '^loop hooks' "$log")"
 else
-  bad "the loop's hooks (make_model, step)"
+  bad "the loop's hooks (open, make_model, step, evaluate, check_replicas)"
   grep -E 'FAIL|error' "$log" | head -n 10 | sed 's/^/   | /'
 fi
 tests/lesson03/kill-rank.sh "$train" || failed=1

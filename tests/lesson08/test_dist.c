@@ -171,7 +171,7 @@ static bool groups_ok(ProcessGroup *world, const PipeGrid *g, ProcessGroup **sam
     return max_over_ranks(world, why[0] ? 1.0 : 0.0) == 0;
 }
 
-// A DistPipe of this rank's stage, built from the test's own pieces (pipe_dist_create stops the job on a wrong
+// A DistPipe of this rank's stage, built from the test's own pieces (pipe_dist_join stops the job on a wrong
 // grid; the tests check the grid first and fail instead).
 static DistPipe *test_dist_pipe(ProcessGroup *world, const PipeGrid *g, ProcessGroup *same, ProcessGroup *pipe,
                                 const Model *table, const int *first, int micro, int max_batch, ScheduleKind kind) {
