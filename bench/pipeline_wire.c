@@ -134,7 +134,8 @@ int main(int argc, char **argv) {
     int first[PIPE_MAX_STAGES + 1];
     pipe_layer_costs(table, BALANCE_PARAMS, NULL, cost);
     if (!pipe_balance(table, cost, P, first)) die("%s cannot be cut into %d stages", o.model, P);
-    DistPipe *dp = pipe_dist_create(pg, table, dev, first, P, micro, local_batch, sched);
+    DistPipe *dp = pipe_dist_join(pg, P, sched);
+    pipe_dist_make_stage(dp, table, dev, first, micro, local_batch);
 
     loader_start_epoch(data.train_loader, 0, 0);
     const Batch *b = loader_next(data.train_loader, NULL);
