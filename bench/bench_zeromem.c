@@ -2,13 +2,13 @@
 //
 //   bench_zeromem --model resnet9 [--width 64] [--in 3,32,32] [--classes 10] [--batch 64] [--cuts 0,3,7,...,L]
 //
-// Prints one JSON line per layer of the whole model ({"layer": i, "kind", "in", "in2", "params", "buffers",
-// "out": [c, h, w]}) and one per unit ({"unit": u, "first", "last", "params", "buffers", "arena_bytes"}): unit u is
+// Without --cuts: one JSON line for the whole model, then one per layer ({"layer": i, "kind", "in", "in2",
+// "params", "buffers", "out": [c, h, w]}). With --cuts: one line per unit ({"unit": u, "first", "last", "params", "buffers", "arena_bytes"}): unit u is
 // model_create_stage(first, last), as lesson 09 builds its units. arena_bytes is what that stage model allocates
 // besides its parameters, BN buffers, gradients and momentum (model_device_bytes minus those): activations,
 // their gradients, BN's saved statistics, the conv/BN scratch, the input (and its gradient after a cut), the
 // output's gradient, labels, losses and predictions; the memory a rank holds for activations whatever the ZeRO
-// stage. bench/zero_memory.py checks the parameter counts against its own copy of the layer table.
+// stage; work_bytes is the part of it that is the conv/BN scratch (Model.work). bench/zero_memory.py checks the parameter counts against its own copy of the layer table.
 // Allocation is lazy on the CPU (untouched pages cost nothing), so only params, grads and momentum are written.
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,18 +70,23 @@ int main(int argc, char **argv) {
     ModelConfig cfg;
     CHECKF(model_config(&cfg, name, width, shape[0], shape[1], shape[2], classes), "a model of the kit's table",
            "unknown model '%s' (known: %s)", name, model_names());
-    Model *whole = model_create(&cfg, DEVICE_CPU, batch, 1);
-    printf("{\"model\": \"%s\", \"width\": %d, \"layers\": %d, \"params\": %zu, \"buffers\": %zu, "
-           "\"batch\": %d, \"arena_bytes\": %zu}\n", cfg.name, cfg.width, whole->n_layers, whole->n_params,
-           whole->n_buffers, batch, arena_bytes(whole));
-    print_layers(whole);
-    int cuts[MODEL_MAX_LAYERS + 1] = {0, whole->n_layers}, n_cuts = 2;
-    if (cuts_arg) n_cuts = parse_ints(cuts_arg, cuts, MODEL_MAX_LAYERS + 1);
-    model_free(whole);
+    // The whole model's table only when no cuts are given: with cuts, one unit at a time is in memory.
+    int cuts[MODEL_MAX_LAYERS + 1] = {0, 0}, n_cuts = 0;
+    if (cuts_arg) {
+        n_cuts = parse_ints(cuts_arg, cuts, MODEL_MAX_LAYERS + 1);
+    } else {
+        Model *whole = model_create(&cfg, DEVICE_CPU, batch, 1);
+        printf("{\"model\": \"%s\", \"width\": %d, \"layers\": %d, \"params\": %zu, \"buffers\": %zu, "
+               "\"batch\": %d, \"arena_bytes\": %zu}\n", cfg.name, cfg.width, whole->n_layers, whole->n_params,
+               whole->n_buffers, batch, arena_bytes(whole));
+        print_layers(whole);
+        model_free(whole);
+    }
     for (int u = 0; u + 1 < n_cuts; u++) {
         Model *s = model_create_stage(&cfg, DEVICE_CPU, batch, 1, cuts[u], cuts[u + 1]);
-        printf("{\"unit\": %d, \"first\": %d, \"last\": %d, \"params\": %zu, \"buffers\": %zu, \"arena_bytes\": %zu}\n",
-               u, cuts[u], cuts[u + 1], s->n_params, s->n_buffers, arena_bytes(s));
+        printf("{\"unit\": %d, \"first\": %d, \"last\": %d, \"params\": %zu, \"buffers\": %zu, \"arena_bytes\": %zu, "
+               "\"work_bytes\": %zu}\n", u, cuts[u], cuts[u + 1], s->n_params, s->n_buffers, arena_bytes(s),
+               s->work_floats * sizeof(float));
         model_free(s);
     }
     return 0;
