@@ -71,7 +71,6 @@ def local_numel(t):
 
 def wrap(model, impl, torch):
     """The model ready to train on this rank: (module to call, optimizer, units wrapped)."""
-    import torch.nn as nn
     decay_of = lambda p: p.dim() > 1  # noqa: E731  conv/linear weights (the kit's TensorView.decay)
 
     def groups(params):

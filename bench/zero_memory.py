@@ -41,7 +41,6 @@ CSV columns (the kit's measured rows, source=kit, and PyTorch's, source=torch, u
 import argparse
 import csv
 import json
-import math
 import os
 import subprocess
 import sys
