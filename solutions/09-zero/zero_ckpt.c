@@ -427,11 +427,13 @@ int zero_ckpt_save(Zero *z, const char *dir, const CkptState *st, int keep, char
     int rank = pg_rank(pg), world = pg_world(pg);
     char set[1024], path[2048];
     set_path(set, sizeof set, dir, st->step);
-    // 1. rank 0 makes the folder. A folder of this step left by an earlier attempt loses its manifest first:
-    //    its shards are about to be replaced one by one, and an old manifest must never vouch for a mix.
+    // 1. rank 0 makes the folder. A folder of this step left by an earlier attempt (a killed save, or a run
+    //    resumed from before it) is removed first, manifest first: an old manifest must never vouch for a mix
+    //    of old and new shards, and shards of another world size must not linger beside the new ones.
     bool failed = false;
     if (rank == 0) {
-        if (has_manifest(set)) remove_set(set);
+        struct stat sb;
+        if (stat(set, &sb) == 0) remove_set(set);
         if (mkdir(set, 0755) != 0 && errno != EEXIST)
             failed = check_reason(err, errlen, "%s: cannot create the folder: %s", set, strerror(errno)) != 0;
     }
