@@ -14,6 +14,8 @@
 #   c. kill -9 drill: rank 1 dies after writing its shard of epoch 2's set, before the manifest; the folder holds
 #      epoch 1's set (valid) and a step folder without a manifest; --resume auto skips the unfinished one with a
 #      warning, resumes from epoch 1 and ends with the bytes of the straight run (a);
+#   c'. kill -9 of rank 1 at a random moment of a run that saves after every step: --resume auto resumes from
+#      whatever set is valid and ends with the straight run's model, bit for bit;
 #   d. a corrupted shard (one byte flipped): --resume of that set is refused with an error naming the file;
 #      --resume auto skips it with a warning naming the file and resumes from the set before;
 #   e. refusals, each an "error:" line and a non-zero exit: --checkpoint FILE (sets only), a fresh run into a
@@ -121,6 +123,31 @@ else
     ok "--resume auto skipped the unfinished set and resumed from $(basename "$first")"
     same_files "after the kill: resumed vs straight" "$straight" "$work/k/$(basename "$straight")"
   else bad "--resume auto after the kill"; show "$work/k2.log"; fi
+fi
+
+# ---- c': kill -9 of rank 1 at a random moment while a set is saved after every step (--save-every 1): whatever
+# it hit (a step, a shard, the manifest, a prune), --resume auto finds a valid set and the run ends with the
+# straight run's model bit for bit (a mid-epoch set resumes exactly: lesson 04's position and random state)
+scripts/launch.sh 3 "$train" "${common[@]}" "${bn[@]}" --checkpoint-dir "$work/k3" --keep 2 --save-every 1 >"$work/k3.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 1200); do  # until two sets exist: saves are under way
+  [ "$(sets "$work/k3" | wc -l)" -ge 2 ] && break
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.05
+done
+sleep "0.$((RANDOM % 10))"
+victim=$(pgrep -P "$launcher" -f "$train" | sort -n | sed -n 2p)
+[ -n "$victim" ] && kill -9 "$victim"
+wait "$launcher"
+rc=$?
+if [ -z "$victim" ] || [ $rc -eq 0 ]; then
+  bad "kill -9 at a random moment: the job ended before the kill (exit $rc, victim '${victim}')"; show "$work/k3.log"
+elif run 3 "$work/k4.log" "${bn[@]}" --checkpoint-dir "$work/k3" --keep 2 --resume auto --consolidate "$work/k3.ckpt" &&
+     grep -q '^resumed from' "$work/k4.log"; then
+  ok "kill -9 of rank 1 at a random moment (exit $rc): $(grep -m1 -o 'resumed from .*: step [0-9]*' "$work/k4.log" | sed "s|$work/||")"
+  same_model "... resumed to the end vs the straight run" "$work/a.ckpt" "$work/k3.ckpt"
+else
+  bad "kill -9 at a random moment: --resume auto did not resume and finish"; show "$work/k4.log"
 fi
 
 # ---- d: one byte flipped in a shard of the newest set
