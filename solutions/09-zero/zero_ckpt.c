@@ -32,7 +32,8 @@
 #include "kit/log.h"
 #include "zero_ckpt.h"
 
-enum { MANIFEST_VERSION = 1, MANIFEST_MAX_BYTES = 1 << 20, MAX_WORLD = 1 << 16 };
+// Sanity bounds for a reader of arbitrary bytes: a manifest line per rank is under 80 bytes.
+enum { MANIFEST_VERSION = 1, MANIFEST_MAX_BYTES = 1 << 23, MAX_WORLD = 1 << 16 };
 
 // ---------------------------------------------------------------- small helpers
 
