@@ -135,7 +135,7 @@ for _ in $(seq 1 1200); do  # until two sets exist: saves are under way
   kill -0 "$launcher" 2>/dev/null || break
   sleep 0.05
 done
-sleep "0.$((RANDOM % 10))"
+sleep "0.$((RANDOM % 5))"  # a random moment among the saves
 victim=$(pgrep -P "$launcher" -f "$train" | sort -n | sed -n 2p)
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$launcher"
