@@ -47,6 +47,9 @@ void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const floa
 void shard_allgather(ProcessGroup *pg, const ShardLayout *l, const float *shard, float *full, float *scratch);
 // The floats of this rank's shard that are real (not padding): shard, fewer on the last ranks, maybe 0.
 size_t shard_valid(const ShardLayout *l, int rank);
+// Given: x (n floats on device d) /= world, with the rounding of the kit's all-reduce average (pg_allreduce_avg):
+// a division, or the multiply by 1/world where that is exact (a power-of-two world).
+void shard_divide(Device d, float *x, size_t n, int world);
 
 // ---------------------------------------------------------------- sharded training
 
@@ -72,6 +75,7 @@ typedef struct {
     int rank, world, max_batch, classes;
     float *boundary[ZERO_MAX_UNITS];  // (max_batch, unit u's output) --recompute: the only activation a unit keeps
     const float *input_of[ZERO_MAX_UNITS];  // this step's input of unit u (the batch, or unit u-1's output)
+    float *input;                     // (max_batch, image) the batch, when the loader has not staged it
     float *dlogits;                   // (max_batch, classes) the loss gradient
     float *loss;                      // (max_batch)
     int *labels, *pred;               // (max_batch)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "kit/check.h"
 #include "kit/cli.h"
@@ -154,6 +155,19 @@ static void print_units(const Zero *z) {
                z->first[u + 1] - 1, z->layout[u].n, z->layout[u].shard, z->layout[u].padded - z->layout[u].n);
 }
 
+// The whole model's parameters gathered from the units (zero_gather_model), as a CRC-32: two runs that trained
+// the same numbers print the same value (stage 1 against stage 0, a recomputed run against a plain one).
+static void print_params_crc(Zero *z, Model *whole, bool is_main) {
+    model_materialize(whole, MODEL_PARAMS);
+    zero_gather_model(z, whole);
+    float *h = xmalloc(whole->n_params * sizeof(float) + 1);
+    device_copy_from(whole->device, h, whole->params, whole->n_params * sizeof(float));
+    uLong crc = crc32(0L, (const Bytef *)h, (uInt)(whole->n_params * sizeof(float)));
+    if (is_main) printf("zero: parameters crc32=%08lx (%zu floats, gathered from the units)\n", crc, whole->n_params);
+    free(h);
+    model_release(whole, MODEL_PARAMS);
+}
+
 static void train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo) {
     ZeroRun zr = {.zo = zo};
     TrainHooks hooks = {.ctx = &zr, .make_model = make_model, .step = step, .evaluate = evaluate,
@@ -165,6 +179,7 @@ static void train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo
     ddp_run_epochs(&r);
     r.ddp.compute_seconds = zr.z->compute_seconds, r.ddp.comm_seconds = zr.z->comm_seconds;
     double peak = peak_mb_over_ranks(pg);
+    print_params_crc(zr.z, r.ddp.model, r.is_main);
     if (r.is_main && zr.z->steps > 0)
         printf("zero: %.3f MB sent per rank per step (ring count), %ld steps\n", zr.z->bytes_sent / 1e6 / zr.z->steps,
                zr.z->steps);

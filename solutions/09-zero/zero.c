@@ -49,10 +49,8 @@ size_t shard_valid(const ShardLayout *l, int rank) {
     return off >= l->n ? 0 : (l->n - off < l->shard ? l->n - off : l->shard);
 }
 
-// x (n) /= world on the device, with the rounding of the kit's all-reduce average (dist.c): a division, or the
-// multiply by 1/world where that is exact (a power-of-two world), so that a shard matches pg_allreduce_avg's.
 // The kit has no scaling kernel: on a GPU the shard goes to the host and back (a shard is small).
-static void shard_divide(Device d, float *x, size_t n, int world) {
+void shard_divide(Device d, float *x, size_t n, int world) {
     if (world == 1 || n == 0) return;
     float *h = d == DEVICE_CPU ? x : xmalloc(n * F);
     if (h != x) device_copy_from(d, h, x, n * F);
@@ -213,30 +211,29 @@ static void fill_decay_shard(Zero *z, int u) {
 // What unit u keeps between steps, decided once at the start. zero_create has made every shard buffer the stage
 // needs; the unit model still holds everything a whole model does (model_create_stage).
 static void zero_release_unsharded(Zero *z, int u) {
-    Model *m = z->units[u];
     // TODO 2 (stage 1 and up): the full momentum goes (model_release, kit/model.h): this rank's is velocity_shard.
     if (z->stage >= ZERO_OPTIM) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_VELOCITY);
+        model_release(z->units[u], MODEL_VELOCITY);
         // END SOLUTION
     }
     // TODO 3 (stage 2 and up): the full gradient goes too; each backward of the unit brings it back for as long
     //   as it takes to compute it and reduce-scatter it into grad_shard.
     if (z->stage >= ZERO_GRADS) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_GRADS);
+        model_release(z->units[u], MODEL_GRADS);
         // END SOLUTION
     }
     // TODO 4 (stage 3): the full parameters go: param_shard (filled by zero_create) is this rank's only copy.
     if (z->stage == ZERO_PARAMS) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_PARAMS);
+        model_release(z->units[u], MODEL_PARAMS);
         // END SOLUTION
     }
     // TODO 5 (--recompute): the activations go; forward brings them back for the unit's forward only.
     if (z->recompute) {
         // BEGIN SOLUTION
-        model_release(m, MODEL_ACTS);
+        model_release(z->units[u], MODEL_ACTS);
         // END SOLUTION
     }
 }
@@ -271,6 +268,8 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     z->scratch = floats_alloc(d, most_padded, MEM_COMM);
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
+    const Model *m0 = z->units[0];
+    z->input = floats_alloc(d, (size_t)max_batch * m0->in_c * m0->in_h * m0->in_w, MEM_ACTS);
     z->dlogits = floats_alloc(d, (size_t)max_batch * z->classes, MEM_ACTS);
     z->loss = floats_alloc(d, (size_t)max_batch, MEM_ACTS);
     z->labels = device_alloc_as(d, (size_t)max_batch * sizeof(int), MEM_ACTS);
@@ -288,7 +287,7 @@ void zero_free(Zero *z) {
         float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->decay_shard[u], z->boundary[u]};
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     }
-    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->dlogits, z->loss};
+    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     device_free(d, z->labels), device_free(d, z->pred);
     free(z->host_loss), free(z->host_pred);
@@ -426,11 +425,11 @@ static void unit_update(Zero *z, int u, const SgdConfig *opt) {
 // The batch on the device: the loader's staged copy, else a copy into unit 0's input and z->labels.
 static void batch_in(Zero *z, const Batch *b, const float **x, const int **y) {
     if (batch_on_device(b, z->device, x, y)) return;
-    Model *m0 = z->units[0];
+    const Model *m0 = z->units[0];
     size_t image = (size_t)m0->in_c * m0->in_h * m0->in_w;
-    device_copy_to(z->device, m0->input, b->x, (size_t)b->n * image * F);
+    device_copy_to(z->device, z->input, b->x, (size_t)b->n * image * F);
     device_copy_to(z->device, z->labels, b->y, (size_t)b->n * sizeof(int));
-    *x = m0->input, *y = z->labels;
+    *x = z->input, *y = z->labels;
 }
 
 // The loss of the last unit's logits into *r; its gradient (scaled by `scale`) into z->dlogits when train.
