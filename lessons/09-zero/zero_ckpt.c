@@ -664,11 +664,18 @@ void zero_ckpt_take_options(ZeroCkpt *c, int *argc, char **argv) {
     int out = 1;
     for (int i = 1; i < *argc; i++) {
         if (strcmp(argv[i], "--consolidate") == 0) {
-            if (i + 1 >= *argc) die("--consolidate needs a FILE (one lesson-04 checkpoint of the whole model)");
+            if (i + 1 >= *argc) {  // a usage error, as the kit's parser reports them: exit status 2
+                fprintf(stderr, "error: --consolidate needs a FILE (one lesson-04 checkpoint of the whole model)\n");
+                exit(2);
+            }
             c->consolidate = argv[++i];
         } else if (strncmp(argv[i], "--consolidate=", 14) == 0) {
             c->consolidate = argv[i] + 14;
         } else {
+            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+                printf("lesson 09 checkpoint options (with lesson 04's --checkpoint-dir, --keep, --resume, --save-every, "
+                       "--stop-at):\n  --consolidate FILE   after the training, one lesson-04 checkpoint of the whole "
+                       "model (lesson 06 reads it)\n");
             argv[out++] = argv[i];
         }
     }
