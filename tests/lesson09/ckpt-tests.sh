@@ -4,6 +4,7 @@
 #   a. round trip, same world: 3 ranks, --zero 3 (uneven shards), tiny-bn, 2 epochs, a set per epoch; epoch 1's
 #      set resumed on 3 ranks for epoch 2 = the 2 epochs straight: every shard file and the manifest are the same
 #      bytes, and so are the two consolidated files (--consolidate);
+#   a (stages 0-2): the same round trip on 2 ranks cut into 2 units, where the parameters are whole on every rank;
 #   a'. lesson 06's program evaluates the consolidated file in one process and counts exactly the training run's
 #      last test accuracy;
 #   b. reshard 3 -> 2 -> 1 (BN-free tiny, 3 epochs, --zero 3 -> 1 -> 0): the finished 3-rank set loaded onto 2
@@ -70,6 +71,17 @@ if run 3 "$work/b.log" "${bn[@]}" --checkpoint-dir "$work/b" --resume "$first" -
 else
   bad "resume from $first on 3 ranks failed, or trained epoch 1 again"; show "$work/b.log"
 fi
+
+# ---- a, the other stages: 2 ranks, 2 units; where the state lives differs (full parameters, momentum shards),
+# the round trip must not
+for zero in 0 1 2; do
+  st=(--model tiny-bn --lr 0.02 --epochs 2 --zero "$zero" --units 2)
+  if run 2 "$work/z$zero.log" "${st[@]}" --checkpoint-dir "$work/z$zero" --keep 2 &&
+     e1=$(sets "$work/z$zero" | head -n 1) && e2=$(sets "$work/z$zero" | tail -n 1) && [ "$e1" != "$e2" ] &&
+     run 2 "$work/y$zero.log" "${st[@]}" --checkpoint-dir "$work/y$zero" --resume "$e1"; then
+    same_files "--zero $zero, 2 ranks, 2 units: epoch 1 + resume vs straight" "$e2" "$work/y$zero/$(basename "$e2")"
+  else bad "--zero $zero on 2 ranks: training or resuming failed"; show "$work/z$zero.log" 4; show "$work/y$zero.log"; fi
+done
 
 # ---- a': lesson 06 counts the training run's last accuracy on the consolidated file
 acc=$(field test_acc "$work/a.log")
