@@ -210,6 +210,47 @@ static char *manifest_text(const Zero *z, const CkptState *st, const double *siz
     return t;
 }
 
+// One line of a manifest after its first, into *m (units and files in order: *at and *files count them).
+// Returns false on a line this version does not write, or a value out of bounds.
+static bool manifest_line(Manifest *m, const char *line, int *at, int *files) {
+    int u, r, units;
+    ManifestUnit x;
+    unsigned long long bytes;
+    unsigned crc;
+    char name[64], want[64];
+    if (sscanf(line, "world %d", &m->world) == 1) {
+        if (m->file || m->world < 1 || m->world > MAX_WORLD) return false;  // once, and a sane count
+        m->file = xcalloc((size_t)m->world, sizeof *m->file);
+        return true;
+    }
+    if (sscanf(line, "step %lld", &m->step) == 1) return m->step >= 0;
+    if (sscanf(line, "model %23s %d %d %d %d %d", m->cfg.name, &m->cfg.width, &m->cfg.in_c, &m->cfg.in_h,
+               &m->cfg.in_w, &m->cfg.classes) == 6)
+        return true;
+    if (sscanf(line, "units %d", &units) == 1) {
+        m->n_units = units >= 1 && units <= ZERO_MAX_UNITS ? units : 0;
+        return m->n_units > 0;
+    }
+    if (sscanf(line, "unit %d layers %d %d params %zu shard %zu param_base %zu buffers %zu buffer_base %zu", &u,
+               &x.first, &x.last, &x.n, &x.shard, &x.param_base, &x.n_buffers, &x.buffer_base) == 8) {
+        size_t w = (size_t)m->world;  // shard = ceil(n / world), as the save computed it
+        if (u != *at || u >= m->n_units || w == 0 || x.shard > x.n || x.shard * w < x.n ||
+            (x.shard > 0 && (x.shard - 1) * w >= x.n))
+            return false;
+        m->unit[(*at)++] = x;
+        return true;
+    }
+    if (sscanf(line, "file %d %63s bytes %llu crc32 %8x", &r, name, &bytes, &crc) == 4) {
+        shard_name(want, sizeof want, r, m->world);
+        if (!m->file || r != *files || r >= m->world || strcmp(name, want) != 0) return false;
+        snprintf(m->file[r].file, sizeof m->file[r].file, "%s", name);
+        m->file[r].bytes = bytes, m->file[r].crc = (uint32_t)crc;
+        (*files)++;
+        return true;
+    }
+    return false;
+}
+
 // Parses and checks a manifest (any bytes: a corrupt file is an error, never a crash). Returns 0, or -1 with
 // the reason (naming path) in err.
 static int manifest_read(const char *path, Manifest *m, char *err, size_t errlen) {
@@ -218,66 +259,30 @@ static int manifest_read(const char *path, Manifest *m, char *err, size_t errlen
     char why[512];
     char *t = (char *)read_all(path, MANIFEST_MAX_BYTES, &n, why, sizeof why);
     if (!t) return check_reason(err, errlen, "%s", why);
-    int rc = -1;
     // The last line holds the CRC-32 of every byte before it: check it before believing anything else.
     char *last = n >= 2 ? t + n - 2 : t;
     while (last > t && *last != '\n') last--;
     if (last > t) last++;
-    unsigned crc_x;
+    unsigned crc;
     char tail;
-    if (n == 0 || t[n - 1] != '\n' || sscanf(last, "crc32 %8x%c", &crc_x, &tail) != 2 || tail != '\n') {
+    int rc = -1, version = 0, at = 0, files = 0;
+    if (n == 0 || t[n - 1] != '\n' || sscanf(last, "crc32 %8x%c", &crc, &tail) != 2 || tail != '\n') {
         check_reason(err, errlen, "%s: no CRC line at its end: truncated or not a manifest", path);
-        goto out;
-    }
-    if (crc_bytes(t, (size_t)(last - t)) != (uint32_t)crc_x) {
+    } else if (crc_bytes(t, (size_t)(last - t)) != (uint32_t)crc) {
         check_reason(err, errlen, "%s: CRC-32 mismatch: the manifest is corrupt", path);
-        goto out;
-    }
-    *last = 0;  // the text before the CRC line, parsed line by line
-    char *save = NULL, *line = strtok_r(t, "\n", &save);
-    int version = 0, units = -1, files = 0, at = 0;
-    char name[64];
-    bool ok = line && sscanf(line, "kit-zero-manifest %d", &version) == 1 && version == MANIFEST_VERSION;
-    if (!ok) {
-        check_reason(err, errlen, "%s: not a version-%d manifest of this kit", path, MANIFEST_VERSION);
-        goto out;
-    }
-    while (ok && (line = strtok_r(NULL, "\n", &save)) != NULL) {
-        int u, r;
-        ManifestUnit x;
-        unsigned long long bytes;
-        unsigned crc;
-        if (sscanf(line, "world %d", &m->world) == 1) {
-            ok = m->world >= 1 && m->world <= MAX_WORLD && !m->file;
-            if (ok) m->file = xcalloc((size_t)m->world, sizeof *m->file);
-        } else if (sscanf(line, "step %lld", &m->step) == 1) {
-            ok = m->step >= 0;
-        } else if (sscanf(line, "model %23s %d %d %d %d %d", m->cfg.name, &m->cfg.width, &m->cfg.in_c, &m->cfg.in_h,
-                          &m->cfg.in_w, &m->cfg.classes) == 6) {
-        } else if (sscanf(line, "units %d", &units) == 1) {
-            ok = units >= 1 && units <= ZERO_MAX_UNITS;
-            m->n_units = ok ? units : 0;
-        } else if (sscanf(line, "unit %d layers %d %d params %zu shard %zu param_base %zu buffers %zu buffer_base %zu",
-                          &u, &x.first, &x.last, &x.n, &x.shard, &x.param_base, &x.n_buffers, &x.buffer_base) == 8) {
-            ok = u == at && u < m->n_units && m->world > 0 && x.shard * (size_t)m->world >= x.n &&
-                 (x.shard == 0 || (x.shard - 1) * (size_t)m->world < x.n);  // shard = ceil(n / world)
-            if (ok) m->unit[at++] = x;
-        } else if (sscanf(line, "file %d %63s bytes %llu crc32 %8x", &r, name, &bytes, &crc) == 4) {
-            char want[64];
-            shard_name(want, sizeof want, r, m->world);
-            ok = m->file && r == files && r < m->world && strcmp(name, want) == 0;
-            if (ok) snprintf(m->file[files].file, sizeof m->file[files].file, "%s", name);
-            if (ok) m->file[files].bytes = bytes, m->file[files].crc = (uint32_t)crc, files++;
+    } else {
+        *last = 0;  // the text before the CRC line, line by line
+        char *save = NULL, *line = strtok_r(t, "\n", &save);
+        if (!line || sscanf(line, "kit-zero-manifest %d", &version) != 1 || version != MANIFEST_VERSION) {
+            check_reason(err, errlen, "%s: not a version-%d manifest of this kit", path, MANIFEST_VERSION);
         } else {
-            ok = false;
+            bool ok = true;
+            while (ok && (line = strtok_r(NULL, "\n", &save)) != NULL) ok = manifest_line(m, line, &at, &files);
+            if (ok && m->world > 0 && m->n_units > 0 && at == m->n_units && files == m->world && m->cfg.name[0]) rc = 0;
+            else check_reason(err, errlen, "%s: malformed (%s)", path, line ? "a line this version does not write"
+                                                                            : "a line is missing");
         }
     }
-    if (!ok || m->world == 0 || m->n_units == 0 || at != m->n_units || files != m->world || !m->cfg.name[0]) {
-        check_reason(err, errlen, "%s: malformed (%s)", path, line ? line : "a line is missing");
-        goto out;
-    }
-    rc = 0;
-out:
     free(t);
     if (rc != 0) manifest_free(m);
     return rc;
@@ -533,12 +538,13 @@ static void old_range(OldSet *o, CkptGroup g, size_t a, size_t b, float *dst) {
 // Does the old set fit this run: the same architecture, and units that tile the same whole model?
 static int old_fits(const OldSet *o, const Zero *z, char *err, size_t errlen) {
     const ModelConfig *a = &o->m.cfg, *b = &z->units[0]->cfg;
+    char name[CKPT_ESCAPED_LEN];  // the file's bytes: printed escaped
     if (strcmp(a->name, b->name) != 0 || a->width != b->width || a->in_c != b->in_c || a->in_h != b->in_h ||
         a->in_w != b->in_w || a->classes != b->classes)
         return check_reason(err, errlen, "%s holds a %s of width %d (%dx%dx%d, %d classes), this run a %s of width %d "
                             "(%dx%dx%d, %d classes): same --model, --width and --dataset as the run that saved it",
-                            o->set, a->name, a->width, a->in_c, a->in_h, a->in_w, a->classes, b->name, b->width,
-                            b->in_c, b->in_h, b->in_w, b->classes);
+                            o->set, ckpt_escape(a->name, name, sizeof name), a->width, a->in_c, a->in_h, a->in_w,
+                            a->classes, b->name, b->width, b->in_c, b->in_h, b->in_w, b->classes);
     size_t params = 0, buffers = 0, old_params = 0, old_buffers = 0;
     for (int u = 0; u < z->n_units; u++) params += z->layout[u].n, buffers += z->units[u]->n_buffers;
     for (int u = 0; u < o->m.n_units; u++) {
