@@ -91,6 +91,19 @@ static int agree(ProcessGroup *pg, bool failed) {
 
 // ---------------------------------------------------------------- this rank's slices
 
+// Every slice below is an offset and a count in unit u's padded layout: a layout that does not cover the unit's
+// parameters (shard * world < n) would save less than the model and read past the gathered buffer.
+static void check_layouts(const Zero *z) {
+    size_t world = (size_t)pg_world(z->pg);
+    for (int u = 0; u < z->n_units; u++) {
+        const ShardLayout *l = &z->layout[u];
+        CHECKF(l->padded == l->shard * world && l->padded >= l->n && l->n == z->units[u]->n_params,
+               "shard_layout (TODO 1a): shard = ceil(n / world), padded = world * shard",
+               "unit %d: n %zu, shard %zu, padded %zu on %zu ranks (its model has %zu parameters)", u, l->n,
+               l->shard, l->padded, world, z->units[u]->n_params);
+    }
+}
+
 // This rank's floats of unit u's padded layout: [lo, lo + count) are real, the rest of its shard is padding.
 static size_t own_range(const ShardLayout *l, int rank, size_t *count) {
     size_t lo = (size_t)rank * l->shard;
@@ -429,6 +442,7 @@ static int prune_sets(const char *dir, int keep) {
 
 int zero_ckpt_save(Zero *z, const char *dir, const CkptState *st, int keep, char *out_set, size_t out_len,
                    char *err, size_t errlen) {
+    check_layouts(z);
     ProcessGroup *pg = z->pg;
     int rank = pg_rank(pg), world = pg_world(pg);
     char set[1024], path[2048];
@@ -603,6 +617,7 @@ static void load_buffers(OldSet *o, Zero *z, int u) {
 }
 
 int zero_ckpt_load(Zero *z, const char *set, CkptState *st, char *err, size_t errlen) {
+    check_layouts(z);
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", set, ZCKPT_MANIFEST);
     OldSet o = {.set = set, .err = err, .errlen = errlen};
@@ -633,6 +648,7 @@ int zero_ckpt_load(Zero *z, const char *set, CkptState *st, char *err, size_t er
 // ---------------------------------------------------------------- consolidation
 
 void zero_ckpt_gather(Zero *z, Model *whole) {
+    check_layouts(z);
     ProcessGroup *pg = z->pg;
     bool root = pg_rank(pg) == 0;
     for (int u = 0; u < z->n_units; u++) {
