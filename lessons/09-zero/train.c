@@ -27,6 +27,7 @@
 #include "kit/optim.h"
 #include "kit/train.h"
 #include "lesson.h"
+#include "zero_ckpt.h"
 
 #ifndef AUTOGRADER
 
@@ -174,12 +175,14 @@ static void print_params_crc(Zero *z, Model *whole, bool is_main) {
     model_release(whole, MODEL_PARAMS);
 }
 
-static void train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo) {
+static int train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo, ZeroCkpt *ck) {
     ZeroRun zr = {.zo = zo};
     TrainHooks hooks = {.ctx = &zr, .make_model = make_model, .step = step, .evaluate = evaluate,
                         .check_replicas = check_replicas};
     DdpRun r;
+    zero_ckpt_attach(ck, &hooks, o);
     ddp_run_open(&r, pg, o, &hooks);
+    if (zero_ckpt_begin(ck, &r, zr.z) != 0) return 1;
     model_release(r.ddp.model, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS);
     if (r.is_main) print_units(zr.z);
     ddp_run_epochs(&r);
@@ -193,22 +196,26 @@ static void train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo
     snprintf(extra, sizeof extra, "zero=%d units=%d recompute=%d peak_mb=%.3f", zo->zero, zr.z->n_units,
              zo->recompute ? 1 : 0, peak);
     ddp_run_report(&r, extra);
+    int rc = zero_ckpt_end(ck, &r) != 0;
     model_free(ddp_run_close(&r));
     zero_free(zr.z);
+    return rc;
 }
 
 // ---------------------------------------------------------------- main
 
 int main(int argc, char **argv) {
+    ZeroCkpt ck;
+    zero_ckpt_take_options(&ck, &argc, argv);
     ZeroOptions zo = zero_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend, --bucket-mb, --timeout
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT);  // lesson 01's options plus --backend, --bucket-mb, --timeout
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    train(pg, &o, &zo);
+    int rc = train(pg, &o, &zo, &ck);
     pg_finalize(pg);
-    return 0;
+    return rc;
 }
 #endif  // AUTOGRADER
