@@ -410,16 +410,16 @@ static size_t out_floats(const Model *m) {
 static void alloc_batch_buffers(Model *m, bool training) {
     const Device d = m->device;
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
-    m->acts = device_alloc(d, B * m->act_floats_per_sample * F);
+    m->acts = device_alloc_as(d, B * m->act_floats_per_sample * F, MEM_ACTS);
     // Training: activation gradients, BN's saved batch statistics, the output's and the input's gradients.
-    m->dacts = training ? device_alloc(d, B * m->grad_floats_per_sample * F) : NULL;
-    m->saved = training ? device_alloc(d, m->saved_floats * F) : NULL;
-    m->dlogits = training ? device_alloc(d, B * out_floats(m) * F) : NULL;
-    m->dinput = training && m->first > 0 ? device_alloc(d, B * in * F) : NULL;
-    m->input = device_alloc(d, B * in * F);
-    m->labels = device_alloc(d, B * sizeof(int));
-    m->loss = device_alloc(d, B * F);
-    m->pred = device_alloc(d, B * sizeof(int));
+    m->dacts = training ? device_alloc_as(d, B * m->grad_floats_per_sample * F, MEM_ACTS) : NULL;
+    m->saved = training ? device_alloc_as(d, m->saved_floats * F, MEM_ACTS) : NULL;
+    m->dlogits = training ? device_alloc_as(d, B * out_floats(m) * F, MEM_ACTS) : NULL;
+    m->dinput = training && m->first > 0 ? device_alloc_as(d, B * in * F, MEM_ACTS) : NULL;
+    m->input = device_alloc_as(d, B * in * F, MEM_ACTS);
+    m->labels = device_alloc_as(d, B * sizeof(int), MEM_ACTS);
+    m->loss = device_alloc_as(d, B * F, MEM_ACTS);
+    m->pred = device_alloc_as(d, B * sizeof(int), MEM_ACTS);
     m->host_loss = xmalloc(B * F);
     m->host_pred = xmalloc(B * sizeof(int));
 }
@@ -437,7 +437,7 @@ static void prepared_alloc(Model *m) {
         m->prepared_offset[i] = total;
         total += conv2d_prepared_floats(m->device, &cd);
     }
-    m->prepared = total ? device_alloc(m->device, total * sizeof(float)) : NULL;
+    m->prepared = total ? device_alloc_as(m->device, total * sizeof(float), MEM_PARAMS) : NULL;
     m->prepared_floats = total;
 }
 
@@ -462,13 +462,13 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
     plan_memory(m);
 
     size_t F = sizeof(float);
-    m->params = device_alloc(d, m->n_params * F);
-    m->buffers = device_alloc(d, m->n_buffers * F);
+    m->params = device_alloc_as(d, m->n_params * F, MEM_PARAMS);
+    m->buffers = device_alloc_as(d, m->n_buffers * F, MEM_PARAMS);
     if (training) {  // gradients and momentum
-        m->grads = device_alloc(d, m->n_params * F);
-        m->velocity = device_alloc(d, m->n_params * F);
+        m->grads = device_alloc_as(d, m->n_params * F, MEM_GRADS);
+        m->velocity = device_alloc_as(d, m->n_params * F, MEM_OPTIM);
     }
-    m->work = device_alloc(d, m->work_floats * F);
+    m->work = device_alloc_as(d, m->work_floats * F, MEM_ACTS);
     alloc_batch_buffers(m, training);
     if (!training) prepared_alloc(m);
     model_init(m, seed);
@@ -478,16 +478,17 @@ static Model *model_alloc(const ModelConfig *cfg, Device d, int max_batch, uint6
 void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
     CHECK(!ops || (ops->forward_train == NULL) == (ops->backward == NULL),
           "a replacement batch norm gives forward_train and backward, or neither (the kit's own, with `sync`)");
+    model_require(m, MODEL_ACTS, "model_set_bn_ops (it re-allocates the activations)");
     m->bn_ops = ops;
     // The fused CPU BN + ReLU would bypass `ops`, and its memory plan gives a fused BN's output gradient no slot
     // of its own: plan again (with or without fusion) and re-allocate the arena, which holds nothing between steps.
     plan_memory(m);
     size_t B = (size_t)m->max_batch, F = sizeof(float);
     device_free(m->device, m->acts);
-    m->acts = device_alloc(m->device, B * m->act_floats_per_sample * F);
+    m->acts = device_alloc_as(m->device, B * m->act_floats_per_sample * F, MEM_ACTS);
     if (m->dacts) {  // an inference model (model_create_inference) has none
         device_free(m->device, m->dacts);
-        m->dacts = device_alloc(m->device, B * m->grad_floats_per_sample * F);
+        m->dacts = device_alloc_as(m->device, B * m->grad_floats_per_sample * F, MEM_ACTS);
     }
 }
 
@@ -551,12 +552,90 @@ void model_free(Model *m) {
     free(m);
 }
 
+// ---------------------------------------------------------------- releasing and materializing parts
+
+static const char *part_label(unsigned part) {
+    switch (part) {
+    case MODEL_PARAMS: return "parameters (MODEL_PARAMS)";
+    case MODEL_GRADS: return "gradients (MODEL_GRADS)";
+    case MODEL_VELOCITY: return "momentum (MODEL_VELOCITY)";
+    default: return "activations (MODEL_ACTS)";
+    }
+}
+
+void model_require(const Model *m, unsigned parts, const char *what) {
+    unsigned gone = parts & m->released;
+    for (unsigned part = MODEL_PARAMS; part <= MODEL_ACTS; part <<= 1)
+        CHECKF(!(gone & part), "bring the part back with model_materialize before using it (model_release freed it)",
+               "%s: the model's %s are released", what, part_label(part));
+}
+
+// The arena's buffers that MODEL_ACTS covers, and their sizes in bytes (0: the model has none).
+static void acts_buffers(Model *m, float ***ptr, size_t *bytes) {
+    const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
+    ptr[0] = &m->acts, bytes[0] = B * m->act_floats_per_sample * F;
+    ptr[1] = &m->dacts, bytes[1] = B * m->grad_floats_per_sample * F;
+    ptr[2] = &m->saved, bytes[2] = m->saved_floats * F;
+    ptr[3] = &m->work, bytes[3] = m->work_floats * F;
+    ptr[4] = &m->dlogits, bytes[4] = B * out_floats(m) * F;
+    ptr[5] = &m->dinput, bytes[5] = m->first > 0 ? B * in * F : 0;
+}
+enum { ACTS_BUFFERS = 6 };
+
+static void check_releasable(const Model *m, unsigned parts, const char *what) {
+    CHECKF(!m->owner, "a view shares its owner's buffers: release or materialize the owner (with no view alive)",
+           "%s on a view (model_create_view)", what);
+    CHECKF(!(parts & ~(unsigned)(MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS)),
+           "parts are MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS", "%s: parts 0x%x", what, parts);
+    CHECKF(m->dacts || (m->released & MODEL_ACTS) || !(parts & (MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS)),
+           "an inference model (model_create_inference) has only its parameters to release",
+           "%s: parts 0x%x", what, parts);
+}
+
+void model_release(Model *m, unsigned parts) {
+    check_releasable(m, parts, "model_release");
+    parts &= ~m->released;
+    const Device d = m->device;
+    if (parts & MODEL_PARAMS) device_free(d, m->params), m->params = NULL;
+    if (parts & MODEL_GRADS) device_free(d, m->grads), m->grads = NULL;
+    if (parts & MODEL_VELOCITY) device_free(d, m->velocity), m->velocity = NULL;
+    if (parts & MODEL_ACTS) {
+        float **ptr[ACTS_BUFFERS];
+        size_t bytes[ACTS_BUFFERS];
+        acts_buffers(m, ptr, bytes);
+        for (int i = 0; i < ACTS_BUFFERS; i++) device_free(d, *ptr[i]), *ptr[i] = NULL;
+    }
+    m->released |= parts;
+}
+
+void model_materialize(Model *m, unsigned parts) {
+    check_releasable(m, parts, "model_materialize");
+    parts &= m->released;
+    const Device d = m->device;
+    const size_t P = m->n_params * sizeof(float);
+    if (parts & MODEL_PARAMS) m->params = device_alloc_as(d, P, MEM_PARAMS);
+    if (parts & MODEL_GRADS) {
+        m->grads = device_alloc_as(d, P, MEM_GRADS);
+        device_memset_zero(d, m->grads, P);
+    }
+    if (parts & MODEL_VELOCITY) m->velocity = device_alloc_as(d, P, MEM_OPTIM);
+    if (parts & MODEL_ACTS) {
+        float **ptr[ACTS_BUFFERS];
+        size_t bytes[ACTS_BUFFERS];
+        acts_buffers(m, ptr, bytes);
+        for (int i = 0; i < ACTS_BUFFERS; i++)  // dinput: only a model that does not start at the image has one
+            *ptr[i] = &m->dinput != ptr[i] || m->first > 0 ? device_alloc_as(d, bytes[i], MEM_ACTS) : NULL;
+    }
+    m->released &= ~parts;
+}
+
 // Fan-in of the layer that owns weight view v: inputs feeding one output unit.
 static int view_fan_in(const TensorView *v) {
     return v->ndim == 4 ? v->shape[1] * v->shape[2] * v->shape[3] : v->shape[1];
 }
 
 void model_init(Model *m, uint64_t seed) {
+    model_require(m, MODEL_PARAMS, "model_init");
     // Initialise on the host with a counter-based RNG, one stream per layer: the same numbers on every
     // device and every rank, whatever the order of allocation.
     float *host = xmalloc((m->n_params > m->n_buffers ? m->n_params : m->n_buffers) * sizeof(float) + 1);
@@ -587,10 +666,8 @@ void model_init(Model *m, uint64_t seed) {
     }
     device_copy_to(m->device, m->buffers, host, m->n_buffers * sizeof(float));
     free(host);
-    if (m->grads) {  // NULL in an inference-only model (model_create_inference)
-        device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
-        device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
-    }
+    if (m->grads) device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));  // NULL: inference, released
+    if (m->velocity) device_memset_zero(m->device, m->velocity, m->n_params * sizeof(float));
     model_prepare_inference(m);
 }
 
@@ -606,6 +683,7 @@ void model_prepare_inference(Model *m) {
 }
 
 void model_zero_grad(Model *m) {
+    model_require(m, MODEL_GRADS, "model_zero_grad");
     CHECK(m->grads != NULL, "model_zero_grad on an inference-only model (model_create_inference has no gradients)");
     device_memset_zero(m->device, m->grads, m->n_params * sizeof(float));
 }
@@ -683,7 +761,8 @@ void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
 
 const float *model_forward(Model *m, const float *x, int n, bool train) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
-    CHECK(!train || m->grads != NULL, "forward in training mode on an inference-only model (model_create_inference): "
+    model_require(m, MODEL_PARAMS | MODEL_ACTS, train ? "model_forward (train)" : "model_forward (eval)");
+    CHECK(!train || m->grads != NULL || (m->released & MODEL_GRADS), "forward in training mode on an inference-only model (model_create_inference): "
           "pass train = false (eval mode: BN uses its running statistics)");
     if (!train) {
         for (int i = 0; i < m->n_layers; i++) model_forward_layer_eval(m, i, x, n);
@@ -743,6 +822,7 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
 
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
+    model_require(m, MODEL_PARAMS | MODEL_GRADS | MODEL_ACTS, "model_backward");
     CHECK(m->grads != NULL, "model_backward on an inference-only model (model_create_inference has no gradients)");
     Device d = m->device;
     if (m->dinput)  // its consumers add into it, like into any activation gradient

@@ -159,6 +159,9 @@ struct Model {
     float *prepared;
     size_t prepared_floats;
     size_t prepared_offset[MODEL_MAX_LAYERS];
+
+    // The parts freed by model_release (MODEL_PARAMS | ...), until model_materialize brings them back.
+    unsigned released;
 };
 
 // Fills cfg for a named architecture. Returns false on an unknown name.
@@ -228,6 +231,26 @@ void model_zero_grad(Model *m);
 // re-planned and re-allocated (the CPU's fused BN + ReLU is the kit's BN, so it is off while a replacement is
 // in): call it between steps, never during one.
 void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops);
+
+// An owner model's big buffers can be freed and brought back: FSDP frees a unit's full parameters between
+// uses, ZeRO-2 its full gradients, ZeRO-1 its momentum, recomputation its activations. The parts:
+//   MODEL_PARAMS    params (the BN running statistics, `buffers`, stay: they are small and every rank keeps them)
+//   MODEL_GRADS     grads
+//   MODEL_VELOCITY  velocity (SGD momentum)
+//   MODEL_ACTS      the arena: acts, dacts, saved, work, dlogits, dinput (input, labels, loss and pred stay:
+//                   a batch's input and outputs, not activations)
+// Released pointers are NULL; forward, backward, model_zero_grad and the optimizer on a released part stop with
+// an error naming it. A view (model_create_view) cannot release (its owner's buffers are shared): release the
+// owner, with no view alive. The allocations are tagged for mem_stats: params and buffers MEM_PARAMS, grads
+// MEM_GRADS, velocity MEM_OPTIM, everything else MEM_ACTS.
+enum { MODEL_PARAMS = 1u, MODEL_GRADS = 2u, MODEL_VELOCITY = 4u, MODEL_ACTS = 8u };
+// Frees `parts` (a part already released is left as it is).
+void model_release(Model *m, unsigned parts);
+// Allocates `parts` again (those not released are left as they are). Contents are undefined, except grads:
+// zeroed, as model_zero_grad leaves them.
+void model_materialize(Model *m, unsigned parts);
+// Stops with an error naming the part when any of `parts` is released; `what` names the caller ("forward").
+void model_require(const Model *m, unsigned parts, const char *what);
 
 // Prints the layer table and parameter count.
 void model_print(const Model *m, FILE *out);

@@ -6,6 +6,7 @@
 void optim_step(Model *m, const SgdConfig *cfg) { optim_step_with(m, cfg, sgd_update); }
 
 void optim_step_with(Model *m, const SgdConfig *cfg, SgdUpdateFn update) {
+    model_require(m, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY, "optim_step");
     // Parameters are contiguous, so consecutive views with the same decay flag form one run and
     // one sgd_update call (one kernel launch on a GPU) covers the whole run.
     int i = 0;

@@ -1,0 +1,284 @@
+// tests/test_memstat.c: the kit's allocation counters by part (kit/device.h) and the release / materialize of a
+// model's parts (kit/model.h), which lesson 09's memory figures are measured with.
+#include "tests/testutil.h"
+
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+
+// Counted bytes are the bytes asked for, to the byte, and a free gives back exactly what its allocation took.
+static void test_counts_exact(void **state) {
+    MemStats s0 = mem_stats();
+    void *a = device_alloc_as(DEVICE_CPU, 1000, MEM_GRADS);
+    void *b = device_alloc_as(DEVICE_CPU, 17, MEM_COMM);
+    void *c = device_alloc(DEVICE_CPU, 333);  // MEM_OTHER
+    MemStats s1 = mem_stats();
+    assert_int_equal(s1.live[MEM_GRADS] - s0.live[MEM_GRADS], 1000);
+    assert_int_equal(s1.live[MEM_COMM] - s0.live[MEM_COMM], 17);
+    assert_int_equal(s1.live[MEM_OTHER] - s0.live[MEM_OTHER], 333);
+    assert_int_equal(s1.live_total - s0.live_total, 1350);
+    device_free(DEVICE_CPU, b);
+    MemStats s2 = mem_stats();
+    assert_int_equal(s2.live[MEM_COMM], s0.live[MEM_COMM]);
+    assert_int_equal(s2.live_total - s0.live_total, 1333);
+    assert_true(s2.peak[MEM_COMM] >= s0.live[MEM_COMM] + 17);  // the peak remembers
+    device_free(DEVICE_CPU, a), device_free(DEVICE_CPU, c);
+    MemStats s3 = mem_stats();
+    assert_int_equal(s3.live_total, s0.live_total);
+    for (int p = 0; p < MEM_PARTS; p++) assert_int_equal(s3.live[p], s0.live[p]);
+}
+
+// The peak is the most held at once since the reset: two allocations alive together count, one after the other
+// do not add up.
+static void test_peak_and_reset(void **state) {
+    mem_stats_reset_peak();
+    MemStats s0 = mem_stats();
+    for (int p = 0; p < MEM_PARTS; p++) assert_int_equal(s0.peak[p], s0.live[p]);
+    assert_int_equal(s0.peak_total, s0.live_total);
+    void *a = device_alloc_as(DEVICE_CPU, 4096, MEM_ACTS);
+    device_free(DEVICE_CPU, a);
+    void *b = device_alloc_as(DEVICE_CPU, 1024, MEM_ACTS);
+    void *c = device_alloc_as(DEVICE_CPU, 2048, MEM_ACTS);
+    MemStats s1 = mem_stats();
+    assert_int_equal(s1.peak[MEM_ACTS] - s0.live[MEM_ACTS], 4096);  // max(4096, 1024 + 2048)
+    assert_int_equal(s1.peak_total - s0.live_total, 4096);
+    device_free(DEVICE_CPU, b), device_free(DEVICE_CPU, c);
+    mem_stats_reset_peak();
+    assert_int_equal(mem_stats().peak[MEM_ACTS], s0.live[MEM_ACTS]);
+    assert_string_equal(mem_part_name(MEM_PARAMS), "params");
+    assert_string_equal(mem_part_name(MEM_OPTIM), "optimizer");
+    assert_string_equal(mem_part_name(MEM_ACTS), "activations");
+    assert_string_equal(mem_part_name(MEM_OTHER), "other");
+}
+
+// Many allocations alive at once, freed in a scrambled order: the table's deletions keep every later entry
+// findable (a broken probe chain would lose one and the totals would not come back to the start).
+static void test_many_live_allocations(void **state) {
+    enum { N = 3000 };
+    MemStats s0 = mem_stats();
+    void **p = malloc(N * sizeof *p);
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        p[i] = device_alloc_as(DEVICE_CPU, (size_t)i % 97 + 1, (MemPart)(i % MEM_PARTS));
+        total += (size_t)i % 97 + 1;
+    }
+    assert_int_equal(mem_stats().live_total - s0.live_total, total);
+    for (int k = 0; k < N; k++) {  // 1999 is prime to 3000: every index exactly once
+        int i = (int)((size_t)k * 1999 % N);
+        device_free(DEVICE_CPU, p[i]);
+        total -= (size_t)i % 97 + 1;
+        assert_int_equal(mem_stats().live_total - s0.live_total, total);
+    }
+    free(p);
+    for (int q = 0; q < MEM_PARTS; q++) assert_int_equal(mem_stats().live[q], s0.live[q]);
+}
+
+static void *alloc_free_loop(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2000; i++) device_free(DEVICE_CPU, device_alloc_as(DEVICE_CPU, 64, MEM_COMM));
+    return NULL;
+}
+
+// Two threads allocating and freeing at once (a loader thread beside the trainer) leave exact totals.
+static void test_threads(void **state) {
+    MemStats s0 = mem_stats();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, alloc_free_loop, NULL), 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    MemStats s1 = mem_stats();
+    assert_int_equal(s1.live_total, s0.live_total);
+    assert_int_equal(s1.live[MEM_COMM], s0.live[MEM_COMM]);
+    assert_true(s1.peak[MEM_COMM] >= s0.live[MEM_COMM] + 64);
+}
+
+static Model *make(const char *name, int batch) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, 8, 3, 16, 16, 10));
+    return model_create(&cfg, DEVICE_CPU, batch, 7);
+}
+
+// model_create's buffers are tagged by part: params + buffers, grads, velocity each exactly the model's floats,
+// and the whole model's bytes are what model_device_bytes says.
+static void test_model_tags(void **state) {
+    MemStats s0 = mem_stats();
+    Model *m = make("tiny-bn", 4);
+    MemStats s1 = mem_stats();
+    const size_t F = sizeof(float);
+    assert_int_equal(s1.live[MEM_PARAMS] - s0.live[MEM_PARAMS], (m->n_params + m->n_buffers) * F);
+    assert_int_equal(s1.live[MEM_GRADS] - s0.live[MEM_GRADS], m->n_params * F);
+    assert_int_equal(s1.live[MEM_OPTIM] - s0.live[MEM_OPTIM], m->n_params * F);
+    assert_int_equal(s1.live_total - s0.live_total, model_device_bytes(m));
+    model_free(m);
+    assert_int_equal(mem_stats().live_total, s0.live_total);
+}
+
+// Release frees exactly the part's bytes, materialize brings exactly them back; grads come back zeroed.
+static void test_release_exact(void **state) {
+    Model *m = make("tiny-bn", 4);
+    const size_t P = m->n_params * sizeof(float);
+    const MemPart tag[] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIM};
+    const unsigned part[] = {MODEL_PARAMS, MODEL_GRADS, MODEL_VELOCITY};
+    for (int k = 0; k < 3; k++) {
+        MemStats a = mem_stats();
+        model_release(m, part[k]);
+        MemStats b = mem_stats();
+        assert_int_equal(a.live[tag[k]] - b.live[tag[k]], P);
+        assert_int_equal(a.live_total - b.live_total, P);
+        model_release(m, part[k]);  // twice: nothing more
+        assert_int_equal(mem_stats().live_total, b.live_total);
+        model_materialize(m, part[k]);
+        assert_int_equal(mem_stats().live_total, a.live_total);
+    }
+    assert_non_null(m->params), assert_non_null(m->grads), assert_non_null(m->velocity);
+    for (size_t i = 0; i < m->n_params; i++) assert_true(m->grads[i] == 0.0f);
+    // The activations: everything of the arena but the batch's input and outputs.
+    MemStats a = mem_stats();
+    model_release(m, MODEL_ACTS);
+    assert_null(m->acts), assert_null(m->dacts), assert_null(m->saved), assert_null(m->work);
+    assert_non_null(m->input);
+    MemStats b = mem_stats();
+    assert_true(a.live[MEM_ACTS] > b.live[MEM_ACTS]);
+    assert_int_equal(a.live[MEM_PARAMS], b.live[MEM_PARAMS]);
+    model_materialize(m, MODEL_ACTS);
+    assert_int_equal(mem_stats().live[MEM_ACTS], a.live[MEM_ACTS]);
+    model_free(m);
+}
+
+// A model whose parts are released and brought back, with its params and momentum restored, computes the same
+// step as one that never released anything: logits, gradients (and the input's), updated params, to the bit.
+typedef struct {
+    float *logits, *grads, *dinput, *params;
+} StepOut;
+
+static StepOut one_step(Model *m, const float *x, const float *dl, int n) {
+    StepOut o = {0};
+    size_t out = (size_t)n * m->layers[m->n_layers - 1].c * m->layers[m->n_layers - 1].h * m->layers[m->n_layers - 1].w;
+    size_t in = (size_t)n * m->in_c * m->in_h * m->in_w;
+    o.logits = malloc(out * sizeof(float)), o.grads = malloc(m->n_params * sizeof(float));
+    o.params = malloc(m->n_params * sizeof(float)), o.dinput = malloc(in * sizeof(float));
+    model_zero_grad(m);
+    memcpy(o.logits, model_forward(m, x, n, true), out * sizeof(float));
+    model_backward(m, x, dl, n);
+    memcpy(o.grads, m->grads, m->n_params * sizeof(float));
+    if (model_input_grad(m)) memcpy(o.dinput, model_input_grad(m), in * sizeof(float));
+    else memset(o.dinput, 0, in * sizeof(float));
+    SgdConfig c = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    optim_step(m, &c);
+    memcpy(o.params, m->params, m->n_params * sizeof(float));
+    return o;
+}
+
+static void check_restored_step(const char *name, bool stage) {
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, name, 8, 3, 16, 16, 10));
+    Model *whole = model_create(&cfg, DEVICE_CPU, 4, 7);
+    int L = whole->n_layers, first = 0;
+    model_free(whole);
+    if (stage)
+        for (first = 1; first < L && !model_cut_ok(&cfg, first); first++) continue;
+    assert_true(first < L);
+    Model *a = model_create_stage(&cfg, DEVICE_CPU, 4, 7, first, L);
+    Model *b = model_create_stage(&cfg, DEVICE_CPU, 4, 7, first, L);
+    const int n = 3;
+    size_t in = (size_t)n * a->in_c * a->in_h * a->in_w, out = (size_t)n * 10;
+    float *x = malloc(in * sizeof(float)), *dl = malloc(out * sizeof(float));
+    fill_uniform(x, in, -1.0f, 1.0f, 11);
+    fill_uniform(dl, out, -0.1f, 0.1f, 12);
+    float *saved = malloc(a->n_params * sizeof(float));
+    memcpy(saved, b->params, b->n_params * sizeof(float));
+    model_release(b, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS);
+    assert_null(b->params), assert_null(b->grads), assert_null(b->velocity), assert_null(b->acts);
+    model_materialize(b, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS);
+    memcpy(b->params, saved, b->n_params * sizeof(float));
+    memset(b->velocity, 0, b->n_params * sizeof(float));
+    StepOut ra = one_step(a, x, dl, n), rb = one_step(b, x, dl, n);
+    assert_memory_equal(ra.logits, rb.logits, out * sizeof(float));
+    assert_memory_equal(ra.grads, rb.grads, a->n_params * sizeof(float));
+    assert_memory_equal(ra.dinput, rb.dinput, in * sizeof(float));
+    assert_memory_equal(ra.params, rb.params, a->n_params * sizeof(float));
+    StepOut all[] = {ra, rb};
+    for (int k = 0; k < 2; k++) free(all[k].logits), free(all[k].grads), free(all[k].dinput), free(all[k].params);
+    free(x), free(dl), free(saved);
+    model_free(a), model_free(b);
+}
+
+static void test_release_then_same_step(void **state) {
+    check_restored_step("tiny", false);
+    check_restored_step("tiny-bn", false);
+    check_restored_step("tiny-bn", true);
+    check_restored_step("resnet9", true);
+}
+
+// A view cannot release; forward / backward / optimizer on a released part stop with a report naming it.
+static int exit_status_of(void (*fn)(Model *), Model *m, char *report, size_t len) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        fn(m);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while (used + 1 < len && (got = read(fds[0], report + used, len - 1 - used)) > 0) used += (size_t)got;
+    report[used] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static float g_x[4 * 3 * 16 * 16];
+static void run_forward(Model *m) { model_forward(m, g_x, 4, true); }
+static void run_backward(Model *m) { model_backward(m, g_x, m->dlogits, 4); }
+static void run_optim(Model *m) {
+    SgdConfig c = {.lr = 0.1f, .momentum = 0.9f};
+    optim_step(m, &c);
+}
+static void run_view_release(Model *m) {
+    Model *v = model_create_view(m, 2);
+    model_release(v, MODEL_PARAMS);
+}
+
+static void test_released_refused(void **state) {
+    char report[4096];
+    Model *m = make("tiny", 4);
+    struct {
+        unsigned part;
+        void (*fn)(Model *);
+        const char *names;
+    } cases[] = {
+        {MODEL_PARAMS, run_forward, "parameters"},  {MODEL_ACTS, run_forward, "activations"},
+        {MODEL_GRADS, run_backward, "gradients"},   {MODEL_VELOCITY, run_optim, "momentum"},
+        {MODEL_PARAMS, run_optim, "parameters"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_release(m, cases[i].part);
+        int status = exit_status_of(cases[i].fn, m, report, sizeof report);
+        if (status != 1 || !strstr(report, cases[i].names) || !strstr(report, "HINT"))
+            fail_msg("case %zu: exit status %d, report: %s", i, status, report);
+        model_materialize(m, cases[i].part);
+    }
+    int status = exit_status_of(run_view_release, m, report, sizeof report);
+    if (status != 1 || !strstr(report, "view")) fail_msg("view release: exit status %d, report: %s", status, report);
+    model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counts_exact),        cmocka_unit_test(test_peak_and_reset),
+        cmocka_unit_test(test_many_live_allocations), cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_model_tags),          cmocka_unit_test(test_release_exact),
+        cmocka_unit_test(test_release_then_same_step), cmocka_unit_test(test_released_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
