@@ -39,7 +39,7 @@ result_of() {
   local loss crc
   loss=$(grep '^final:' "$log" | grep -oE 'train_loss=[0-9.]+' | cut -d= -f2)
   crc=$(grep -m1 -oE 'crc32=[0-9a-f]+' "$log" | cut -d= -f2)
-  [ -n "$loss" ] && [ -n "$crc" ] || { echo "no train_loss or no crc32 line"; return 1; }
+  if [ -z "$loss" ] || [ -z "$crc" ]; then echo "no train_loss or no crc32 line"; return 1; fi
   echo "$loss $crc"
 }
 
@@ -61,7 +61,7 @@ if [ -n "${loss[0]}" ] && [ -n "${loss[1]}" ]; then
   else bad "3 ranks: stage 1's parameters (crc32 ${crc[1]}) are not stage 0's (${crc[0]}): the same all-reduce and update must give the same bits"; fi
 fi
 for z in 2 3; do
-  [ -n "${loss[0]}" ] && [ -n "${loss[$z]}" ] || continue
+  if [ -z "${loss[0]}" ] || [ -z "${loss[$z]}" ]; then continue; fi
   if close "${loss[0]}" "${loss[$z]}"; then ok "3 ranks: stage $z's final train_loss ${loss[$z]} = stage 0's ${loss[0]} (within 1e-3)"
   else bad "3 ranks: stage $z's final train_loss ${loss[$z]}, stage 0's ${loss[0]}"; fi
 done
@@ -87,8 +87,7 @@ for np in 1 2 3; do
 done
 
 # ---- the memory table (rank 0 prints every rank's row after the first step)
-run 3 --model tiny-bn --zero 3 --memory
-if [ $? -eq 0 ] && grep -q '^memory (MB, per rank; zero=3' "$log" && grep -qE '^  optimizer +[0-9.]+' "$log"; then
+if run 3 --model tiny-bn --zero 3 --memory && grep -q '^memory (MB, per rank; zero=3' "$log" && grep -qE '^  optimizer +[0-9.]+' "$log"; then
   ok "--memory on 3 ranks: $(grep -m1 -E '^  params [0-9.]+ MB' "$log" | sed 's/^ *//')"
 else
   bad "--memory on 3 ranks: no table"; show "$log"
