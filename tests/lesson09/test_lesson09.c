@@ -118,10 +118,13 @@ static bool reduce_scatter_ok(ProcessGroup *pg, MPI_Comm comm, size_t n, uint64_
     ShardLayout l = shard_layout(n, w);
     size_t shard = (n + (size_t)w - 1) / (size_t)w;
     why[0] = '\0';
-    float *full = xmalloc(n * sizeof(float)), *copy = xmalloc(n * sizeof(float));
+    // The input is followed by NaNs up to world x shard floats: a reduce-scatter that reads the buffer as if it
+    // were padded (past its end) puts them into the last shards, where the test sees them.
+    float *full = xmalloc((shard * (size_t)w + 1) * sizeof(float)), *copy = xmalloc(n * sizeof(float));
     float *sum = xmalloc(n * sizeof(float)), *abs_sum = xmalloc(n * sizeof(float));
     float *got = xmalloc((shard + 1) * sizeof(float)), *scratch = xmalloc(shard * (size_t)w * sizeof(float));
     fill_rank(full, n, r, seed);
+    for (size_t i = n; i < shard * (size_t)w + 1; i++) full[i] = NAN;
     memcpy(copy, full, n * sizeof(float));
     for (size_t i = 0; i < n; i++) abs_sum[i] = fabsf(full[i]);
     MPI_Allreduce(full, sum, (int)n, MPI_FLOAT, MPI_SUM, comm);
@@ -135,8 +138,9 @@ static bool reduce_scatter_ok(ProcessGroup *pg, MPI_Comm comm, size_t n, uint64_
         if (at >= n) {  // padding: no float of the buffer; it must be 0, or it would flow into the update
             if (got[i] != 0.0f)
                 snprintf(why, len, "world %d, length %zu: rank %d's shard[%zu] is padding (past the buffer's end), and "
-                         "it is %g, not 0: the padded tail must be zeros in every rank's input (is the scratch's "
-                         "tail set?)", w, n, r, i, got[i]);
+                         "it is %g, not 0: the padded tail must be zeros in every rank's input (%s)", w, n, r, i,
+                         got[i], isnan(got[i]) ? "was the buffer read past its end, or the scratch's tail left unset?"
+                                               : "is the scratch's tail set?");
             continue;
         }
         double want = sum[at] / (float)w, tol = 2.0 * gamma_k(w) * abs_sum[at] / w;
