@@ -1,0 +1,208 @@
+// train.c: lesson 09, lesson 03's data-parallel program with the training state sharded over the ranks (ZeRO
+// stages 1-3, FSDP) and, optionally, the activations recomputed in backward.
+//
+//   scripts/launch.sh 2 ./train --zero 1                     momentum sharded
+//   scripts/launch.sh 3 ./train --zero 3 --units 4 --memory  parameters sharded, the memory table after step 1
+//   scripts/launch.sh 2 ./train --zero 2 --recompute         + activations recomputed in backward
+//
+// Read it top to bottom: options (the kit's, plus --zero, --units, --recompute and --memory, read here), then
+// lesson 03's loop (ddp_run_open / ddp_run_epochs / ddp_run_report) with its hooks set to this lesson's:
+//
+//   make_model      the units and their shards (zero_create); the whole model the loop prints the setup with
+//   step            zero_step (TODO 2-5, zero.c)
+//   evaluate        zero_evaluate: the units one after the other (stage 3: each in its window)
+//   check_replicas  what must agree across ranks: full parameters (stages 0-2) and the BN statistics
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "kit/check.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/dist.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/optim.h"
+#include "kit/train.h"
+#include "lesson.h"
+
+#ifndef AUTOGRADER
+
+// ---------------------------------------------------------------- this lesson's options
+
+typedef struct {
+    int zero, units;
+    bool recompute, memory;
+} ZeroOptions;
+
+static void zero_usage(FILE *out) {
+    fprintf(out, "lesson 09 options:\n"
+                 "  --zero N       0|1|2|3: what is sharded over the ranks: nothing (DDP), momentum, + gradients,\n"
+                 "                 + parameters (default 0)\n"
+                 "  --units N      units the model is cut into (1..%d, balanced by parameter count; default: one per\n"
+                 "                 layer with parameters)\n"
+                 "  --recompute    keep only each unit's output in forward; recompute its activations in backward\n"
+                 "  --memory       print this rank's memory by part (live, peak) after the first step\n",
+            ZERO_MAX_UNITS);
+}
+
+static void zero_usage_error(const char *what, const char *value) {
+    fprintf(stderr, "error: %s: '%s'\n", what, value ? value : "(missing)");
+    zero_usage(stderr);
+    exit(2);
+}
+
+static int parse_int(const char *name, const char *v, int lo, int hi) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi) {
+        char what[96];
+        snprintf(what, sizeof what, "%s takes an integer from %d to %d", name, lo, hi);
+        zero_usage_error(what, v);
+    }
+    return (int)x;
+}
+
+// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
+// kit's. --help prints both usages.
+static ZeroOptions zero_parse(int *argc, char **argv) {
+    ZeroOptions zo = {0};
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--zero") == 0) zo.zero = parse_int(a, v, 0, 3), i++;
+        else if (strcmp(a, "--units") == 0) zo.units = parse_int(a, v, 1, ZERO_MAX_UNITS), i++;
+        else if (strcmp(a, "--recompute") == 0) zo.recompute = true;
+        else if (strcmp(a, "--memory") == 0) zo.memory = true;
+        else {
+            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) zero_usage(stdout);
+            argv[out++] = argv[i];
+        }
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return zo;
+}
+
+// ---------------------------------------------------------------- the hooks into lesson 03's loop
+
+typedef struct {
+    const ZeroOptions *zo;
+    Zero *z;
+} ZeroRun;
+
+// The units, and a whole model for the loop's setup line: made for one image, and emptied once the loop has
+// printed it (after ddp_run_open), so that it takes no memory the table would count.
+static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
+    ZeroRun *zr = ctx;
+    Device dev = pg_device(r->pg);
+    zr->z = zero_create(r->pg, cfg, dev, r->local_batch, r->o->seed, (ZeroStage)zr->zo->zero, zr->zo->units,
+                        zr->zo->recompute);
+    return model_create(cfg, dev, 1, r->o->seed);
+}
+
+static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
+    ZeroRun *zr = ctx;
+    if (zr->z->steps == 0) mem_stats_reset_peak();  // the peaks from here on: the training's, not the set-up's
+    Metrics m = zero_step(zr->z, b, &r->opt, r->o->label_smoothing);
+    if (zr->z->steps == 1 && zr->zo->memory) zero_print_memory(zr->z, stdout);
+    return m;
+}
+
+static Metrics evaluate(void *ctx, DdpRun *r) {
+    ZeroRun *zr = ctx;
+    return zero_evaluate(zr->z, r->data.test_loader);
+}
+
+// Stages 0-2 keep the full parameters on every rank: they must be identical. Stage 3's shards differ by design
+// (and its all-gather makes every window identical); what every rank holds whole there is the BN statistics.
+static void check_replicas(void *ctx, DdpRun *r, const char *what) {
+    ZeroRun *zr = ctx;
+    for (int u = 0; u < zr->z->n_units; u++) {
+        const Model *m = zr->z->units[u];
+        char name[128];
+        snprintf(name, sizeof name, "%s, unit %d", what, u);
+        if (m->params) pg_check_identical(r->pg, m->params, m->n_params, name);
+        snprintf(name, sizeof name, "BN statistics after %s, unit %d", what, u);
+        if (m->n_buffers) pg_check_identical(r->pg, m->buffers, m->n_buffers, name);
+    }
+}
+
+// The most any rank held at once since the first step, in MB.
+static double peak_mb_over_ranks(ProcessGroup *pg) {
+    int W = pg_world(pg);
+    double *peaks = xcalloc((size_t)W, sizeof(double));
+    peaks[pg_rank(pg)] = (double)mem_stats().peak_total;
+    pg_allreduce_sum_double_host(pg, peaks, W);
+    double most = 0;
+    for (int r = 0; r < W; r++)
+        if (peaks[r] > most) most = peaks[r];
+    free(peaks);
+    return most / 1e6;
+}
+
+static void print_units(const Zero *z) {
+    printf("zero: stage %d (%s) over %d rank%s, %d unit%s%s\n", z->stage,
+           (const char *[]){"DDP: nothing sharded", "momentum sharded", "momentum + gradients sharded",
+                            "momentum + gradients + parameters sharded"}[z->stage],
+           z->world, z->world == 1 ? "" : "s", z->n_units, z->n_units == 1 ? "" : "s",
+           z->recompute ? ", activations recomputed in backward" : "");
+    for (int u = 0; u < z->n_units; u++)
+        printf("  unit %2d: layers %2d-%-2d %9zu params, shard %zu (+%zu padding on the last rank)\n", u, z->first[u],
+               z->first[u + 1] - 1, z->layout[u].n, z->layout[u].shard, z->layout[u].padded - z->layout[u].n);
+}
+
+// The whole model's parameters gathered from the units (zero_gather_model), as a CRC-32: two runs that trained
+// the same numbers print the same value (stage 1 against stage 0, a recomputed run against a plain one).
+static void print_params_crc(Zero *z, Model *whole, bool is_main) {
+    model_materialize(whole, MODEL_PARAMS);
+    zero_gather_model(z, whole);
+    float *h = xmalloc(whole->n_params * sizeof(float) + 1);
+    device_copy_from(whole->device, h, whole->params, whole->n_params * sizeof(float));
+    uLong crc = crc32(0L, (const Bytef *)h, (uInt)(whole->n_params * sizeof(float)));
+    if (is_main) printf("zero: parameters crc32=%08lx (%zu floats, gathered from the units)\n", crc, whole->n_params);
+    free(h);
+    model_release(whole, MODEL_PARAMS);
+}
+
+static void train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo) {
+    ZeroRun zr = {.zo = zo};
+    TrainHooks hooks = {.ctx = &zr, .make_model = make_model, .step = step, .evaluate = evaluate,
+                        .check_replicas = check_replicas};
+    DdpRun r;
+    ddp_run_open(&r, pg, o, &hooks);
+    model_release(r.ddp.model, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY | MODEL_ACTS);
+    if (r.is_main) print_units(zr.z);
+    ddp_run_epochs(&r);
+    r.ddp.compute_seconds = zr.z->compute_seconds, r.ddp.comm_seconds = zr.z->comm_seconds;
+    double peak = peak_mb_over_ranks(pg);
+    print_params_crc(zr.z, r.ddp.model, r.is_main);
+    if (r.is_main && zr.z->steps > 0)
+        printf("zero: %.3f MB sent per rank per step (ring count), %ld steps\n", zr.z->bytes_sent / 1e6 / zr.z->steps,
+               zr.z->steps);
+    char extra[160];
+    snprintf(extra, sizeof extra, "zero=%d units=%d recompute=%d peak_mb=%.3f", zo->zero, zr.z->n_units,
+             zo->recompute ? 1 : 0, peak);
+    ddp_run_report(&r, extra);
+    model_free(ddp_run_close(&r));
+    zero_free(zr.z);
+}
+
+// ---------------------------------------------------------------- main
+
+int main(int argc, char **argv) {
+    ZeroOptions zo = zero_parse(&argc, argv);
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_DIST);  // lesson 01's options plus --backend, --bucket-mb, --timeout
+    cli_apply_dataset_defaults(&o);
+    Device dev;
+    device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
+    ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
+    train(pg, &o, &zo);
+    pg_finalize(pg);
+    return 0;
+}
+#endif  // AUTOGRADER
