@@ -343,7 +343,7 @@ static void describe_float(const Zero *z, const Model *whole, size_t i, char *ou
 // What the pattern of wrong floats says, or "".
 static const char *diagnose(const Zero *z, const Model *whole, const unsigned char *bad, const float *got_p,
                             const float *ref_p, const float *before, const float *got_v, const float *ref_v) {
-    size_t n = whole->n_params, wrong = 0, mine = 0, decay = 0, frozen = 0, v_zero = 0;
+    size_t n = whole->n_params, wrong = 0, mine = 0, decay = 0, frozen = 0, v_zero = 0, first_shard = 0;
     int rank = pg_rank(z->pg);
     for (size_t i = 0; i < n; i++) {
         if (!bad[i]) continue;
@@ -352,6 +352,7 @@ static const char *diagnose(const Zero *z, const Model *whole, const unsigned ch
         while (u + 1 < z->n_units && z->units[u + 1]->param_base <= i) u++;
         size_t shard = z->layout[u].shard;
         mine += shard && (i - z->units[u]->param_base) / shard == (size_t)rank;
+        first_shard += shard && (i - z->units[u]->param_base) / shard == 0;
         for (int k = 0; k < whole->n_views; k++)
             if (i >= whole->views[k].offset && i < whole->views[k].offset + whole->views[k].count)
                 decay += whole->views[k].decay;
@@ -365,6 +366,9 @@ static const char *diagnose(const Zero *z, const Model *whole, const unsigned ch
     if (frozen == wrong) return ": those weights never moved (the update of this rank's shard is missing)";
     if (v_zero == wrong) return ": the momentum there is 0 after the step: the momentum shard must be updated and "
                                 "kept from step to step (velocity_shard)";
+    if (first_shard == 0 && pg_world(z->pg) > 1)
+        return ": rank 0's shards are right and every other rank's wrong: each rank's slice of the gradient, the "
+               "weights and the momentum starts at rank x shard";
     if (decay == 0) return ": only floats WITHOUT weight decay are wrong (biases, BN): the shard's decay mask must "
                            "come from the views (TensorView.decay)";
     if (decay == wrong) return ": only floats WITH weight decay are wrong: is weight_decay applied where the views "
