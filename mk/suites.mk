@@ -128,3 +128,7 @@ endif
 ifneq ($(filter 08-pipeline,$(LESSONS_GRADED)),)
 test-lesson08: $(CKPT_COMPARE) $(if $(filter 06-inference,$(LESSONS_GRADED)),$(BUILD)/solutions/06-inference/train)
 endif
+# lesson 09's sharded checkpoint checks (tests/lesson09/ckpt-tests.sh, from run-tests.sh) likewise.
+ifneq ($(filter 09-zero,$(LESSONS_GRADED)),)
+test-lesson09: $(CKPT_COMPARE) $(if $(filter 06-inference,$(LESSONS_GRADED)),$(BUILD)/solutions/06-inference/train)
+endif

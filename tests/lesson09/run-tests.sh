@@ -7,9 +7,10 @@
 #   - the program on 1, 2 and 3 ranks (stage 3, BN-free `tiny`, the same global batch): the same final line within
 #     a tolerance: a world changes only the order of some float32 sums;
 #   - --memory prints the table by part; a bad --zero or --units stops at once with the rule;
+#   - the sharded checkpoint: tests/lesson09/ckpt-tests.sh (round trip, reshard, kill -9, corruption);
 #   - with a GPU: stage 3 on it (one rank). Without one it says so and skips (the path is compiled).
 #
-#   tests/lesson09/run-tests.sh BUILD/grade-solutions/test_lesson09 BUILD/solutions/09-zero/train
+#   tests/lesson09/run-tests.sh BUILD/grade-solutions/test_lesson09 BUILD/solutions/09-zero/train [BUILD/tests/ckpt_compare]
 set -u
 # shellcheck source=SCRIPTDIR/../extras-lib.sh
 . "$(dirname "$0")/../extras-lib.sh"
@@ -101,6 +102,13 @@ for opt in "--zero 4" "--units 0" "--units 33"; do
   if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -q -- "${o[0]}" "$log"; then ok "$opt: exit $rc, $(grep -m1 -- "${o[0]}" "$log" | cut -c1-100)"
   else bad "$opt: exit $rc without a message naming ${o[0]}"; show "$log"; fi
 done
+
+# ---- the sharded checkpoint (its own verdict lines; tests/lesson09/ckpt-tests.sh comes with zero_ckpt.c)
+if [ -f tests/lesson09/ckpt-tests.sh ]; then
+  tests/lesson09/ckpt-tests.sh "$@" || bad "sharded checkpoints (tests/lesson09/ckpt-tests.sh, above)"
+else
+  echo "skip ${verdict_prefix}sharded checkpoints: tests/lesson09/ckpt-tests.sh is not in this tree"
+fi
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -gt 0 ]; then
