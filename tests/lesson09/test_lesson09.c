@@ -91,11 +91,10 @@ static void test_shard_layout(void **state) {
 // The MPI communicator of a process group: the test's references talk to MPI directly, over a communicator of
 // their own with the same ranks, so that their messages can never meet the learner's.
 static MPI_Comm reference_comm(ProcessGroup *pg) {
-    // Members of pg: every world rank tells which group rank it has there (all-reduce over the world group).
     int wr = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     MPI_Comm comm;
-    // The color: the group's lowest world rank, known to each member through a min-reduction over the group.
+    // The color: the group's lowest world rank (a minimum over the group); ranked as in the group.
     double low = -max_over_ranks(pg, -(double)wr);
     MPI_Comm_split(MPI_COMM_WORLD, (int)low, pg_rank(pg), &comm);
     return comm;
@@ -228,8 +227,8 @@ static void collectives_on_worlds(char which) {
     if (!ok) fail();
     if (pg_rank(world) == 0)
         print_message("%s: %zu lengths (1 to %zu) on %d ranks and on its split: equal to MPI's\n",
-                  which == 'r' ? "reduce-scatter (average)" : "all-gather", sizeof LENGTHS / sizeof LENGTHS[0],
-                  LENGTHS[sizeof LENGTHS / sizeof LENGTHS[0] - 1], pg_world(world));
+                      which == 'r' ? "reduce-scatter (average)" : "all-gather", sizeof LENGTHS / sizeof LENGTHS[0],
+                      LENGTHS[sizeof LENGTHS / sizeof LENGTHS[0] - 1], pg_world(world));
 }
 
 static void test_reduce_scatter_uneven(void **state) {
