@@ -88,8 +88,8 @@ for np in 1 2 3; do
 done
 
 # ---- the memory table (rank 0 prints every rank's row after the first step)
-if run 3 --model tiny-bn --zero 3 --memory && grep -q '^memory (MB, per rank; zero=3' "$log" && grep -qE '^  optimizer +[0-9.]+' "$log"; then
-  ok "--memory on 3 ranks: $(grep -m1 -E '^  params [0-9.]+ MB' "$log" | sed 's/^ *//')"
+if run 3 --model tiny-bn --zero 3 --memory && grep -qE '^memory \((MB|kB), per rank; zero=3' "$log" && grep -qE '^  optimizer +[0-9.]+' "$log"; then
+  ok "--memory on 3 ranks: $(grep -m1 -E '^  params [0-9.]+ (MB|kB)' "$log" | sed 's/^ *//')"
 else
   bad "--memory on 3 ranks: no table"; show "$log"
 fi

@@ -226,9 +226,10 @@ static void collectives_on_worlds(char which) {
     }
     if (!ok) fail();
     if (pg_rank(world) == 0)
-        print_message("%s: %zu lengths (1 to %zu) on %d ranks and on its split: equal to MPI's\n",
+        print_message("%s: %zu lengths (1 to %zu) on %d rank(s)%s: equal to MPI's\n",
                       which == 'r' ? "reduce-scatter (average)" : "all-gather", sizeof LENGTHS / sizeof LENGTHS[0],
-                      LENGTHS[sizeof LENGTHS / sizeof LENGTHS[0] - 1], pg_world(world));
+                      LENGTHS[sizeof LENGTHS / sizeof LENGTHS[0] - 1], pg_world(world),
+                      pg_world(world) > 1 ? " and on its split" : "");
 }
 
 static void test_reduce_scatter_uneven(void **state) {
@@ -572,13 +573,14 @@ static void stage_on_worlds(const StageCase *cases, int n_cases) {
         for (int i = 0; i < n_cases; i++) worst = fmax(worst, stage_vs_ddp(sub, &cases[i]));
         pg_finalize(sub);
     }
+    const char *split = pg_world(world) > 1 ? " and its split" : "";
     if (pg_rank(world) == 0) {
         if (cases[0].stage <= ZERO_OPTIM)
-            print_message("%s: %d steps equal to ddp_step bit for bit (world %d and its split)\n",
-                          STAGE_NAMES[cases[0].stage], STEPS, pg_world(world));
+            print_message("%s: %d steps equal to ddp_step bit for bit (world %d%s)\n", STAGE_NAMES[cases[0].stage],
+                          STEPS, pg_world(world), split);
         else
             print_message("%s: %d steps within the rounding bound of ddp_step (largest error %.2g of the bound; world "
-                          "%d and its split)\n", STAGE_NAMES[cases[0].stage], STEPS, worst, pg_world(world));
+                          "%d%s)\n", STAGE_NAMES[cases[0].stage], STEPS, worst, pg_world(world), split);
     }
 }
 
