@@ -768,7 +768,8 @@ static void test_recompute_memory(void **state) {
     size_t bound = none.peak[MEM_ACTS] - none.arenas + re.arena_pair + boundaries + bn;
     bool ok = within(world, "activations at the peak of a step with recomputation", re.peak[MEM_ACTS], bound,
                      none.peak[MEM_ACTS], "a unit keeps only its output after its forward (release its activations; "
-                     "its backward brings them back and runs the forward again)");
+                     "its backward brings them back, runs the forward again, and they go once the unit before has "
+                     "read its input gradient)");
     if (!ok) fail();
     if (pg_rank(world) == 0)
         print_message("recomputation, %d units: activations at the peak %zu bytes (bound %zu; without it %zu)\n",
