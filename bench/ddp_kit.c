@@ -20,6 +20,9 @@
 //   exposed_after_slowest_s  the same wait counted from the end of the SLOWEST rank's backward (rank 0's
 //                  all-reduce end minus the latest backward end, one clock for every process of the machine):
 //                  communication that nothing hid, without the wait for a slower rank
+//   coll_bytes_per_step, coll_calls_per_step  what rank 0 handed to the process group's collectives per timed
+//                  step (pg_traffic: the gradient all-reduce's buffer, the BN buffers' broadcast, any metrics):
+//                  the payload, not what the ring puts on the wire (2 (w-1)/w of an all-reduce's buffer)
 //   compute_s      forward + backward + SGD over the timed steps (Ddp.compute_seconds); data_wait_s: the
 //                  loader's share (time spent waiting for the next batch)
 #include <stdio.h>
@@ -44,6 +47,8 @@ typedef struct {
     double last_grads;  // when backward's last gradients-ready call returned (the last bucket started): its end
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);  // the buckets' hook, called through ours
     void *on_grads_ready_ctx;
+    ProcessGroup *pg;
+    PgTraffic traffic0;  // the group's counters at the end of the last warm-up step
     double *ends;  // (2 steps) per timed step: backward's end, the gradient all-reduce's end (CLOCK_MONOTONIC)
 } Timing;
 
@@ -75,6 +80,7 @@ static bool timing_after_step(void *ctx, DdpRun *r, const Batch *b, const Metric
         t->comm0 = r->ddp.comm_seconds;
         t->compute0 = r->ddp.compute_seconds;
         t->wait0 = r->log.data_wait;
+        t->traffic0 = pg_traffic(t->pg);
     }
     return t->done == t->warmup + t->steps;
 }
@@ -138,6 +144,7 @@ int main(int argc, char **argv) {
     CHECK(pg != NULL, "ddp_setup returns the process group of pg_init (solutions/03-ddp/train.c)");
 
     DdpRun r;
+    t.pg = pg;
     TrainHooks hooks = {.ctx = &t, .after_step = timing_after_step};
     ddp_run_open(&r, pg, &o, &hooks);
     t.ends = xcalloc((size_t)(2 * t.steps), sizeof *t.ends);
@@ -152,15 +159,20 @@ int main(int argc, char **argv) {
     ddp_run_epoch(&r);  // stops itself after the timed steps
     double seconds = time_now() - t.t0;
     if (t.done != t.warmup + t.steps) die("the epoch ended after %d of %d steps", t.done, t.warmup + t.steps);
+    PgTraffic tr = pg_traffic(pg);  // before exposed_after_slowest's own all-reduce
+    double coll_bytes = (double)(tr.coll_bytes_in - t.traffic0.coll_bytes_in) / t.steps;
+    double coll_calls = (double)(tr.coll_calls - t.traffic0.coll_calls) / t.steps;
     double after_slowest = exposed_after_slowest(pg, &t);
     if (r.is_main) {
         printf("{\"impl\": \"kit\", \"model\": \"%s\", \"world\": %d, \"threads\": %d, \"local_batch\": %d, "
                "\"steps\": %d, \"images\": %d, \"seconds\": %.6f, \"exposed_comm_s\": %.6f, \"exposed_after_slowest_s\": %.6f, "
                "\"compute_s\": %.6f, "
-               "\"data_wait_s\": %.6f, \"n_params\": %zu, \"bucket_mb\": %g, \"backend\": \"%s\", \"poke\": %s}\n",
+               "\"data_wait_s\": %.6f, \"coll_bytes_per_step\": %.1f, \"coll_calls_per_step\": %.2f, \"n_params\": %zu, "
+               "\"n_buffers\": %zu, \"bucket_mb\": %g, \"backend\": \"%s\", \"poke\": %s}\n",
                o.model, pg_world(pg), omp_get_max_threads(), r.local_batch, t.steps,
                t.steps * r.local_batch * pg_world(pg), seconds, r.ddp.comm_seconds - t.comm0, after_slowest,
-               r.ddp.compute_seconds - t.compute0, r.log.data_wait - t.wait0, r.ddp.model->n_params, o.bucket_mb,
+               r.ddp.compute_seconds - t.compute0, r.log.data_wait - t.wait0, coll_bytes, coll_calls, r.ddp.model->n_params,
+               r.ddp.model->n_buffers, o.bucket_mb,
                pg_backend_name(pg_backend(pg)), t.poke ? "true" : "false");
         fflush(stdout);
     }

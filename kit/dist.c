@@ -60,6 +60,7 @@ void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what) { no_mpi(); }
 void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) { no_mpi(); }
 ProcessGroup *pg_split(ProcessGroup *pg, int color, int key) { no_mpi(); }
 void pg_send(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag, const char *what) { no_mpi(); }
+PgTraffic pg_traffic(const ProcessGroup *pg) { no_mpi(); }
 #else
 // ---------------------------------------------------------------- built with MPI
 #include "kit/log.h"
@@ -90,6 +91,7 @@ struct ProcessGroup {
     Device dev;
     PgBackend backend;
     double timeout_s;
+    PgTraffic traffic;   // what this group's calls handed to the backend (pg_traffic)
     SockGroup *sock;     // the socket backend (pg_init_socket, no MPI at all), else NULL
     bool is_sub;         // made by pg_split: pg_finalize frees it but leaves MPI running
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
@@ -356,6 +358,13 @@ int pg_local_world(const ProcessGroup *pg) { return pg->local_world; }
 Device pg_device(const ProcessGroup *pg) { return pg->dev; }
 PgBackend pg_backend(const ProcessGroup *pg) { return pg->backend; }
 double pg_timeout(const ProcessGroup *pg) { return pg->timeout_s; }
+PgTraffic pg_traffic(const ProcessGroup *pg) { return pg->traffic; }
+
+// One collective call handing `bytes` of input to the backend (pg_traffic).
+static void count_coll(ProcessGroup *pg, size_t bytes) {
+    pg->traffic.coll_bytes_in += bytes;
+    pg->traffic.coll_calls++;
+}
 
 static double timeout_from_env(double given) {
     const char *env = getenv("KIT_PG_TIMEOUT");
@@ -659,6 +668,7 @@ static int slot_take(ProcessGroup *pg) {
 
 PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
     int i = slot_take(pg);
+    count_coll(pg, n * sizeof(float));
     Slot *s = &pg->slots[i];
     s->busy = true;
     s->buf = buf;
@@ -729,6 +739,7 @@ void pg_progress(ProcessGroup *pg) {
 }
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
+    count_coll(pg, (size_t)(n > 0 ? n : 0) * sizeof(double));
     if (pg->sock) {
         sockgroup_allreduce_sum(pg->sock, host_buf, (size_t)n, true);
         return;
@@ -742,6 +753,7 @@ void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
 
 void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
     CHECK(root >= 0 && root < pg->world, "the root of a broadcast must be a rank: 0 <= root < world");
+    count_coll(pg, n * sizeof(float));
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         NCCL_BLOCKING(pg, ncclBroadcast(buf, buf, n, ncclFloat, root, pg->nccl, pg->stream), "broadcast", n);
@@ -764,6 +776,7 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
 }
 
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+    count_coll(pg, n * sizeof(float));
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         NCCL_BLOCKING(pg, ncclAllGather(send, recv, n, ncclFloat, pg->nccl, pg->stream), "all-gather", n);
@@ -793,6 +806,7 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
 
 void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) {
     CHECK(send != recv, "pg_reduce_scatter_sum: send (world, n) and recv (n) must be different buffers");
+    count_coll(pg, n * (size_t)pg->world * sizeof(float));
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         NCCL_BLOCKING(pg, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, pg->nccl, pg->stream),
@@ -935,6 +949,8 @@ static void nccl_post(ProcessGroup *pg, float *recv_buf, size_t recv_n, int recv
 
 PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag) {
     p2p_check_args(pg, n, peer, tag, "pg_send_start");
+    pg->traffic.p2p_bytes_sent += n * sizeof(float);
+    pg->traffic.p2p_msgs++;
     PgSend *s = xcalloc(1, sizeof *s);
     s->n = n;
     s->peer = peer;
@@ -992,6 +1008,7 @@ static bool probe_arrived(ProcessGroup *pg, void *ctx) {
 
 void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) {
     p2p_check_args(pg, n, peer, tag, "pg_recv");
+    pg->traffic.p2p_bytes_recv += n * sizeof(float);
     P2pInfo m = {"receiving", what, n, peer, tag};
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {  // no tags, no lengths: the order and the sizes must agree

@@ -126,6 +126,22 @@ void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const ch
 // pg_finalize frees a sub-group (only the world group ends MPI); free sub-groups before their parent.
 ProcessGroup *pg_split(ProcessGroup *pg, int color, int key);
 
+// ---------------------------------------------------------------- traffic counters
+// What this group's calls handed to the backend, since pg_init / pg_split, on this rank: the payload the caller
+// asked to move, counted as each call starts. Point to point: bytes and messages given to pg_send_start, bytes
+// taken by pg_recv (the same on the wire: one copy, peer to peer). Collectives (all-reduce, its host-double form,
+// broadcast, all-gather, reduce-scatter): the caller's input buffer in bytes (an all-reduce of n floats: 4 n, on
+// every rank, root or not), and one call each. NOT counted: what the algorithm moves inside MPI or NCCL to do it
+// (a ring all-reduce puts 2 (w-1)/w of its input on each rank's wire; a tree, another multiple), host staging
+// copies, barriers, and the kit's own bookkeeping (arrival notes, pg_identical's hashes, pg_split). A sub-group
+// counts its own calls, not its parent's. Take two snapshots and subtract for a step's traffic.
+typedef struct {
+    uint64_t p2p_bytes_sent, p2p_msgs;  // pg_send_start: floats x 4, and one per message
+    uint64_t p2p_bytes_recv;            // pg_recv: floats x 4
+    uint64_t coll_bytes_in, coll_calls; // collectives: the input buffer's bytes, and one per call
+} PgTraffic;
+PgTraffic pg_traffic(const ProcessGroup *pg);
+
 // ---------------------------------------------------------------- checks across ranks
 // True when buf (n) hashes the same on every rank. Collective: every rank gets the same answer.
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n);

@@ -88,6 +88,18 @@ ALL_TARGETS += $(PIPELINE_SIM)
 HELP_TARGETS += plot-pipeline
 plot-pipeline: $(PIPELINE_SIM)
 	@python3 bench/plot_pipeline.py --simulator $(PIPELINE_SIM)
+# Lesson 08's bytes on the wire and stored activations per rank and step, measured (bench/pipeline-wire.sh):
+# the solution's stage code linked into a small driver that reads the process group's traffic counters and VmHWM.
+PIPELINE_WIRE := $(BUILD)/bench/pipeline_wire
+ifeq ($(HAVE_MPI),yes)
+$(PIPELINE_WIRE): bench/pipeline_wire.c solutions/08-pipeline/pipe.c solutions/08-pipeline/pipe_dist.c \
+                  solutions/08-pipeline/schedule.c solutions/08-pipeline/lesson.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -Isolutions/08-pipeline $(filter %.c,$^) -o $@ \
+	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+ALL_TARGETS += $(PIPELINE_WIRE)
+endif
 # The torch peer's cut and stages against the lesson's program, and the plot script (about a minute)
 .PHONY: test-pipeline-tools
 TEST_TARGETS += test-pipeline-tools

@@ -11,7 +11,8 @@
 //   reduce-scatter  reduce-scatter then all-gather == all-reduce, 1 to 100003 floats per rank
 //   p2p           point-to-point messages around a ring, several in flight, matched by tag, 1 to 1000003 floats
 //   split         sub-groups (even / odd ranks): their all-reduce, ranks and messages
-//   all           the seven above in one launch
+//   traffic       pg_traffic counts exactly the bytes and calls handed to the backend, per group
+//   all           the eight above in one launch
 // Cases that must FAIL fast with a message (the script checks exit status, time and text):
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
@@ -454,6 +455,76 @@ static void case_split(void) {
     pg_finalize(g);
 }
 
+// The traffic counters: known sizes handed to every kind of call -> exact counts (bytes x 4 per float, x 8 per
+// double, one call each); barriers, hashes and pg_split count nothing; a sub-group counts only its own calls.
+static void expect_traffic(const PgTraffic *got, const PgTraffic *want, const char *after) {
+    EXPECT(got->p2p_bytes_sent == want->p2p_bytes_sent && got->p2p_msgs == want->p2p_msgs &&
+               got->p2p_bytes_recv == want->p2p_bytes_recv && got->coll_bytes_in == want->coll_bytes_in &&
+               got->coll_calls == want->coll_calls,
+           "traffic after %s on rank %d: sent %llu B in %llu msgs, recv %llu B, coll %llu B in %llu calls; expected "
+           "%llu B in %llu msgs, recv %llu B, coll %llu B in %llu calls", after, pg_rank(pg),
+           (unsigned long long)got->p2p_bytes_sent, (unsigned long long)got->p2p_msgs,
+           (unsigned long long)got->p2p_bytes_recv, (unsigned long long)got->coll_bytes_in,
+           (unsigned long long)got->coll_calls, (unsigned long long)want->p2p_bytes_sent,
+           (unsigned long long)want->p2p_msgs, (unsigned long long)want->p2p_bytes_recv,
+           (unsigned long long)want->coll_bytes_in, (unsigned long long)want->coll_calls);
+}
+
+static PgTraffic traffic_since(const PgTraffic *t0, const ProcessGroup *g) {
+    PgTraffic t = pg_traffic(g);
+    return (PgTraffic){t.p2p_bytes_sent - t0->p2p_bytes_sent, t.p2p_msgs - t0->p2p_msgs,
+                       t.p2p_bytes_recv - t0->p2p_bytes_recv, t.coll_bytes_in - t0->coll_bytes_in,
+                       t.coll_calls - t0->coll_calls};
+}
+
+static void case_traffic(void) {
+    int w = pg_world(pg), r = pg_rank(pg);
+    PgTraffic t0 = pg_traffic(pg);
+    enum { BIG = 1000 };
+    float *d = device_alloc(dev, (size_t)(BIG + 16 * w) * sizeof(float));  // (BIG + 16 w) zeros
+    float *g = device_alloc(dev, (size_t)(BIG + 16 * w) * sizeof(float));  // outputs and received messages
+    device_memset_zero(dev, d, (size_t)(BIG + 16 * w) * sizeof(float));
+    device_memset_zero(dev, g, (size_t)(BIG + 16 * w) * sizeof(float));
+    double host[6] = {0};
+    pg_allreduce_sum(pg, d, 7);
+    pg_allreduce_avg(pg, d, BIG);
+    pg_wait(pg, pg_iallreduce(pg, d, 3, PG_SUM));
+    pg_broadcast(pg, d, 5, w - 1);
+    pg_allgather(pg, d, g, 11);
+    pg_reduce_scatter_sum(pg, d, g, 4);   // input (w, 4)
+    pg_allreduce_sum_double_host(pg, host, 6);
+    pg_barrier(pg);                        // not counted
+    (void)pg_identical(pg, d, 9);          // the kit's own check: not counted
+    PgTraffic want = {0, 0, 0, 4 * (7 + BIG + 3 + 5 + 11 + 4 * (uint64_t)w) + 8 * 6, 7};
+    PgTraffic got = traffic_since(&t0, pg);
+    expect_traffic(&got, &want, "7 collectives");
+    if (w >= 2) {  // to the next rank: 3 messages of 1, 9 and 100 floats; the same from the previous one
+        int next = (r + 1) % w, prev = (r + w - 1) % w;
+        const size_t n[3] = {1, 9, 100};
+        PgSend *s[3];
+        for (int t = 0; t < 3; t++) s[t] = pg_send_start(pg, d, n[t], next, t);
+        for (int t = 0; t < 3; t++) pg_recv(pg, g, n[t], prev, t, "traffic message");
+        for (int t = 0; t < 3; t++) pg_send_wait(pg, s[t], "traffic message");
+        want.p2p_bytes_sent = want.p2p_bytes_recv = 4 * (1 + 9 + 100);
+        want.p2p_msgs = 3;
+        got = traffic_since(&t0, pg);
+        expect_traffic(&got, &want, "3 messages");
+    }
+    ProcessGroup *sub = pg_split(pg, r % 2, r);  // the split and the group's calls leave the parent's counts
+    PgTraffic s0 = pg_traffic(sub);
+    PgTraffic zero = {0};
+    expect_traffic(&s0, &zero, "pg_split (the new group's own counts)");
+    pg_allreduce_sum(sub, d, 2);
+    PgTraffic sub_want = {0, 0, 0, 8, 1};
+    PgTraffic sub_got = traffic_since(&zero, sub);
+    expect_traffic(&sub_got, &sub_want, "one all-reduce of 2 floats in a sub-group");
+    got = traffic_since(&t0, pg);
+    expect_traffic(&got, &want, "pg_split and a sub-group's all-reduce (the parent's counts)");
+    pg_finalize(sub);
+    device_free(dev, g);
+    device_free(dev, d);
+}
+
 // Mistakes in a pipeline's messages, which must end the job naming them (the script checks the words).
 static void case_p2p_failure(const char *which) {
     if (pg_world(pg) < 2) return;
@@ -533,6 +604,7 @@ int main(int argc, char **argv) {
         case_reduce_scatter();
         case_p2p();
         case_split();
+        case_traffic();
     } else if (strcmp(which, "collectives") == 0) case_collectives();
     else if (strcmp(which, "model") == 0) case_model();
     else if (strcmp(which, "buckets") == 0) case_buckets();
@@ -541,6 +613,7 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "reduce-scatter") == 0) case_reduce_scatter();
     else if (strcmp(which, "p2p") == 0) case_p2p();
     else if (strcmp(which, "split") == 0) case_split();
+    else if (strcmp(which, "traffic") == 0) case_traffic();
     else if (strncmp(which, "p2p-", 4) == 0) case_p2p_failure(which);
     else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
              strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)

@@ -68,7 +68,7 @@ must_fail() {
 
 # One launch per world size runs the passing cases (mpirun start-up dominates their time).
 for np in $worlds; do
-  must_pass "collectives, buckets == flat, model hook, hash compare: world $np" "$np" "$bin" all
+  must_pass "collectives, buckets == flat, model hook, hash compare, traffic counts: world $np" "$np" "$bin" all
 done
 # A rank 1.5 s late (others send their arrival notes) is slow, not stalled: the job completes.
 must_pass "3 ranks, one 1.5 s late at every all-reduce (timeout 10 s)" 3 "$bin" slow --timeout 10
