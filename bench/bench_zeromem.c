@@ -55,7 +55,7 @@ static int parse_ints(const char *s, int *out, int max) {
 int main(int argc, char **argv) {
     const char *name = "resnet9", *cuts_arg = NULL;
     int width = 0, shape[3] = {3, 32, 32}, classes = 10, batch = 64;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {  // --option value pairs
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         CHECKF(v != NULL, "every option takes a value (bench/bench_zeromem.c's header lists them)", "%s has no value", a);
         if (strcmp(a, "--model") == 0) name = v;
@@ -65,7 +65,6 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--batch") == 0) batch = atoi(v);
         else if (strcmp(a, "--cuts") == 0) cuts_arg = v;
         else CHECKF(false, "options: --model --width --in --classes --batch --cuts", "unknown option %s", a);
-        i++;
     }
     ModelConfig cfg;
     CHECKF(model_config(&cfg, name, width, shape[0], shape[1], shape[2], classes), "a model of the kit's table",

@@ -107,6 +107,22 @@ HELP_TARGETS += test-pipeline-tools
 test-pipeline-tools: $(BUILD)/solutions/08-pipeline/train $(PIPELINE_SIM)
 	@python3 tests/bench/test_pipeline_tools.py $^
 
+# ---- lesson 09: per-rank memory by part (params, grads, optimizer, activations, comm) for DDP and ZeRO 1-3:
+# bench/zero_memory.py's arithmetic (with the kit's per-unit arenas from bench_zeromem) and any measured rows
+# (source=kit, source=torch) in the same columns -> bench/figures/zero-memory.png
+ZERO_PROBE := $(BUILD)/bench/bench_zeromem
+ALL_TARGETS += $(ZERO_PROBE)
+.PHONY: plot-memory test-zero-tools
+HELP_TARGETS += plot-memory test-zero-tools
+plot-memory: $(ZERO_PROBE)
+	@[ -s bench/results-zero-memory-arith.csv ] || python3 bench/zero_memory.py --probe $(ZERO_PROBE) --budgets-mib "" >/dev/null
+	@python3 bench/plot_memory.py
+# The arithmetic against an independent count from the kit's own table, the budget search, the plot, and (with
+# PyTorch) the peers' units and shards (a 2-rank run: about a minute on a quiet machine)
+TEST_TARGETS += test-zero-tools
+test-zero-tools: $(ZERO_PROBE)
+	@python3 tests/bench/test_zero_tools.py $<
+
 # ---------------------------------------------------------------- benchmarks (bench/README.md)
 # One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.
 $(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)
