@@ -17,6 +17,7 @@
 //                   (the parts' peaks need not coincide, so it can be below their sum)
 //   coll_bytes_per_step, coll_calls_per_step  what step 1 handed to the process group's collectives (pg_traffic:
 //                   the input buffers, rank 0), and the ring count of the same calls (Zero.bytes_sent)
+//   peak_rss        VmHWM, the largest rank's, after the timed steps (interpreter-free: the whole process)
 //   step_s          the timed steps' mean on rank 0; compute_s, comm_s: Zero's split of it
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,8 +82,19 @@ static Batch batch_random(const ModelConfig *cfg, int n, unsigned seed) {
     return b;
 }
 
-// Per rank: live[6], peak[6], peak_total; summed into rank 0's table (each rank fills its own row).
-enum { COLS = 2 * MEM_PARTS + 1 };
+// This process's peak resident memory (VmHWM) in bytes: what the OS saw, counters or not; 0 if unreadable.
+static double peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb * 1024.0;
+}
+
+// Per rank: live[6], peak[6], peak_total, VmHWM; summed into rank 0's table (each rank fills its own row).
+enum { COLS = 2 * MEM_PARTS + 2 };
 
 static void print_json(const Opts *o, const Zero *z, const double *t, int W, PgTraffic tr, double ring_bytes,
                        double step_s, double compute_s, double comm_s) {
@@ -100,14 +112,16 @@ static void print_json(const Opts *o, const Zero *z, const double *t, int W, PgT
         }
         printf("}");
     }
-    double most = 0;
-    for (int r = 0; r < W; r++)
+    double most = 0, rss = 0;
+    for (int r = 0; r < W; r++) {
         if (t[r * COLS + 2 * MEM_PARTS] > most) most = t[r * COLS + 2 * MEM_PARTS];
+        if (t[r * COLS + 2 * MEM_PARTS + 1] > rss) rss = t[r * COLS + 2 * MEM_PARTS + 1];
+    }
     size_t n_params = 0;
     for (int u = 0; u < z->n_units; u++) n_params += z->layout[u].n;
-    printf(", \"peak_total\": %.0f, \"n_params\": %zu, \"coll_bytes_per_step\": %llu, \"coll_calls_per_step\": %llu, "
+    printf(", \"peak_total\": %.0f, \"peak_rss\": %.0f, \"n_params\": %zu, \"coll_bytes_per_step\": %llu, \"coll_calls_per_step\": %llu, "
            "\"ring_bytes_per_step\": %.0f, \"steps\": %d, \"step_s\": %.6f, \"compute_s\": %.6f, \"comm_s\": %.6f}\n",
-           most, n_params, (unsigned long long)tr.coll_bytes_in, (unsigned long long)tr.coll_calls, ring_bytes,
+           most, rss, n_params, (unsigned long long)tr.coll_bytes_in, (unsigned long long)tr.coll_calls, ring_bytes,
            o->steps, step_s, compute_s, comm_s);
 }
 
@@ -142,6 +156,7 @@ int main(int argc, char **argv) {
     double *t = xcalloc((size_t)W * COLS, sizeof(double));
     for (int p = 0; p < MEM_PARTS; p++) t[rank * COLS + p] = (double)s.live[p], t[rank * COLS + MEM_PARTS + p] = (double)s.peak[p];
     t[rank * COLS + 2 * MEM_PARTS] = (double)s.peak_total;
+    t[rank * COLS + 2 * MEM_PARTS + 1] = peak_rss_bytes();
     pg_allreduce_sum_double_host(pg, t, W * COLS);
     if (rank == 0) print_json(&o, z, t, W, tr, ring, step_s, compute_s, comm_s);
     fflush(stdout);
