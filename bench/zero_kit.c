@@ -40,8 +40,8 @@ typedef struct {
 static int int_arg(const char *name, const char *v, int lo, int hi) {
     char *end = NULL;
     long x = v ? strtol(v, &end, 10) : 0;
-    CHECKF(v && *end == '\0' && x >= lo && x <= hi, "%s takes an integer from %d to %d, got '%s'", name, lo, hi,
-          v ? v : "(missing)");
+    CHECKF(v && *end == '\0' && x >= lo && x <= hi, "give the option an integer in its range",
+           "%s takes an integer from %d to %d, got '%s'", name, lo, hi, v ? v : "(missing)");
     return (int)x;
 }
 
@@ -57,7 +57,8 @@ static Opts opts_parse(int argc, char **argv) {
         else if (strcmp(a, "--units") == 0) o.units = int_arg(a, v, 0, ZERO_MAX_UNITS);
         else if (strcmp(a, "--steps") == 0) o.steps = int_arg(a, v, 0, 100000);
         else if (strcmp(a, "--seed") == 0) o.seed = (unsigned long)int_arg(a, v, 0, 1 << 30);
-        else CHECKF(false, "unknown option or missing value: '%s'", a);
+        else CHECKF(false, "options: --model --width --batch --zero --units --recompute --steps --seed",
+                    "unknown option or missing value: '%s'", a);
         i++;
     }
     return o;
@@ -68,7 +69,7 @@ static ModelConfig config_for(const Opts *o) {
     ModelConfig cfg;
     const bool gray = strcmp(o->model, "fmnist") == 0;
     CHECKF(model_config(&cfg, o->model, o->width, gray ? 1 : 3, gray ? 28 : 32, gray ? 28 : 32, 10),
-          "unknown model '%s' (resnet9, fmnist, tiny, tiny-bn)", o->model);
+           "the models are resnet9, fmnist, tiny, tiny-bn", "unknown model '%s'", o->model);
     return cfg;
 }
 
