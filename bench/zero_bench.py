@@ -127,7 +127,10 @@ def section_memory(a, R, probe, csv_rows):
           "needs padding or the stage all-reduces in place (DDP), and at stages 1-3 a shard-sized `shard_work` "
           "besides; the arithmetic counts the scratch only where a unit's length does not divide by the world. "
           "`other`: the decay mask (stages 1-3). Both are the implementation's, not the method's: a few MiB at "
-          "width 64.", ""]
+          "width 64. `activations` at worlds 1-2 (below the arithmetic): the kit sizes each unit's conv scratch "
+          "for the cores the process may use (omp_get_num_procs): mpirun binds each of 1-2 ranks to one core, "
+          "so the scratch is planned for 1 thread; with more ranks than cores it binds none (2 cores visible), "
+          "as in bench_zeromem's probe run outside mpirun, and kit and arithmetic agree.", ""]
     return L
 
 
