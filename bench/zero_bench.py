@@ -182,10 +182,12 @@ def section_budget(a, R, probe):
             L.append(f"| {budget_mib} | {zm.STAGE_NAMES[stage]} | {wa} ({pa_n / 1e6:.2f}, {pa / MiB:.1f}) | "
                      f"**{wk} ({pk_n / 1e6:.2f}, {pk / MiB:.1f})** | {n} |")
             out.append((budget_mib, stage, wa, wk))
-    L += ["", "The measured answer can sit a width or two below the arithmetic's: the kit's peak also holds the "
-          "collective scratch at every stage and the decay mask (section 1's gaps). The activations dominate at "
-          "this batch (the conv scratch of the kit's per-unit arenas), which is why sharding the model states "
-          "buys a few widths, not a multiple: section 4's recomputation is the other half of the story.", ""]
+    L += ["", "The measured answer sits below the arithmetic's because the kit's peak also holds zero.c's "
+          "collective scratch (the largest unit's padded length at every stage: that unit is 72 % of resnet9's "
+          "parameters, about 30 MiB near width 80) and at stages 1-3 the decay mask and `shard_work` (section "
+          "1's gaps). The activations dominate at this batch (the per-unit arenas, their conv scratch above "
+          "all), which is why sharding the model states buys a few widths, not a multiple: section 4's "
+          "recomputation is the other half of the story.", ""]
     return L
 
 
