@@ -41,6 +41,7 @@ import zero_memory as zm  # noqa: E402  (bench/zero_memory.py)
 PARTS = ("params", "grads", "optimizer", "activations", "comm", "other")
 COLUMNS = zm.CSV_COLUMNS + ("impl", "images_per_s", "oversubscribed")
 MiB = 2**20
+RECOMPUTE_NOTE = ("Cutting the model into units costs activation memory by itself: each unit is a kit stage model with its own arena (its conv scratch, its input and input-gradient copies), so the default 11 units hold about twice the activations of 1 unit. Recomputation then keeps only the boundaries plus one unit's arena; with few units that arena is large, with many the boundaries add up: sqrt(L) units is the smaller of the two here.")
 
 
 def machine():
@@ -256,7 +257,7 @@ def section_recompute(a, R):
         L.append(f"| {name} | {r['units']} | {r['peak']['activations'] / MiB:.2f} | {r['peak_total'] / MiB:.2f} | "
                  f"{r['step_s'] * 1e3:.0f} | {r['step_s'] / base['step_s']:.2f}x time, "
                  f"{r['peak']['activations'] / base['peak']['activations']:.2f}x acts |")
-    return L + [""]
+    return L + ["", RECOMPUTE_NOTE, ""]
 
 
 # ---------------------------------------------------------------- 5: PyTorch beside
