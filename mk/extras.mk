@@ -190,7 +190,11 @@ $(ZERO_KIT): bench/zero_kit.c solutions/09-zero/zero.c solutions/09-zero/lesson.
 	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
 ALL_TARGETS += $(ZERO_KIT)
 bench-zero: $(ZERO_KIT) $(BUILD)/bench/bench_zeromem
-	nice python3 bench/zero_bench.py --kit-bin $(ZERO_KIT) --probe $(BUILD)/bench/bench_zeromem $(BENCH_ZERO_ARGS)
+	@if python3 -c "import torch" 2>/dev/null; then case "$(BENCH_ZERO_ARGS)" in *--quick*) ;; *) \
+	  nice python3 bench/torch_zero.py --worlds 2 --csv bench/results-zero-torch-w2.csv \
+	    --md bench/results-zero-torch-w2.md;; esac; else echo "bench-zero: no PyTorch: section 5 left out"; fi
+	nice python3 bench/zero_bench.py --kit-bin $(ZERO_KIT) --probe $(BUILD)/bench/bench_zeromem \
+	  --torch-csv bench/results-zero-torch-w2.csv $(BENCH_ZERO_ARGS)
 else
 bench-zero:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
