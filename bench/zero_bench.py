@@ -331,10 +331,10 @@ def main():
     a.units_time = zm.units_of(layers, zm.default_cuts(layers))
     layers = zm.layer_table("resnet9", zm.DEFAULT_WIDTH["resnet9"])
     a.units_resnet9 = zm.units_of(layers, zm.default_cuts(layers))
-    csv_rows, body = [], []
+    csv_rows, parts = [], {}
     share = cpu_share.CpuShare()
     if "1" in sections:
-        body += section_memory(a, R, probe, csv_rows)
+        parts[1] = section_memory(a, R, probe, csv_rows)
         R.shares.append(share.stop("memory runs (section 1)"))
     if "3" in sections:  # the bytes of section 1's resnet9 runs (they do not depend on the batch), or new ones
         a.memo_runs = {}
@@ -343,15 +343,16 @@ def main():
             for world in [w for w in a.worlds if w > 1]:
                 hit = [r for k, r in R.memo.items() if k[:3] == (world, "resnet9", w64) and k[4] == stage]
                 a.memo_runs[("resnet9", stage, world)] = hit[0] if hit else R.run(world, "resnet9", w64, 1, stage)
-        body += section_traffic(a, R, csv_rows)
+        parts[3] = section_traffic(a, R, csv_rows)
     if "4" in sections:
-        body += section_recompute(a, R)
+        parts[4] = section_recompute(a, R)
     if "2" in sections and a.budgets:
         share = cpu_share.CpuShare()
-        body += section_budget(a, R, probe)
+        parts[2] = section_budget(a, R, probe)
         R.shares.append(share.stop("budget search (section 2)"))
     if "5" in sections:
-        body += section_peers(a, R, csv_rows)
+        parts[5] = section_peers(a, R, csv_rows)
+    body = [line for k in sorted(parts) for line in parts[k]]
     cpu, cores = machine()
     cmd = "make bench-zero" + (" BENCH_ZERO_ARGS=--quick" if a.quick else "")
     L = ["# Lesson 09 measured on the kit: memory by part, the largest model per budget, bytes, time, "
