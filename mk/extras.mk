@@ -199,6 +199,18 @@ else
 bench-zero:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
+# The kit's measured model states equal the arithmetic's (1 and 3 ranks, every stage), the ring bytes the closed
+# form, and bench-zero's --quick harness runs (about a minute)
+.PHONY: test-zero-bench
+TEST_TARGETS += test-zero-bench
+HELP_TARGETS += test-zero-bench
+ifeq ($(HAVE_MPI),yes)
+test-zero-bench: $(ZERO_KIT) $(BUILD)/bench/bench_zeromem
+	@python3 tests/bench/test_zero_bench.py $^
+else
+test-zero-bench:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
 
 # The comparisons with PyTorch (bench-ddp, and gloo in bench-allreduce and bench-ring) in their --quick modes: the
 # harness runs end to end (about 35 s of CPU, mostly `import torch`; skipped without PyTorch or Open MPI). Measures nothing.
