@@ -570,17 +570,24 @@ void model_require(const Model *m, unsigned parts, const char *what) {
                "%s: the model's %s are released", what, part_label(part));
 }
 
-// The arena's buffers that MODEL_ACTS covers, and their sizes in bytes (0: the model has none).
-static void acts_buffers(Model *m, float ***ptr, size_t *bytes) {
+// The buffers that MODEL_ACTS covers (everything a batch needs: the arena, the input, labels, losses,
+// predictions), and their sizes in bytes (a model that does not start at the image: also its input gradient).
+static int acts_buffers(Model *m, void ***ptr, size_t *bytes) {
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
-    ptr[0] = &m->acts, bytes[0] = B * m->act_floats_per_sample * F;
-    ptr[1] = &m->dacts, bytes[1] = B * m->grad_floats_per_sample * F;
-    ptr[2] = &m->saved, bytes[2] = m->saved_floats * F;
-    ptr[3] = &m->work, bytes[3] = m->work_floats * F;
-    ptr[4] = &m->dlogits, bytes[4] = B * out_floats(m) * F;
-    ptr[5] = &m->dinput, bytes[5] = m->first > 0 ? B * in * F : 0;
+    int k = 0;
+    ptr[k] = (void **)&m->acts, bytes[k++] = B * m->act_floats_per_sample * F;
+    ptr[k] = (void **)&m->dacts, bytes[k++] = B * m->grad_floats_per_sample * F;
+    ptr[k] = (void **)&m->saved, bytes[k++] = m->saved_floats * F;
+    ptr[k] = (void **)&m->work, bytes[k++] = m->work_floats * F;
+    ptr[k] = (void **)&m->dlogits, bytes[k++] = B * out_floats(m) * F;
+    ptr[k] = (void **)&m->input, bytes[k++] = B * in * F;
+    ptr[k] = (void **)&m->labels, bytes[k++] = B * sizeof(int);
+    ptr[k] = (void **)&m->loss, bytes[k++] = B * F;
+    ptr[k] = (void **)&m->pred, bytes[k++] = B * sizeof(int);
+    if (m->first > 0) ptr[k] = (void **)&m->dinput, bytes[k++] = B * in * F;
+    return k;
 }
-enum { ACTS_BUFFERS = 6 };
+enum { ACTS_BUFFERS = 10 };
 
 static void check_releasable(const Model *m, unsigned parts, const char *what) {
     CHECKF(!m->owner, "a view shares its owner's buffers: release or materialize the owner (with no view alive)",
@@ -600,10 +607,9 @@ void model_release(Model *m, unsigned parts) {
     if (parts & MODEL_GRADS) device_free(d, m->grads), m->grads = NULL;
     if (parts & MODEL_VELOCITY) device_free(d, m->velocity), m->velocity = NULL;
     if (parts & MODEL_ACTS) {
-        float **ptr[ACTS_BUFFERS];
+        void **ptr[ACTS_BUFFERS];
         size_t bytes[ACTS_BUFFERS];
-        acts_buffers(m, ptr, bytes);
-        for (int i = 0; i < ACTS_BUFFERS; i++) device_free(d, *ptr[i]), *ptr[i] = NULL;
+        for (int i = 0, k = acts_buffers(m, ptr, bytes); i < k; i++) device_free(d, *ptr[i]), *ptr[i] = NULL;
     }
     m->released |= parts;
 }
@@ -620,11 +626,9 @@ void model_materialize(Model *m, unsigned parts) {
     }
     if (parts & MODEL_VELOCITY) m->velocity = device_alloc_as(d, P, MEM_OPTIM);
     if (parts & MODEL_ACTS) {
-        float **ptr[ACTS_BUFFERS];
+        void **ptr[ACTS_BUFFERS];
         size_t bytes[ACTS_BUFFERS];
-        acts_buffers(m, ptr, bytes);
-        for (int i = 0; i < ACTS_BUFFERS; i++)  // dinput: only a model that does not start at the image has one
-            *ptr[i] = &m->dinput != ptr[i] || m->first > 0 ? device_alloc_as(d, bytes[i], MEM_ACTS) : NULL;
+        for (int i = 0, k = acts_buffers(m, ptr, bytes); i < k; i++) *ptr[i] = device_alloc_as(d, bytes[i], MEM_ACTS);
     }
     m->released &= ~parts;
 }

@@ -237,8 +237,8 @@ void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops);
 //   MODEL_PARAMS    params (the BN running statistics, `buffers`, stay: they are small and every rank keeps them)
 //   MODEL_GRADS     grads
 //   MODEL_VELOCITY  velocity (SGD momentum)
-//   MODEL_ACTS      the arena: acts, dacts, saved, work, dlogits, dinput (input, labels, loss and pred stay:
-//                   a batch's input and outputs, not activations)
+//   MODEL_ACTS      everything a batch needs: the arena (acts, dacts, saved, work), dlogits, dinput, and the
+//                   batch's input, labels, loss and pred
 // Released pointers are NULL; forward, backward, model_zero_grad and the optimizer on a released part stop with
 // an error naming it. A view (model_create_view) cannot release (its owner's buffers are shared): release the
 // owner, with no view alive. The allocations are tagged for mem_stats: params and buffers MEM_PARAMS, grads

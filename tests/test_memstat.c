@@ -135,13 +135,14 @@ static void test_release_exact(void **state) {
     }
     assert_non_null(m->params), assert_non_null(m->grads), assert_non_null(m->velocity);
     for (size_t i = 0; i < m->n_params; i++) assert_true(m->grads[i] == 0.0f);
-    // The activations: everything of the arena but the batch's input and outputs.
+    // The activations: everything a batch needs, which is all of MEM_ACTS.
     MemStats a = mem_stats();
     model_release(m, MODEL_ACTS);
     assert_null(m->acts), assert_null(m->dacts), assert_null(m->saved), assert_null(m->work);
-    assert_non_null(m->input);
+    assert_null(m->input), assert_null(m->labels), assert_null(m->dlogits);
     MemStats b = mem_stats();
-    assert_true(a.live[MEM_ACTS] > b.live[MEM_ACTS]);
+    const size_t F = sizeof(float), all_but_acts = (2 * m->n_params + m->n_params + m->n_buffers) * F;
+    assert_int_equal(a.live_total - b.live_total, model_device_bytes(m) - all_but_acts);
     assert_int_equal(a.live[MEM_PARAMS], b.live[MEM_PARAMS]);
     model_materialize(m, MODEL_ACTS);
     assert_int_equal(mem_stats().live[MEM_ACTS], a.live[MEM_ACTS]);
@@ -273,12 +274,49 @@ static void test_released_refused(void **state) {
     model_free(m);
 }
 
+// On the CUDA device (a GPU, or the emulator of the EMU=1 build) the same counts: cudaMalloc'd bytes by part,
+// and a CUDA model's release and materialize, whose forward then gives the CPU model's logits (same params).
+static void test_cuda_counts(void **state) {
+    const char *why = NULL;
+    if (!device_cuda_usable(&why)) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    MemStats s0 = mem_stats();
+    void *a = device_alloc_as(DEVICE_CUDA, 4000, MEM_COMM);
+    assert_int_equal(mem_stats().live[MEM_COMM] - s0.live[MEM_COMM], 4000);
+    device_free(DEVICE_CUDA, a);
+    assert_int_equal(mem_stats().live_total, s0.live_total);
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny", 4, 3, 8, 8, 10));
+    Model *g = model_create(&cfg, DEVICE_CUDA, 2, 3), *c = model_create(&cfg, DEVICE_CPU, 2, 3);
+    const size_t P = g->n_params * sizeof(float);
+    MemStats s1 = mem_stats();
+    model_release(g, MODEL_PARAMS | MODEL_VELOCITY);
+    assert_int_equal(s1.live_total - mem_stats().live_total, 2 * P);
+    model_materialize(g, MODEL_PARAMS | MODEL_VELOCITY);
+    device_copy_to(DEVICE_CUDA, g->params, c->params, P);
+    float x[2 * 3 * 8 * 8], gl[20], cl[20];
+    fill_uniform(x, sizeof x / sizeof x[0], -1.0f, 1.0f, 5);
+    device_copy_to(DEVICE_CUDA, g->input, x, sizeof x);
+    device_copy_from(DEVICE_CUDA, gl, model_forward(g, g->input, 2, false), sizeof gl);
+    memcpy(cl, model_forward(c, x, 2, false), sizeof cl);
+    // The GPU's kernels sum the same products in another order: each logit is a sum of at most K = 4 * 8 * 8 = 256
+    // products (the linear layer; the convs' are shorter), off by at most K * 2^-24 of the sum of their sizes,
+    // which the 1e-4 of the logits' scale (relative, floor 1e-3) bounds with room for the ReLU's inputs' own error.
+    Compare cmp = compare_arrays(gl, cl, 20);
+    if (cmp.error > 1e-4) fail_msg("CUDA logits differ from the CPU's: error %g, ratio %g", cmp.error, cmp.ratio);
+    model_free(g), model_free(c);
+    assert_int_equal(mem_stats().live_total, s0.live_total);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_exact),        cmocka_unit_test(test_peak_and_reset),
         cmocka_unit_test(test_many_live_allocations), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_model_tags),          cmocka_unit_test(test_release_exact),
         cmocka_unit_test(test_release_then_same_step), cmocka_unit_test(test_released_refused),
+        cmocka_unit_test(test_cuda_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,6 +75,7 @@ typedef struct {
     int rank, world, max_batch, classes;
     float *boundary[ZERO_MAX_UNITS];  // (max_batch, unit u's output) --recompute: the only activation a unit keeps
     const float *input_of[ZERO_MAX_UNITS];  // this step's input of unit u (the batch, or unit u-1's output)
+    float *input;                     // (max_batch, image) the batch, when the loader has not staged it
     float *dlogits;                   // (max_batch, classes) the loss gradient
     float *loss;                      // (max_batch)
     int *labels, *pred;               // (max_batch)

@@ -108,7 +108,13 @@ static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
     ZeroRun *zr = ctx;
     if (zr->z->steps == 0) mem_stats_reset_peak();  // the peaks from here on: the training's, not the set-up's
     Metrics m = zero_step(zr->z, b, &r->opt, r->o->label_smoothing);
-    if (zr->z->steps == 1 && zr->zo->memory) zero_print_memory(zr->z, stdout);
+    if (zr->z->steps == 1 && zr->zo->memory) {
+        zero_print_memory(zr->z, stdout);
+        const Model *whole = r->ddp.model;  // emptied but for its BN statistics, which model_release keeps
+        if (r->is_main && whole->n_buffers)
+            printf("  params beyond the expected: %zu bytes, the BN statistics of the whole model the loop printed\n",
+                   whole->n_buffers * sizeof(float));
+    }
     return m;
 }
 

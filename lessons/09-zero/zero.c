@@ -5,7 +5,7 @@
 //   TODO 2  stage 1: each rank keeps the momentum of its shard only, updates its shard, all-gathers the params
 //   TODO 3  stage 2: the gradient is reduce-scattered into the shard; the full gradient lives only in backward
 //   TODO 4  stage 3: a unit's full parameters live only in a window around its forward and its backward
-//   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first
+//   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
 //
 // The step (zero_step) runs the units (kit stage models, lesson 08's model_create_stage) one after the other:
 //
@@ -231,6 +231,8 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     z->scratch = floats_alloc(d, most_padded, MEM_COMM);
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
+    const Model *m0 = z->units[0];
+    z->input = floats_alloc(d, (size_t)max_batch * m0->in_c * m0->in_h * m0->in_w, MEM_ACTS);
     z->dlogits = floats_alloc(d, (size_t)max_batch * z->classes, MEM_ACTS);
     z->loss = floats_alloc(d, (size_t)max_batch, MEM_ACTS);
     z->labels = device_alloc_as(d, (size_t)max_batch * sizeof(int), MEM_ACTS);
@@ -248,7 +250,7 @@ void zero_free(Zero *z) {
         float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->decay_shard[u], z->boundary[u]};
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     }
-    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->dlogits, z->loss};
+    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     device_free(d, z->labels), device_free(d, z->pred);
     free(z->host_loss), free(z->host_pred);
@@ -341,11 +343,11 @@ static void unit_update(Zero *z, int u, const SgdConfig *opt) {
 // The batch on the device: the loader's staged copy, else a copy into unit 0's input and z->labels.
 static void batch_in(Zero *z, const Batch *b, const float **x, const int **y) {
     if (batch_on_device(b, z->device, x, y)) return;
-    Model *m0 = z->units[0];
+    const Model *m0 = z->units[0];
     size_t image = (size_t)m0->in_c * m0->in_h * m0->in_w;
-    device_copy_to(z->device, m0->input, b->x, (size_t)b->n * image * F);
+    device_copy_to(z->device, z->input, b->x, (size_t)b->n * image * F);
     device_copy_to(z->device, z->labels, b->y, (size_t)b->n * sizeof(int));
-    *x = m0->input, *y = z->labels;
+    *x = z->input, *y = z->labels;
 }
 
 // The loss of the last unit's logits into *r; its gradient (scaled by `scale`) into z->dlogits when train.
@@ -401,10 +403,9 @@ Metrics zero_step(Zero *z, const Batch *b, const SgdConfig *opt, float label_smo
     for (int u = U - 1; u >= 0; u--) {
         unit_backward(z, u, dout, n);
         dout = model_input_grad(z->units[u]);
-        // The input gradient of unit u+1 (in its activations) was unit u's dout: with recomputation, free them now.
-        if (z->recompute && u + 1 < U) model_release(z->units[u + 1], MODEL_ACTS);
+        // TODO 5c (--recompute): unit u+1's activations held its input gradient, which unit u's backward has
+        //   just read: free them now (and unit 0's once the loop is done).
     }
-    if (z->recompute) model_release(z->units[0], MODEL_ACTS);
     for (int u = 0; u < U; u++) unit_update(z, u, opt);
     // BN running statistics: rank 0's, as in lesson 03, so that evaluation sees one model everywhere.
     for (int u = 0; u < U; u++)
@@ -472,11 +473,12 @@ void zero_print_memory(const Zero *z, FILE *out) {
             P += (double)z->layout[u].n * F, S += (double)z->layout[u].shard * F, B += z->units[u]->n_buffers * F;
             if (z->layout[u].n * F > unit_max) unit_max = (double)z->layout[u].n * F;
         }
-        const double MB = 1e6;
-        fprintf(out, "memory (MB, per rank; zero=%d, %d units, world %d): live after step 1 / peak during it\n",
-                z->stage, z->n_units, W);
+        const double MB = P >= 1e6 ? 1e6 : 1e3;  // kB for the small models, whose parameters are under 1 MB
+        const char *unit = P >= 1e6 ? "MB" : "kB";
+        fprintf(out, "memory (%s, per rank; zero=%d, %d units, world %d): live after step 1 / peak during it\n",
+                unit, z->stage, z->n_units, W);
         fprintf(out, "  %-12s", "part");
-        for (int r = 0; r < W; r++) fprintf(out, "  rank %-2d live   peak", r);
+        for (int r = 0; r < W; r++) fprintf(out, "  rank %-2d live       peak", r);
         fprintf(out, "   expected live (ZeRO accounting, fp32 SGD + momentum)\n");
         double expect[MEM_PARTS] = {0};
         expect[MEM_PARAMS] = (z->stage == ZERO_PARAMS ? S : P) + B;
@@ -490,14 +492,14 @@ void zero_print_memory(const Zero *z, FILE *out) {
                                       "scratch", "BN masks, loader"};
         for (int p = 0; p < MEM_PARTS; p++) {
             fprintf(out, "  %-12s", mem_part_name((MemPart)p));
-            for (int r = 0; r < W; r++) fprintf(out, "  %9.3f %7.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);
-            if (p <= MEM_OPTIM) fprintf(out, "   %9.3f  %s\n", expect[p] / MB, how[p]);
-            else fprintf(out, "              %s\n", how[p]);
+            for (int r = 0; r < W; r++) fprintf(out, "  %12.3f %10.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);
+            if (p <= MEM_OPTIM) fprintf(out, "   %12.3f  %s\n", expect[p] / MB, how[p]);
+            else fprintf(out, "   %12s  %s\n", "", how[p]);
         }
         fprintf(out, "  %-12s", "peak total");
-        for (int r = 0; r < W; r++) fprintf(out, "  %17.3f", t[r * cols + 2 * MEM_PARTS] / MB);
-        fprintf(out, "\n  params %.3f MB (%d units, largest %.3f MB); shards: %.3f MB per rank\n", P / MB, z->n_units,
-                unit_max / MB, S / MB);
+        for (int r = 0; r < W; r++) fprintf(out, "  %23.3f", t[r * cols + 2 * MEM_PARTS] / MB);
+        fprintf(out, "\n  params %.3f %s (%d units, largest %.3f %s); shards: %.3f %s per rank\n", P / MB, unit,
+                z->n_units, unit_max / MB, unit, S / MB, unit);
     }
     free(t);
 }
