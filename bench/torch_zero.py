@@ -27,7 +27,7 @@ this machine's 2 cores; world 4 is OVERSUBSCRIBED and marked so).
 
 Per rank, measured: the bytes of tensors it holds after the last timed step's backward (parameters as the rank
 holds them: a DTensor's local shard, FSDP1's flat parameter shard; BN buffers counted with the parameters, as
-the kit does), its gradients at that moment, its optimizer state after the step (the sum of the tensors in
+the kit does, 4 bytes per element, num_batches_tracked included: one element per BN layer that the kit lacks), its gradients at that moment, its optimizer state after the step (the sum of the tensors in
 optimizer.state; ZeroRedundancyOptimizer: its local optimizer's), each the largest over the ranks; peak RSS
 (VmHWM of /proc/self/status) and its growth over the RSS before the model was built (interpreter, torch and
 gloo excluded); images/s = all ranks' images over rank 0's time for the timed steps after the warm-up.
@@ -71,7 +71,6 @@ def local_numel(t):
 
 def wrap(model, impl, torch):
     """The model ready to train on this rank: (module to call, optimizer, units wrapped)."""
-    import torch.nn as nn
     decay_of = lambda p: p.dim() > 1  # noqa: E731  conv/linear weights (the kit's TensorView.decay)
 
     def groups(params):

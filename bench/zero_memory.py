@@ -41,7 +41,6 @@ CSV columns (the kit's measured rows, source=kit, and PyTorch's, source=torch, u
 import argparse
 import csv
 import json
-import math
 import os
 import subprocess
 import sys
@@ -232,6 +231,16 @@ def states_only(stage, world, units):
     return per_rank(stage, world, units, [0] * len(units))["peak"]["total"]
 
 
+def states_width(model, stage, world, budget, w_max=4096):
+    """The largest width whose model states alone (no activations) fit `budget` bytes."""
+    lo, hi = 0, w_max + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        layers = layer_table(model, mid)
+        lo, hi = (mid, hi) if states_only(stage, world, units_of(layers, default_cuts(layers))) <= budget else (lo, mid)
+    return lo
+
+
 def largest_width(model, stage, world, budget, batch, probe, w_max=1024):
     """The largest width of `model` whose per-rank peak (states + the kit's activations at `batch`) fits
     `budget` bytes. The states alone are cheap and grow with the width: a binary search on them bounds the
@@ -334,7 +343,9 @@ def budget_table(a, budgets, worlds, probe):
     model = a.budget_model
     L = [f"### The largest {model} width that fits a per-rank budget (local batch {a.budget_batch})", "",
          "Peak per rank: the model states by the arithmetic above plus the kit's activations for that width "
-         f"(probed at every width tried). Default width {DEFAULT_WIDTH[model]}; parameters grow as width^2.", "",
+         f"(probed at every width tried). Default width {DEFAULT_WIDTH[model]}; parameters grow as width^2. In "
+         "brackets: millions of parameters at that width; after the slash: the width if the activations cost "
+         "nothing (model states alone), what the ZeRO stages act on.", "",
          "| budget (MiB) | world | " + " | ".join(STAGE_NAMES[s] + ": width (M params)" for s in range(4)) + " |",
          "|---:|---:|" + "---:|" * 4]
     rows = []
@@ -344,7 +355,7 @@ def budget_table(a, budgets, worlds, probe):
             for stage in range(4):
                 w, peak = largest_width(model, stage, world, budget * 2**20, a.budget_batch, probe)
                 n = sum(l["params"] for l in layer_table(model, w)) if w else 0
-                cells.append(f"{w} ({n / 1e6:.1f})")
+                cells.append(f"{w} ({n / 1e6:.1f}) / {states_width(model, stage, world, budget * 2**20)}")
                 rows.append({"model": model, "local_batch": a.budget_batch, "budget_bytes": int(budget * 2**20),
                              "stage": stage, "world": world, "max_width": w, "params": n, "peak_bytes": peak,
                              "source": "arith"})

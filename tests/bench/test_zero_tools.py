@@ -10,7 +10,7 @@
 - the largest width it reports fits the budget and the next one does not (the kit's arena probed);
 - bench/plot_memory.py draws the CSV and refuses one without the promised columns;
 - with PyTorch: the FSDP units of bench/torch_zero.py are the kit's units (the same parameter count each), and a
-  2-rank run of ZeroRedundancyOptimizer and FSDP2 holds the shards it should.
+  2-rank run of ZeroRedundancyOptimizer and FSDP2 holds the shards it should (a few minutes on a loaded machine).
 
     python3 tests/bench/test_zero_tools.py BUILD/bench/bench_zeromem
 """
@@ -214,24 +214,27 @@ class TestTorchPeers(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "t.csv")
             p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "torch_zero.py"), "--quick", "--impls",
-                                "ddp,zero1,fsdp2-full", "--csv", out, "--md", os.path.join(d, "t.md")],
+                                "zero1,fsdp2-full", "--csv", out, "--md", os.path.join(d, "t.md")],
                                capture_output=True, text=True, cwd=ROOT, timeout=900)
             self.assertEqual(p.returncode, 0, p.stderr[-2000:])
             with open(out, newline="") as f:
                 rows = {(r["impl"], r["part"]): int(r["bytes"]) for r in csv.DictReader(f)}
-        # tiny-bn, 2 ranks: DDP holds every momentum float; ZeroRedundancyOptimizer about half (whole tensors, so
-        # not exactly); FSDP2 (FULL_SHARD) half of every unit's parameters, gradients and momentum, rounded up
-        # per tensor, + the BN buffers whole.
-        ddp_params = rows[("ddp", "params")]
-        self.assertEqual(rows[("ddp", "optimizer")], rows[("ddp", "grads")])
-        self.assertLess(rows[("zero1", "optimizer")], rows[("ddp", "optimizer")])
+        # tiny-bn, 2 ranks. ZeroRedundancyOptimizer runs under DDP: every gradient float (the count of the
+        # model's parameters), about half of the momentum (whole tensors, so not exactly half); FSDP2 (FULL_SHARD)
+        # half of every tensor's parameters, gradients and momentum, rounded up per tensor (a few floats).
+        from torch_models import build
+        net = build("tiny-bn")
+        full = 4 * sum(p.numel() for p in net.parameters())
+        buffers = 4 * sum(b.numel() for b in net.buffers())
+        self.assertEqual(rows[("zero1", "grads")], full)
+        self.assertEqual(rows[("zero1", "params")], full + buffers)
+        self.assertLess(rows[("zero1", "optimizer")], full)
         self.assertGreater(rows[("zero1", "optimizer")], 0)
-        full = rows[("ddp", "grads")]
+        tensors = sum(1 for _ in net.parameters())
         for part in ("grads", "optimizer"):
-            self.assertLessEqual(rows[("fsdp2-full", part)], full // 2 + 4 * 16)
             self.assertGreaterEqual(rows[("fsdp2-full", part)], full // 2)
-        self.assertLess(rows[("fsdp2-full", "params")], ddp_params)
-
+            self.assertLessEqual(rows[("fsdp2-full", part)], full // 2 + 4 * tensors)
+        self.assertLess(rows[("fsdp2-full", "params")], full // 2 + 4 * tensors + buffers + 1)
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
