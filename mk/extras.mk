@@ -99,6 +99,10 @@ $(PIPELINE_WIRE): bench/pipeline_wire.c solutions/08-pipeline/pipe.c solutions/0
 	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -Isolutions/08-pipeline $(filter %.c,$^) -o $@ \
 	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
 ALL_TARGETS += $(PIPELINE_WIRE)
+.PHONY: bench-pipeline-wire
+HELP_TARGETS += bench-pipeline-wire
+bench-pipeline-wire: $(PIPELINE_WIRE) $(BUILD)/bench/ddp_kit
+	@BUILD=$(BUILD) bench/pipeline-wire.sh
 endif
 # The torch peer's cut and stages against the lesson's program, and the plot script (about a minute)
 .PHONY: test-pipeline-tools

@@ -485,6 +485,9 @@ static void dist_vs_one_process(ProcessGroup *world, int P, int M, bool interlea
     else if (st->n_params > 0 && !(move <= DIST_TOL))
         snprintf(why, sizeof why, "stage %d's gradient is right but its weights moved %.3g off one process's (one SGD "
                  "step of this stage after every op and the average)", g.stage, move);
+    else if (dp->n_sends != 0)  // a send not waited for may still read a buffer the next step overwrites
+        snprintf(why, sizeof why, "stage %d ended the step with %d send(s) never waited for: wait for every send of "
+                 "the step (pipe_dist_wait_sends) before the buffers change again", g.stage, dp->n_sends);
     if (why[0]) print_error("rank %d, %s: %s\n", pg_rank(world), label, why);
     else if (pg_rank(world) == 0)
         print_message("%s: stage %d gradient max diff %.2g, move error %.2g (tolerance %.0e)\n", label, g.stage,
