@@ -41,7 +41,7 @@ import zero_memory as zm  # noqa: E402  (bench/zero_memory.py)
 PARTS = ("params", "grads", "optimizer", "activations", "comm", "other")
 COLUMNS = zm.CSV_COLUMNS + ("impl", "images_per_s", "oversubscribed")
 MiB = 2**20
-RECOMPUTE_NOTE = ("Cutting the model into units costs activation memory by itself: each unit is a kit stage model with its own arena (its conv scratch, its input and input-gradient copies), so the default 11 units hold about twice the activations of 1 unit. Recomputation then keeps only the boundaries plus one unit's arena; with few units that arena is large, with many the boundaries add up: sqrt(L) units is the smaller of the two here.")
+RECOMPUTE_NOTE = ("Cutting the model into units costs activation memory by itself: each unit is a kit stage model with its own arena (its conv scratch, its input and input-gradient copies), so the default 11 units hold about twice the activations of 1 unit. Recomputation then keeps only the boundaries plus one unit's arena; with few units that arena is large, with many the boundaries add up: which of sqrt(L) and L units holds less depends on the arenas' sizes (compare the two rows).")
 
 
 def machine():
