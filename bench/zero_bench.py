@@ -131,7 +131,8 @@ def section_memory(a, R, probe, csv_rows):
           "width 64. `activations` at worlds 1-2 (below the arithmetic): the kit sizes each unit's conv scratch "
           "for the cores the process may use (omp_get_num_procs): mpirun binds each of 1-2 ranks to one core, "
           "so the scratch is planned for 1 thread; with more ranks than cores it binds none (2 cores visible), "
-          "as in bench_zeromem's probe run outside mpirun, and kit and arithmetic agree.", ""]
+          "as in bench_zeromem's probe run outside mpirun, and kit and arithmetic agree "
+          "but for zero.c's own input buffer (the local batch's images), which the arithmetic does not count.", ""]
     return L
 
 
