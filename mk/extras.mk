@@ -177,6 +177,45 @@ bench-ddp:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
 endif
 
+# Lesson 09 measured on the kit (bench/zero_bench.py): per-rank memory by part from the allocation counters,
+# bytes handed to the collectives, step time, the largest width per budget, recomputation; beside the arithmetic
+# (bench/zero_memory.py) and PyTorch's rows if bench/results-zero-torch.csv exists -> bench/results-zero.md + CSV.
+# BENCH_ZERO_ARGS="--quick" for a run of seconds.
+ZERO_KIT := $(BUILD)/bench/zero_kit
+BENCH_ZERO_ARGS ?=
+HELP_TARGETS += bench-zero
+.PHONY: bench-zero
+ifeq ($(HAVE_MPI),yes)
+$(ZERO_KIT): bench/zero_kit.c solutions/09-zero/zero.c solutions/09-zero/lesson.h solutions/03-ddp/train.c \
+             solutions/03-ddp/lesson.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) -DAUTOGRADER -Isolutions/09-zero $(filter %.c,$^) -o $@ \
+	  $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
+ALL_TARGETS += $(ZERO_KIT)
+bench-zero: $(ZERO_KIT) $(BUILD)/bench/bench_zeromem
+	@if python3 -c "import torch" 2>/dev/null; then case "$(BENCH_ZERO_ARGS)" in *--quick*) ;; *) \
+	  nice python3 bench/torch_zero.py --worlds 2 --csv bench/results-zero-torch-w2.csv \
+	    --md bench/results-zero-torch-w2.md;; esac; else echo "bench-zero: no PyTorch: section 5 left out"; fi
+	nice python3 bench/zero_bench.py --kit-bin $(ZERO_KIT) --probe $(BUILD)/bench/bench_zeromem \
+	  --torch-csv bench/results-zero-torch-w2.csv $(BENCH_ZERO_ARGS)
+else
+bench-zero:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+# The kit's measured model states equal the arithmetic's (1 and 3 ranks, every stage), the ring bytes the closed
+# form, and bench-zero's --quick harness runs (about a minute)
+.PHONY: test-zero-bench
+TEST_TARGETS += test-zero-bench
+HELP_TARGETS += test-zero-bench
+ifeq ($(HAVE_MPI),yes)
+test-zero-bench: $(ZERO_KIT) $(BUILD)/bench/bench_zeromem
+	@python3 tests/bench/test_zero_bench.py $^
+else
+test-zero-bench:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+
 # The comparisons with PyTorch (bench-ddp, and gloo in bench-allreduce and bench-ring) in their --quick modes: the
 # harness runs end to end (about 35 s of CPU, mostly `import torch`; skipped without PyTorch or Open MPI). Measures nothing.
 .PHONY: test-bench-quick
