@@ -58,7 +58,7 @@ try_link() {
     "$cc" -x c - -o /dev/null "$@" >/dev/null 2>&1
 }
 
-echo "check-setup: what this machine has for the workshop (lessons 01-08)"
+echo "check-setup: what this machine has for the workshop (lessons 01-09)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -373,8 +373,13 @@ if [ $base = 1 ]; then
   else
     say "NOT" "08 pipeline: needs Open MPI (above)"
   fi
+  if [ "$mpi" = 1 ]; then  # lesson 09 builds against MPI and grades on 3 ranks (uneven shards)
+    say ready "09 ZeRO / FSDP: stages 1-3, recomputation, sharded checkpoints, make grade"
+  else
+    say "NOT" "09 ZeRO / FSDP: needs Open MPI (above)"
+  fi
 else
-  say "NOT" "01-08: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
+  say "NOT" "01-09: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
 
 if [ $n_missing -gt 0 ]; then

@@ -245,11 +245,13 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     z->pg = pg, z->stage = stage, z->recompute = recompute, z->device = d, z->max_batch = max_batch;
     z->rank = pg_rank(pg), z->world = pg_world(pg), z->classes = cfg->classes;
     z->n_units = zero_plan_units(cfg, n_units, z->first);
-    size_t most_padded = 1, most_shard = 1, most_buffers = 1;
+    size_t most_padded = 0, most_shard = 1, most_buffers = 1;
     for (int u = 0; u < z->n_units; u++) {
         Model *m = z->units[u] = model_create_stage(cfg, d, max_batch, seed, z->first[u], z->first[u + 1]);
         ShardLayout l = z->layout[u] = shard_layout(m->n_params, z->world);
-        if (l.padded > most_padded) most_padded = l.padded;
+        // The collectives need a padded scratch only for a unit whose length the world does not divide, and only
+        // from stage 1 on (stage 0 all-reduces the unit's own buffer): sized for the largest such unit, none if none.
+        if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded) most_padded = l.padded;
         if (l.shard > most_shard) most_shard = l.shard;
         if (m->n_buffers > most_buffers) most_buffers = m->n_buffers;
         if (stage >= ZERO_OPTIM) {
@@ -265,7 +267,7 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
         if (recompute) z->boundary[u] = floats_alloc(d, (size_t)max_batch * unit_out_floats(m), MEM_ACTS);
         zero_release_unsharded(z, u);
     }
-    z->scratch = floats_alloc(d, most_padded, MEM_COMM);
+    z->scratch = most_padded > 0 ? floats_alloc(d, most_padded, MEM_COMM) : NULL;
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
     const Model *m0 = z->units[0];
