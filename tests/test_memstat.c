@@ -215,37 +215,15 @@ static void test_release_then_same_step(void **state) {
 }
 
 // A view cannot release; forward / backward / optimizer on a released part stop with a report naming it.
-static int exit_status_of(void (*fn)(Model *), Model *m, char *report, size_t len) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], STDERR_FILENO);
-        fn(m);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t used = 0;
-    ssize_t got;
-    while (used + 1 < len && (got = read(fds[0], report + used, len - 1 - used)) > 0) used += (size_t)got;
-    report[used] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static float g_x[4 * 3 * 16 * 16];
-static void run_forward(Model *m) { model_forward(m, g_x, 4, true); }
-static void run_backward(Model *m) { model_backward(m, g_x, m->dlogits, 4); }
-static void run_optim(Model *m) {
+// Each runs in a child (child_exit_status, tests/testutil.h) on the model it is given.
+static void run_forward(void *m) { model_forward(m, g_x, 4, true); }
+static void run_backward(void *m) { model_backward(m, g_x, ((Model *)m)->dlogits, 4); }
+static void run_optim(void *m) {
     SgdConfig c = {.lr = 0.1f, .momentum = 0.9f};
     optim_step(m, &c);
 }
-static void run_view_release(Model *m) {
+static void run_view_release(void *m) {
     Model *v = model_create_view(m, 2);
     model_release(v, MODEL_PARAMS);
 }
@@ -255,7 +233,7 @@ static void test_released_refused(void **state) {
     Model *m = make("tiny", 4);
     struct {
         unsigned part;
-        void (*fn)(Model *);
+        void (*fn)(void *);
         const char *names;
     } cases[] = {
         {MODEL_PARAMS, run_forward, "parameters"},  {MODEL_ACTS, run_forward, "activations"},
@@ -264,12 +242,12 @@ static void test_released_refused(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_release(m, cases[i].part);
-        int status = exit_status_of(cases[i].fn, m, report, sizeof report);
+        int status = child_exit_status(cases[i].fn, m, report, sizeof report);
         if (status != 1 || !strstr(report, cases[i].names) || !strstr(report, "HINT"))
             fail_msg("case %zu: exit status %d, report: %s", i, status, report);
         model_materialize(m, cases[i].part);
     }
-    int status = exit_status_of(run_view_release, m, report, sizeof report);
+    int status = child_exit_status(run_view_release, m, report, sizeof report);
     if (status != 1 || !strstr(report, "view")) fail_msg("view release: exit status %d, report: %s", status, report);
     model_free(m);
 }

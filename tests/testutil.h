@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -137,6 +139,31 @@ static inline void *read_fixture(const char *path, size_t *bytes) {
     fclose(f);
     if (bytes) *bytes = (size_t)size;
     return buf;
+}
+
+// Runs fn(arg) in a child process (a kit error ends the process: the caller must survive it), its stderr captured
+// into report (NUL-terminated, at most len - 1 bytes). Returns the child's exit status, -1 if a signal ended it.
+static inline int child_exit_status(void (*fn)(void *), void *arg, char *report, size_t len) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while (used + 1 < len && (got = read(fds[0], report + used, len - 1 - used)) > 0) used += (size_t)got;
+    report[used] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #endif // TESTUTIL_H
