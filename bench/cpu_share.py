@@ -33,6 +33,20 @@ OTHER_LIMIT = 0.10
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+
+def cpu_model():
+    """The machine's CPU model (lscpu's "Model name", else platform's) and its core count: the line every
+    benchmark report starts with."""
+    import platform
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return model, os.cpu_count()
+
 def machine_busy_seconds():
     with open("/proc/stat") as f:
         fields = f.readline().split()[1:]

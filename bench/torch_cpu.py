@@ -23,7 +23,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -146,16 +145,6 @@ def bench_paired(kit_bin, name, batch, pairs):
             "ratio": median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
-def machine():
-    model = platform.processor() or "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return model, os.cpu_count()
 
 
 def run_kit(binary, args):
@@ -189,7 +178,7 @@ def memory_lines(mems):
 
 
 def write_report(path, rows, convs, layers, ceiling, threads, shares, mems):
-    cpu, cores = machine()
+    cpu, cores = cpu_share.cpu_model()
     L = ["# CPU training throughput: the kit against PyTorch", ""]
     L += cpu_share.report_lines(shares, "make bench-cpu") + [""]
     if cpu_share.loaded(shares):

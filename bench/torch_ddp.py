@@ -28,7 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -172,15 +171,11 @@ def summarise(jobs, model, world):
 
 
 def machine():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    import cpu_share  # bench/cpu_share.py
+    cpu, cores = cpu_share.cpu_model()
     mpi = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()
-    return cpu, os.cpu_count(), (mpi[0] if mpi else "mpirun: unknown")
+    return cpu, cores, (mpi[0] if mpi else "mpirun: unknown")
+
 
 
 def write_report(a, rows, shares, torch_version, remeasure):

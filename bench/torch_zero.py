@@ -41,8 +41,6 @@ import csv
 import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 
@@ -163,12 +161,6 @@ def worker(a):
 
 # ---------------------------------------------------------------- the driver
 
-def machine():
-    cpu = platform.processor() or "unknown CPU"
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name:"):
-            cpu = line.split(":", 1)[1].strip()
-    return cpu, os.cpu_count()
 
 
 def run_job(a, model, impl, world, steps, shares):
@@ -211,7 +203,7 @@ def csv_rows(a, jobs):
 
 def write_md(a, jobs, shares, remeasure):
     import cpu_share
-    cpu, cores = machine()
+    cpu, cores = cpu_share.cpu_model()
     torch_v = next((j["torch"] for j in jobs if "torch" in j), "?")
     L = ["# Lesson 09's peers in PyTorch (CPU, gloo): what a rank holds, and images/s", ""]
     L += cpu_share.report_lines(shares, remeasure) + [""]

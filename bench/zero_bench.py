@@ -28,7 +28,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 
@@ -44,12 +43,6 @@ MiB = 2**20
 RECOMPUTE_NOTE = ("Cutting the model into units costs activation memory by itself: each unit is a kit stage model with its own arena (its conv scratch, its input and input-gradient copies), so the default 11 units hold about twice the activations of 1 unit. Recomputation then keeps only the boundaries plus one unit's arena; with few units that arena is large, with many the boundaries add up: which of sqrt(L) and L units holds less depends on the arenas' sizes (compare the two rows).")
 
 
-def machine():
-    cpu = platform.processor() or "unknown CPU"
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name:"):
-            cpu = line.split(":", 1)[1].strip()
-    return cpu, os.cpu_count()
 
 
 class Runner:
@@ -354,7 +347,7 @@ def main():
     if "5" in sections:
         parts[5] = section_peers(a, R, csv_rows)
     body = [line for k in sorted(parts) for line in parts[k]]
-    cpu, cores = machine()
+    cpu, cores = cpu_share.cpu_model()
     cmd = "make bench-zero" + (" BENCH_ZERO_ARGS=--quick" if a.quick else "")
     L = ["# Lesson 09 measured on the kit: memory by part, the largest model per budget, bytes, time, "
          "recomputation, PyTorch beside", ""]
