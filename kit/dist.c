@@ -288,7 +288,7 @@ static void nccl_settle(ProcessGroup *pg, ncclResult_t r, const char *what, size
     wait_until(pg, nccl_settled, &r, what, n, "floats");
     if (r == ncclSuccess) return;
     char msg[512];
-    const char *detail = pg->nccl ? ncclGetLastError(pg->nccl) : ncclGetLastError(NULL);
+    const char *detail = ncclGetLastError(pg->nccl);  // NULL: the last error of any communicator
     snprintf(msg, sizeof msg, "%s (%zu) failed in NCCL: %s%s%s\n  HINT: %s", what, n, ncclGetErrorString(r),
              detail && *detail ? ": " : "", detail ? detail : "", nccl_hint(r));
     pg_abort(pg, msg);
