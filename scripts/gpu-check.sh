@@ -194,6 +194,7 @@ train05=build/solutions/05-syncbn/train
 train06=build/solutions/06-inference/train
 train07=build/solutions/07-scale-out/train
 train08=build/solutions/08-pipeline/train
+train09=build/solutions/09-zero/train
 lessons=scripts/gpu-check-lessons.sh
 tiny=(--model tiny --epochs 1)   # the runs tests/emu-lessons.sh compares, with its tolerances
 # PyTorch runs with the LD_LIBRARY_PATH it had before the bundle (the kit's programs carry an RPATH).
@@ -243,7 +244,11 @@ for s in "${steps[@]}"; do
       # MPI backend; NCCL's own send/recv ran in `dist`'s mpi_dist on 1 rank).
       run lesson08-1proc 1 60 $lessons compare 1 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 \
         -- --stage-devices cpu,cuda
-      run lesson08-mpi2 1 60 $lessons compare mpi:2 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 -- --backend mpi ;;
+      run lesson08-mpi2 1 60 $lessons compare mpi:2 "$train08" "${tiny[@]}" --stages 2 --micro-batches 4 -- --backend mpi
+      # Lesson 09: stage 3 with recomputation (every collective of the lesson: reduce-scatter, all-gather of each
+      # unit's window) on 1 NCCL rank, then on 2 MPI ranks sharing the GPU; both against the CPU run.
+      run lesson09-nccl1 1 60 $lessons compare mpi:1 "$train09" "${tiny[@]}" --zero 3 --recompute -- --backend nccl
+      run lesson09-mpi2 1 60 $lessons compare mpi:2 "$train09" "${tiny[@]}" --zero 3 --recompute -- --backend mpi ;;
     tests)
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done
       run test-torchrun 0 300 env LD_LIBRARY_PATH="$orig_ld" make test-torchrun ;;
