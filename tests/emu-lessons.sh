@@ -89,9 +89,11 @@ fi
 # weights move from the first step), and stops before the epoch ends: its final: line has no epoch to report.
 # What is compared instead, at step 15: the progress line's running train loss and accuracy with the
 # tolerances above, and the whole model, consolidated from the ranks' shards (--consolidate), by
-# tests/ckpt_compare.c: the largest parameter difference relative to the largest parameter, at most 1e-4, the
-# drift a whole epoch of 39 steps reaches (above), which 15 steps of the same arithmetic stay under (measured:
-# 1.4e-7, 1 rank and 2 ranks); a 1 % change of the learning rate alone moves it to 7e-3.
+# tests/ckpt_compare.c: the largest parameter difference relative to the largest parameter, at most 1e-3.
+# That is 10x the ~1e-4 a whole epoch of 39 steps drifts to (above): 15 steps drift less, but a rounding
+# difference can flip a ReLU or a max-pool's choice for one image, which moves a few parameters by a step
+# of their own (measured here: 1.4e-7 on 2 ranks, 2.9e-5 on 1 rank, the same for any emulator thread order).
+# A mistake moves them far more: a 1 % change of the learning rate alone gives 7e-3.
 z09_stop=15
 z09=(--model tiny --width 8 --epochs 1 --warmup-epochs 0 --lr 0.2 --zero 3 --recompute --stop-at $z09_stop)
 compare=$cpu/tests/ckpt_compare
@@ -114,7 +116,7 @@ check_stopped() {
   local lw la gw ga
   lw=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\1/' <<<"$want"); la=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\2/' <<<"$want")
   gw=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\1/' <<<"$got"); ga=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\2/' <<<"$got")
-  verdict=$("$compare" "$dir/cpu.ckpt" "$dir/emu.ckpt" 1e-4 2>&1)
+  verdict=$("$compare" "$dir/cpu.ckpt" "$dir/emu.ckpt" 1e-3 2>&1)
   local params_ok=$?
   rm -rf "$dir"
   if [ $params_ok -eq 0 ] && awk -v a="$lw" -v b="$gw" -v c="$la" -v d="$ga" \
@@ -122,7 +124,7 @@ check_stopped() {
     echo "ok   $label (${secs} s in the emulator): at step $z09_stop train_loss $gw vs $lw on the CPU, train_acc $ga% vs $la%; parameters $verdict"
   else
     echo "FAIL $label: the CUDA path (emulated) and the CPU path disagree beyond rounding at step $z09_stop:"
-    echo "     cpu:      $want"; echo "     cuda-emu: $got"; echo "     parameters: $verdict (tolerance 1e-4)"; return 1
+    echo "     cpu:      $want"; echo "     cuda-emu: $got"; echo "     parameters: $verdict (tolerance 1e-3)"; return 1
   fi
 }
 l09=
