@@ -97,8 +97,8 @@ def wrap(model, impl, torch):
         for i in units:
             model[i] = FSDP(model[i], sharding_strategy=strategy, device_id=cpu)
         root = FSDP(model, sharding_strategy=strategy, device_id=cpu)
-        # Flat parameters mix weights and biases: weight decay cannot follow the kit's decay mask per element
-        # here, so it applies to every flat parameter of a unit that has a conv/linear weight (a small difference
+        # Flat parameters mix weights and biases: weight decay cannot follow the views' ranges within a shard
+        # here (the kit's zero_sgd_shard does), so it applies to every flat parameter of a unit that has a conv/linear weight (a small difference
         # in the update's arithmetic, none in memory or time).
         return root, torch.optim.SGD(root.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4), len(units)
     from torch.distributed.fsdp import fully_shard

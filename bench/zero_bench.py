@@ -92,8 +92,8 @@ def section_memory(a, R, probe, csv_rows):
          "MiB per rank, the largest rank, at the PEAK of one step (mem_stats after mem_stats_reset_peak just "
          "before it). `kit` is measured, `arith` bench/zero_memory.py's prediction; `k/a` their ratio for the "
          "whole peak. Worlds above the " + str(os.cpu_count()) + " cores are OVERSUBSCRIBED (memory does not "
-         "care). `other` is what the kit tags MEM_OTHER: zero.c's weight-decay mask (one float per shard "
-         "element, stages 1-3), which the arithmetic does not count.", ""]
+         "care). `other` is what the kit tags MEM_OTHER (the loader's staged batches on a GPU): nothing of "
+         "zero.c's, whose update takes the weight decay from the views' ranges, with no per-float mask.", ""]
     for model, batch in a.models:
         width = zm.DEFAULT_WIDTH[model]
         arows, units, cuts = zm.rows_for(model, width, batch, a.worlds, probe)
@@ -120,7 +120,7 @@ def section_memory(a, R, probe, csv_rows):
           "collective scratch (the largest unit's padded length) at every stage and world, even where no unit "
           "needs padding or the stage all-reduces in place (DDP), and at stages 1-3 a shard-sized `shard_work` "
           "besides; the arithmetic counts the scratch only where a unit's length does not divide by the world. "
-          "`other`: the decay mask (stages 1-3). Both are the implementation's, not the method's: a few MiB at "
+          "This is the implementation's, not the method's: a few MiB at "
           "width 64. `activations` at worlds 1-2 (below the arithmetic): the kit sizes each unit's conv scratch "
           "for the cores the process may use (omp_get_num_procs): mpirun binds each of 1-2 ranks to one core, "
           "so the scratch is planned for 1 thread; with more ranks than cores it binds none (2 cores visible), "
@@ -179,7 +179,7 @@ def section_budget(a, R, probe):
             out.append((budget_mib, stage, wa, wk))
     L += ["", "The measured answer sits below the arithmetic's because the kit's peak also holds zero.c's "
           "collective scratch (the largest unit's padded length at every stage: that unit is 72 % of resnet9's "
-          "parameters, about 30 MiB near width 80) and at stages 1-3 the decay mask and `shard_work` (section "
+          "parameters, about 30 MiB near width 80) and at stages 1-3 `shard_work` (section "
           "1's gaps). The activations dominate at this batch (the per-unit arenas, their conv scratch above "
           "all), which is why sharding the model states buys a few widths, not a multiple: section 4's "
           "recomputation is the other half of the story.", ""]

@@ -128,6 +128,17 @@ static const CliOption OPTIONS[] = {
      "one process: the list of the stages' devices, e.g. cpu,cuda\n(default: --device for all)"},
     {"bench", "STEPS", CLI_PIPE, OPT_INT, FIELD(bench), "0", 0, 100000, NULL,
      "several ranks: time STEPS steps on one batch, print a\n`bench:` line, no training (0: train)"},
+    // lesson 09 (ZeRO, FSDP, recomputation; the --units range is its ZERO_MAX_UNITS, which train.c asserts)
+    {"zero", "N", CLI_ZERO, OPT_INT, FIELD(zero), "0", 0, 3, NULL,
+     "0..3, what the ranks shard: 0 nothing (DDP), 1 the momentum,\n2 + the gradients, 3 + the parameters"},
+    {"units", "N", CLI_ZERO, OPT_INT, FIELD(units), NULL, 1, 32, NULL,
+     "units the model is cut into, 1..32, balanced by parameter\ncount (default: one per layer with parameters)"},
+    {"recompute", NULL, CLI_ZERO, OPT_FLAG, FIELD(recompute), NULL, 0, 0, NULL,
+     "keep only each unit's output in forward; recompute its\nactivations in backward"},
+    {"memory", NULL, CLI_ZERO, OPT_FLAG, FIELD(memory), NULL, 0, 0, NULL,
+     "print every rank's memory by part (live, peak) after the\nfirst step, beside the arithmetic"},
+    {"consolidate", "FILE", CLI_ZERO, OPT_STRING, FIELD(consolidate), NULL, 0, 0, NULL,
+     "after the training, one lesson-04 checkpoint of the whole\nmodel (lesson 06 reads it)"},
 };
 #undef FIELD
 enum { N_OPTIONS = (int)(sizeof OPTIONS / sizeof OPTIONS[0]), OPT_HELP = 'h', OPT_FIRST = 256 };
@@ -317,6 +328,8 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->checkpoint_dir && !*o->checkpoint_dir)
         usage_error("--checkpoint-dir '%s' is empty: name a folder", o->checkpoint_dir);
     if (o->resume && !*o->resume) usage_error("--resume '%s' is empty: name a checkpoint file, or auto", o->resume);
+    if (o->consolidate && !*o->consolidate)
+        usage_error("--consolidate '%s' is empty: name a file", o->consolidate);
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");

@@ -2,7 +2,8 @@
 //
 // One parser for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
-// and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options); an option outside those groups is an error like any unknown option.
+// and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options, CLI_PIPE and CLI_ZERO for lessons 08 and 09's);
+// an option outside those groups is an error like any unknown option.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
 //
 // Adding an option: a field below and a row of the option table in kit/cli.c (name, group, type, field,
@@ -22,7 +23,7 @@ extern "C" {
 enum { CLI_PREC = 1 << 7 };
 
 enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4,
-       CLI_PIPE = 1 << 5 };
+       CLI_PIPE = 1 << 5, CLI_ZERO = 1 << 6 };
 
 typedef struct {
     const char *dataset, *data_dir, *device, *model, *metrics;
@@ -62,6 +63,12 @@ typedef struct {
     const char *schedule;        // CLI_PIPE: gpipe|1f1b, the order of a stage's forwards and backwards
     const char *stage_devices;   // CLI_PIPE: one process, the device of every stage ("cpu,cuda"; NULL: --device)
     int bench;                   // CLI_PIPE: > 0, time this many steps on one batch instead of training
+    // lesson 09 (ZeRO, FSDP, recomputation)
+    int zero;                    // CLI_ZERO: 0..3, what is sharded: nothing, momentum, + gradients, + parameters
+    int units;                   // CLI_ZERO: units the model is cut into, 1..ZERO_MAX_UNITS (0: one per layer)
+    bool recompute;              // CLI_ZERO: keep a unit's output only, recompute its activations in backward
+    bool memory;                 // CLI_ZERO: print every rank's memory by part (live, peak) after the first step
+    const char *consolidate;     // CLI_ZERO: after the training, one lesson-04 checkpoint of the whole model
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups

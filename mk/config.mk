@@ -107,7 +107,8 @@ NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$
 #   make test-emu         (part of make test, GPU or not) builds the emulation variant and runs the
 #                         emulator's own test (tests/test_emu.cu), tests/test_cuda.c, lesson 01's
 #                         kernel test (solution passes, starter fails), and one epoch of lessons 02 and 03's
-#                         programs on the emulated CUDA path against the CPU (tests/emu-lessons.sh)
+#                         programs on the emulated CUDA path against the CPU (tests/emu-lessons.sh; also
+#                         lessons 06 and 08, and 15 steps of lesson 09's stage 3)
 #
 # Included from the Makefile right after mk/config.mk: with EMU=1 it replaces config.mk's CUDA settings
 # before mk/kit.mk and mk/lessons.mk read them.
@@ -179,6 +180,7 @@ ifneq ($(EMU_LESSON01),)
 	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/solutions/02-data-parallel/train \
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/03-ddp/train) \
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/08-pipeline/train) \
+	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/09-zero/train) \
 	  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train)
 	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
 	@echo "test-emu: ok"

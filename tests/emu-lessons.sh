@@ -8,7 +8,8 @@
 # (replicas on two emulated GPUs in lesson 02, the MPI backend staging device buffers in lesson 03; lesson 01's
 # program is the single-device part of both, and its kernel has a test of its own in test-emu; lesson 06's
 # inference from a checkpoint; lesson 08's pipeline in one process with stage 0 on the CPU and stage 1 on the
-# emulated GPU, the activations and their gradients copied across the cut between the two, at the end).
+# emulated GPU, the activations and their gradients copied across the cut between the two, at the end; lesson
+# 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, for 15 steps: see its own paragraph below).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -80,6 +81,62 @@ if [ -x "$cpu/solutions/08-pipeline/train" ] && [ -x "$emu/solutions/08-pipeline
     "$emu/solutions/08-pipeline/train" --stage-devices cpu,cuda-emu --stages 2 --width 8 "${args[@]}" >"$out08" 2>&1 &
   l08=$!
 fi
+# Lesson 09 at stage 3 with recomputation: every unit's parameters all-gathered into device memory for its
+# forward and again for its backward, its activations released and recomputed, the gradients reduce-scattered
+# into device shards (2 ranks: the MPI backend staging them), the shards updated on the device. Under the
+# emulator a whole epoch of it costs ~40 s of CPU per run (im2col of the first convolution dominates, whatever
+# --width), so the run stops after 15 of the 39 steps (--stop-at; --warmup-epochs 0 and --lr 0.2 so that the
+# weights move from the first step), and stops before the epoch ends: its final: line has no epoch to report.
+# What is compared instead, at step 15: the progress line's running train loss and accuracy with the
+# tolerances above, and the whole model, consolidated from the ranks' shards (--consolidate), by
+# tests/ckpt_compare.c: the largest parameter difference relative to the largest parameter, at most 1e-3.
+# That is 10x the ~1e-4 a whole epoch of 39 steps drifts to (above): 15 steps drift less, but a rounding
+# difference can flip a ReLU or a max-pool's choice for one image, which moves a few parameters by a step
+# of their own (measured here: 1.4e-7 on 2 ranks, 2.9e-5 on 1 rank, the same for any emulator thread order).
+# A mistake moves them far more: a 1 % change of the learning rate alone gives 7e-3.
+z09_stop=15
+z09=(--model tiny --width 8 --epochs 1 --warmup-epochs 0 --lr 0.2 --zero 3 --recompute --stop-at $z09_stop)
+compare=$cpu/tests/ckpt_compare
+# check_stopped LABEL CPU_COMMAND... -- EMU_COMMAND...   (each gets --consolidate FILE appended)
+check_stopped() {
+  local label=$1; shift
+  local -a cpu_cmd=() emu_cmd=()
+  while [ "$1" != "--" ]; do cpu_cmd+=("$1"); shift; done
+  shift; emu_cmd=("$@")
+  local dir want got start secs verdict
+  dir=$(mktemp -d)
+  want=$(KIT_PROGRESS=plain "${cpu_cmd[@]}" --consolidate "$dir/cpu.ckpt" 2>&1 | grep " step $z09_stop/")
+  start=$(date +%s)
+  got=$(KIT_PROGRESS=plain "${emu_cmd[@]}" --consolidate "$dir/emu.ckpt" 2>&1 | grep " step $z09_stop/")
+  secs=$(( $(date +%s) - start ))
+  if [ -z "$want" ] || [ -z "$got" ] || [ ! -s "$dir/cpu.ckpt" ] || [ ! -s "$dir/emu.ckpt" ]; then
+    echo "FAIL $label: no progress line at step $z09_stop or no consolidated model (cpu: '${want:-none}', cuda-emu: '${got:-none}')"
+    rm -rf "$dir"; return 1
+  fi
+  local lw la gw ga
+  lw=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\1/' <<<"$want"); la=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\2/' <<<"$want")
+  gw=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\1/' <<<"$got"); ga=$(sed 's/.* loss \([^ ]*\) acc \([^%]*\)%.*/\2/' <<<"$got")
+  verdict=$("$compare" "$dir/cpu.ckpt" "$dir/emu.ckpt" 1e-3 2>&1)
+  local params_ok=$?
+  rm -rf "$dir"
+  if [ $params_ok -eq 0 ] && awk -v a="$lw" -v b="$gw" -v c="$la" -v d="$ga" \
+       'BEGIN { dl = a - b; da = c - d; exit !(dl < 0.01 && -dl < 0.01 && da < 1 && -da < 1) }'; then
+    echo "ok   $label (${secs} s in the emulator): at step $z09_stop train_loss $gw vs $lw on the CPU, train_acc $ga% vs $la%; parameters $verdict"
+  else
+    echo "FAIL $label: the CUDA path (emulated) and the CPU path disagree beyond rounding at step $z09_stop:"
+    echo "     cpu:      $want"; echo "     cuda-emu: $got"; echo "     parameters: $verdict (tolerance 1e-3)"; return 1
+  fi
+}
+l09=
+if [ -x "$cpu/solutions/09-zero/train" ] && [ -x "$emu/solutions/09-zero/train" ] && [ -x "$compare" ]; then
+  out09=$(mktemp)
+  # One rank (no mpirun: the collectives on a world of 1) beside lesson 08 and 06, which leave a core idle
+  # for most of lesson 08's run; 2 ranks after them, when both cores are free.
+  check_stopped "lesson 09 on 1 rank, --zero 3 --recompute, an emulated GPU" \
+    "$cpu/solutions/09-zero/train" --device cpu "${z09[@]}" -- \
+    "$emu/solutions/09-zero/train" --device cuda-emu "${z09[@]}" >"$out09" 2>&1 &
+  l09=$!
+fi
 # Lesson 06 (inference): a checkpoint of lesson 04's CPU program, evaluated on the emulated GPU and on the CPU.
 # Eval-mode logits on the two paths differ by rounding (~1e-6 relative: one forward, no training steps to
 # amplify it), so a prediction can only change where an image's top two logits are that close: the correct
@@ -108,5 +165,12 @@ fi
 if [ -n "$l08" ]; then
   wait "$l08" || status=1
   cat "$out08"; rm -f "$out08"
+fi
+if [ -n "$l09" ]; then
+  wait "$l09" || status=1
+  cat "$out09"; rm -f "$out09"
+  check_stopped "lesson 09 on 2 ranks, --zero 3 --recompute, MPI backend, emulated GPUs" \
+    scripts/launch.sh 2 "$cpu/solutions/09-zero/train" --device cpu "${z09[@]}" -- \
+    scripts/launch.sh 2 "$emu/solutions/09-zero/train" --device cuda-emu "${z09[@]}" || status=1
 fi
 exit $status

@@ -182,6 +182,57 @@ static void test_pipeline_options(void **state) {
     check_error(CLI_DIST, 3, other, 2, "--stages does not apply");
 }
 
+// The text of cli_usage(groups), in a buffer the caller frees.
+static char *usage_text(unsigned groups) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    cli_usage(f, groups);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+// Lesson 09's options (CLI_ZERO): their defaults, their values, their ranges (--zero 0..3, --units within
+// ZERO_MAX_UNITS = 32), and --help lists them for lesson 09 only.
+static void test_zero_options(void **state) {
+    char *a0[] = {"train", NULL};
+    TrainOptions o = parse(CLI_DIST | CLI_CKPT | CLI_ZERO, 1, a0);
+    assert_int_equal(o.zero, 0);
+    assert_int_equal(o.units, 0);  // the default cut: one unit per layer with parameters
+    assert_false(o.recompute);
+    assert_false(o.memory);
+    assert_null(o.consolidate);
+    char *a1[] = {"train", "--zero", "3", "--units", "32", "--recompute", "--memory", "--consolidate=whole.ckpt", NULL};
+    o = parse(CLI_DIST | CLI_CKPT | CLI_ZERO, 8, a1);
+    assert_int_equal(o.zero, 3);
+    assert_int_equal(o.units, 32);
+    assert_true(o.recompute);
+    assert_true(o.memory);
+    assert_string_equal(o.consolidate, "whole.ckpt");
+    char *bad[][3] = {{"train", "--zero", "4"},   {"train", "--zero", "-1"},        {"train", "--units", "0"},
+                      {"train", "--units", "33"}, {"train", "--zero", "two"},       {"train", "--consolidate", ""},
+                      {"train", "--units", NULL}};
+    const char *why[] = {"--zero needs an integer in [0, 3], got '4'", "--zero needs an integer in [0, 3], got '-1'",
+                         "--units needs an integer in [1, 32], got '0'", "--units needs an integer in [1, 32], got '33'",
+                         "--zero needs an integer in [0, 3], got 'two'", "--consolidate '' is empty",
+                         "without its value"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check_error(CLI_ZERO, bad[i][2] ? 3 : 2, bad[i], 2, why[i]);
+    const char *zero_flags[] = {"--zero N", "--units N", "--recompute", "--memory", "--consolidate FILE"};
+    char *ours = usage_text(CLI_DIST | CLI_CKPT | CLI_ZERO), *lesson03 = usage_text(CLI_DIST);
+    for (size_t i = 0; i < sizeof zero_flags / sizeof zero_flags[0]; i++) {
+        if (!strstr(ours, zero_flags[i])) fail_msg("lesson 09's --help does not list %s", zero_flags[i]);
+        if (strstr(lesson03, zero_flags[i])) fail_msg("lesson 03's --help lists lesson 09's %s", zero_flags[i]);
+    }
+    free(ours), free(lesson03);
+    char *flags[][2] = {{"train", "--recompute"}, {"train", "--memory"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        check_error(CLI_DIST | CLI_CKPT | CLI_PIPE, 2, flags[i], 2, "does not apply to this lesson");
+    char *other[] = {"train", "--zero", "1", NULL};
+    check_error(CLI_DIST, 3, other, 2, "--zero does not apply");
+}
+
 // --metrics to a place that cannot be written is an error at start-up (exit 2), not after the first epoch; a
 // writable path is accepted and nothing is created while parsing.
 static void test_metrics_path_checked_at_start(void **state) {
@@ -230,6 +281,7 @@ int main(void) {
         cmocka_unit_test(test_device_cuda_without_gpu),
         cmocka_unit_test(test_metrics_path_checked_at_start),
         cmocka_unit_test(test_pipeline_options),
+        cmocka_unit_test(test_zero_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

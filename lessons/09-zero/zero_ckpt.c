@@ -680,31 +680,6 @@ void zero_ckpt_gather(Zero *z, Model *whole) {
 
 // ---------------------------------------------------------------- the program's side: options and hooks
 
-void zero_ckpt_take_options(ZeroCkpt *c, int *argc, char **argv) {
-    memset(c, 0, sizeof *c);
-    c->last_step = -1, c->resumed_from = -1;
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--consolidate") == 0) {
-            if (i + 1 >= *argc) {  // a usage error, as the kit's parser reports them: exit status 2
-                fprintf(stderr, "error: --consolidate needs a FILE (one lesson-04 checkpoint of the whole model)\n");
-                exit(2);
-            }
-            c->consolidate = argv[++i];
-        } else if (strncmp(argv[i], "--consolidate=", 14) == 0) {
-            c->consolidate = argv[i] + 14;
-        } else {
-            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-                printf("lesson 09 checkpoint options (with lesson 04's --checkpoint-dir, --keep, --resume, --save-every, "
-                       "--stop-at):\n  --consolidate FILE   after the training, one lesson-04 checkpoint of the whole "
-                       "model (lesson 06 reads it)\n");
-            argv[out++] = argv[i];
-        }
-    }
-    *argc = out;
-    argv[out] = NULL;
-}
-
 // Saves the run where it stands (every rank). epoch_local: this rank's sums over the epoch in progress.
 static int save_now(ZeroCkpt *c, DdpRun *r, Metrics epoch_local) {
     CkptState st = ckpt_capture(r->pg, r->o, r->ddp.model, &r->run, &r->sched, r->steps_per_epoch, epoch_local);
@@ -772,7 +747,9 @@ static bool w_after_epoch(void *ctx, DdpRun *r) {
 }
 
 void zero_ckpt_attach(ZeroCkpt *c, TrainHooks *h, const TrainOptions *o) {
-    c->o = o;
+    memset(c, 0, sizeof *c);
+    c->last_step = -1, c->resumed_from = -1;
+    c->o = o, c->consolidate = o->consolidate;
     c->inner = *h;
     TrainHooks w = {.ctx = c, .after_step = w_after_step, .after_epoch = w_after_epoch};
     // A hook the lesson leaves NULL stays NULL: the loop's default runs there.

@@ -68,7 +68,6 @@ typedef struct {
     float *param_shard[ZERO_MAX_UNITS];      // (shard) stage 3: the only copy of the params between windows
     float *grad_shard[ZERO_MAX_UNITS];       // (shard) stages 2-3: this rank's shard of the averaged gradient
     float *velocity_shard[ZERO_MAX_UNITS];   // (shard) stages 1-3: this rank's momentum
-    float *decay_shard[ZERO_MAX_UNITS];      // (shard) 1 where weight decay applies, 0 elsewhere (from the views)
 
     // Given: what the step needs around the units, on the device.
     Device device;

@@ -5,7 +5,7 @@
 //   scripts/launch.sh 3 ./train --zero 3 --units 4 --memory  parameters sharded, the memory table after step 1
 //   scripts/launch.sh 2 ./train --zero 2 --recompute         + activations recomputed in backward
 //
-// Read it top to bottom: options (the kit's, plus --zero, --units, --recompute and --memory, read here), then
+// Read it top to bottom: options (the kit's, CLI_ZERO: --zero, --units, --recompute, --memory, --consolidate), then
 // lesson 03's loop (ddp_run_open / ddp_run_epochs / ddp_run_report) with its hooks set to this lesson's:
 //
 //   make_model      the units and their shards (zero_create); the whole model the loop prints the setup with
@@ -33,65 +33,14 @@
 
 // ---------------------------------------------------------------- this lesson's options
 
-typedef struct {
-    int zero, units;
-    bool recompute, memory;
-} ZeroOptions;
-
-static void zero_usage(FILE *out) {
-    fprintf(out, "lesson 09 options:\n"
-                 "  --zero N       0|1|2|3: what is sharded over the ranks: nothing (DDP), momentum, + gradients,\n"
-                 "                 + parameters (default 0)\n"
-                 "  --units N      units the model is cut into (1..%d, balanced by parameter count; default: one per\n"
-                 "                 layer with parameters)\n"
-                 "  --recompute    keep only each unit's output in forward; recompute its activations in backward\n"
-                 "  --memory       print this rank's memory by part (live, peak) after the first step\n",
-            ZERO_MAX_UNITS);
-}
-
-static void zero_usage_error(const char *what, const char *value) {
-    fprintf(stderr, "error: %s: '%s'\n", what, value ? value : "(missing)");
-    zero_usage(stderr);
-    exit(2);
-}
-
-static int parse_int(const char *name, const char *v, int lo, int hi) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi) {
-        char what[96];
-        snprintf(what, sizeof what, "%s takes an integer from %d to %d", name, lo, hi);
-        zero_usage_error(what, v);
-    }
-    return (int)x;
-}
-
-// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
-// kit's. --help prints both usages.
-static ZeroOptions zero_parse(int *argc, char **argv) {
-    ZeroOptions zo = {0};
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--zero") == 0) zo.zero = parse_int(a, v, 0, 3), i++;
-        else if (strcmp(a, "--units") == 0) zo.units = parse_int(a, v, 1, ZERO_MAX_UNITS), i++;
-        else if (strcmp(a, "--recompute") == 0) zo.recompute = true;
-        else if (strcmp(a, "--memory") == 0) zo.memory = true;
-        else {
-            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) zero_usage(stdout);
-            argv[out++] = argv[i];
-        }
-    }
-    *argc = out;
-    argv[out] = NULL;
-    return zo;
-}
+// They are the kit's (kit/cli.c, the group CLI_ZERO): --zero, --units, --recompute, --memory and --consolidate
+// arrive in TrainOptions with lesson 03's and lesson 04's, their ranges checked there. The kit's table cannot
+// see this lesson's header: its --units range is written out, and must stay ZERO_MAX_UNITS.
+_Static_assert(ZERO_MAX_UNITS == 32, "kit/cli.c's --units row accepts 1..32: change it with ZERO_MAX_UNITS");
 
 // ---------------------------------------------------------------- the hooks into lesson 03's loop
 
 typedef struct {
-    const ZeroOptions *zo;
     Zero *z;
 } ZeroRun;
 
@@ -100,8 +49,8 @@ typedef struct {
 static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     ZeroRun *zr = ctx;
     Device dev = pg_device(r->pg);
-    zr->z = zero_create(r->pg, cfg, dev, r->local_batch, r->o->seed, (ZeroStage)zr->zo->zero, zr->zo->units,
-                        zr->zo->recompute);
+    zr->z = zero_create(r->pg, cfg, dev, r->local_batch, r->o->seed, (ZeroStage)r->o->zero, r->o->units,
+                        r->o->recompute);
     return model_create(cfg, dev, 1, r->o->seed);
 }
 
@@ -109,7 +58,7 @@ static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
     ZeroRun *zr = ctx;
     if (zr->z->steps == 0) mem_stats_reset_peak();  // the peaks from here on: the training's, not the set-up's
     Metrics m = zero_step(zr->z, b, &r->opt, r->o->label_smoothing);
-    if (zr->z->steps == 1 && zr->zo->memory) {
+    if (zr->z->steps == 1 && r->o->memory) {
         zero_print_memory(zr->z, stdout);
         const Model *whole = r->ddp.model;  // emptied but for its BN statistics, which model_release keeps
         if (r->is_main && whole->n_buffers)
@@ -175,8 +124,8 @@ static void print_params_crc(Zero *z, Model *whole, bool is_main) {
     model_release(whole, MODEL_PARAMS);
 }
 
-static int train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo, ZeroCkpt *ck) {
-    ZeroRun zr = {.zo = zo};
+static int train(ProcessGroup *pg, const TrainOptions *o, ZeroCkpt *ck) {
+    ZeroRun zr = {0};
     TrainHooks hooks = {.ctx = &zr, .make_model = make_model, .step = step, .evaluate = evaluate,
                         .check_replicas = check_replicas};
     DdpRun r;
@@ -193,8 +142,8 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo,
         printf("zero: %.3f MB sent per rank per step (ring count), %ld steps\n", zr.z->bytes_sent / 1e6 / zr.z->steps,
                zr.z->steps);
     char extra[160];
-    snprintf(extra, sizeof extra, "zero=%d units=%d recompute=%d peak_mb=%.3f", zo->zero, zr.z->n_units,
-             zo->recompute ? 1 : 0, peak);
+    snprintf(extra, sizeof extra, "zero=%d units=%d recompute=%d peak_mb=%.3f", o->zero, zr.z->n_units,
+             o->recompute ? 1 : 0, peak);
     ddp_run_report(&r, extra);
     int rc = zero_ckpt_end(ck, &r) != 0;
     model_free(ddp_run_close(&r));
@@ -206,15 +155,13 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const ZeroOptions *zo,
 
 int main(int argc, char **argv) {
     ZeroCkpt ck;
-    zero_ckpt_take_options(&ck, &argc, argv);
-    ZeroOptions zo = zero_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT);  // lesson 01's options plus --backend, --bucket-mb, --timeout
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_CKPT | CLI_ZERO);  // lessons 01, 03 and 04's options, and this lesson's
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    int rc = train(pg, &o, &zo, &ck);
+    int rc = train(pg, &o, &ck);
     pg_finalize(pg);
     return rc;
 }

@@ -191,21 +191,6 @@ void zero_sgd_shard(Zero *z, int u, float *param, const float *grad, float *velo
     }
 }
 
-// 1 where weight decay applies, from the views (the padding: 0).
-static void fill_decay_shard(Zero *z, int u) {
-    const Model *m = z->units[u];
-    const ShardLayout *l = &z->layout[u];
-    const size_t off = (size_t)z->rank * l->shard, valid = shard_valid(l, z->rank);
-    float *h = xcalloc(l->shard + 1, F);
-    for (int i = 0; i < m->n_views; i++)
-        for (size_t k = 0; k < m->views[i].count; k++) {
-            size_t at = m->views[i].offset + k;
-            if (at >= off && at < off + valid) h[at - off] = m->views[i].decay ? 1.0f : 0.0f;
-        }
-    device_copy_to(z->device, z->decay_shard[u], h, l->shard * F);
-    free(h);
-}
-
 // ---------------------------------------------------------------- what each stage frees (TODO 2-5)
 
 // What unit u keeps between steps, decided once at the start. zero_create has made every shard buffer the stage
@@ -254,11 +239,7 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
         if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded) most_padded = l.padded;
         if (l.shard > most_shard) most_shard = l.shard;
         if (m->n_buffers > most_buffers) most_buffers = m->n_buffers;
-        if (stage >= ZERO_OPTIM) {
-            z->velocity_shard[u] = floats_alloc(d, l.shard, MEM_OPTIM);
-            z->decay_shard[u] = floats_alloc(d, l.shard, MEM_OTHER);
-            fill_decay_shard(z, u);
-        }
+        if (stage >= ZERO_OPTIM) z->velocity_shard[u] = floats_alloc(d, l.shard, MEM_OPTIM);
         if (stage >= ZERO_GRADS) z->grad_shard[u] = floats_alloc(d, l.shard, MEM_GRADS);
         if (stage == ZERO_PARAMS) {  // this rank's slice of the initial params, zero padding
             z->param_shard[u] = floats_alloc(d, l.shard, MEM_PARAMS);
@@ -286,7 +267,7 @@ void zero_free(Zero *z) {
     const Device d = z->device;
     for (int u = 0; u < z->n_units; u++) {
         model_free(z->units[u]);
-        float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->decay_shard[u], z->boundary[u]};
+        float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->boundary[u]};
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     }
     float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
@@ -579,7 +560,7 @@ void zero_print_memory(const Zero *z, FILE *out) {
                                       z->stage >= ZERO_GRADS ? "params/world (peak: + one unit's full grads)" : "params",
                                       z->stage >= ZERO_OPTIM ? "params/world (momentum)" : "params (momentum)",
                                       z->recompute ? "unit outputs + one unit's arena" : "every unit's arena",
-                                      "scratch", "BN masks, loader"};
+                                      "scratch", "the loader's batches on a GPU"};
         for (int p = 0; p < MEM_PARTS; p++) {
             fprintf(out, "  %-12s", mem_part_name((MemPart)p));
             for (int r = 0; r < W; r++) fprintf(out, "  %12.3f %10.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);

@@ -63,7 +63,7 @@ extern "C" {
 // A sharded checkpoint run: where it saves, what it loaded, and the hooks of lesson 03's loop it wraps.
 typedef struct {
     const TrainOptions *o;
-    const char *consolidate;   // --consolidate FILE (NULL: none)
+    const char *consolidate;   // --consolidate FILE (NULL: none), from TrainOptions
     Zero *z;                   // set by zero_ckpt_begin
     TrainHooks inner;          // the lesson's own hooks, called first by the wrappers (zero_ckpt_attach)
     char last_set[1024];       // the folder of the last set saved or loaded ("" before)
@@ -74,11 +74,9 @@ typedef struct {
     bool stopped;              // --stop-at stopped the loop after a save
 } ZeroCkpt;
 
-// Before cli_parse: takes "--consolidate FILE" (and "--consolidate=FILE") out of argv, into c->consolidate.
-// Zeroes *c first.
-void zero_ckpt_take_options(ZeroCkpt *c, int *argc, char **argv);
-// Before ddp_run_open: wraps h so that the loop saves a set after every epoch (and every --save-every steps,
-// and at --stop-at); every other hook of h is called as before (c keeps them in c->inner and becomes h->ctx).
+// Before ddp_run_open: sets *c up from the options (o->consolidate: the kit's --consolidate) and wraps h so
+// that the loop saves a set after every epoch (and every --save-every steps, and at --stop-at); every other
+// hook of h is called as before (c keeps them in c->inner and becomes h->ctx).
 void zero_ckpt_attach(ZeroCkpt *c, TrainHooks *h, const TrainOptions *o);
 // After ddp_run_open, before the first step, on every rank: checks the options and the folder (a fresh run
 // into a folder that holds another run's sets is refused), then --resume (auto: the newest valid set of

@@ -371,10 +371,11 @@ static const char *diagnose(const Zero *z, const Model *whole, const unsigned ch
     if (first_shard == 0 && pg_world(z->pg) > 1)
         return ": rank 0's shards are right and every other rank's wrong: each rank's slice of the gradient, the "
                "weights and the momentum starts at rank x shard";
-    if (decay == 0) return ": only floats WITHOUT weight decay are wrong (biases, BN): the shard's decay mask must "
-                           "come from the views (TensorView.decay)";
-    if (decay == wrong) return ": only floats WITH weight decay are wrong: is weight_decay applied where the views "
-                               "say (decay_shard)?";
+    if (decay == 0) return ": only floats WITHOUT weight decay are wrong (biases, BN): weight decay applied to the "
+                           "whole shard instead of per view (zero_sgd_shard gives each view's part of the shard "
+                           "the view's weight decay, 0 where TensorView.decay is false)";
+    if (decay == wrong) return ": only floats WITH weight decay are wrong: the shard updated without weight decay, or "
+                               "with another value than the run's; it applies per view (zero_sgd_shard)";
     return "";
 }
 
@@ -677,8 +678,7 @@ static bool within(ProcessGroup *pg, const char *what, size_t got, size_t bound,
 #define MEMORY_MODEL "resnet9"
 
 // Stage 1: the only optimizer state is velocity_shard: sum over the units of shard_u floats, live and at the
-// peak of a step. No slack: the counters count the bytes asked for, and the full momentum goes (model_release);
-// the decay mask is not optimizer state (its tag is MEM_OTHER).
+// peak of a step. No slack: the counters count the bytes asked for, and the full momentum goes (model_release).
 static void test_stage1_memory(void **state) {
     (void)state;
     ProcessGroup *world = test_world();
