@@ -1,10 +1,10 @@
 // zero.c: sharded training (ZeRO stages 1-3, FSDP) and recomputation. What you write is marked TODO:
 //
 //   TODO 1  the two halves of an all-reduce for a length that does not divide by the world: shard_layout (1a),
-//           shard_reduce_scatter_avg (1b), shard_allgather (1c)
+//           shard_reduce_scatter_start / _finish (1b), shard_allgather (1c)
 //   TODO 2  stage 1: each rank keeps the momentum of its shard only, updates its shard, all-gathers the params
-//   TODO 3  stage 2: the gradient is reduce-scattered into the shard, overlapped with the next unit's backward; the
-//           full gradient lives only from its backward to the end of its reduce-scatter
+//   TODO 3  stage 2: the gradient is reduce-scattered into the shard while the unit before it runs its backward;
+//           the full gradient lives only from its backward to the end of its reduce-scatter
 //   TODO 4  stage 3: a unit's full parameters live only in a window around its forward and its backward
 //   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
 //
@@ -503,11 +503,11 @@ void zero_gather_model(Zero *z, Model *full) {
         Model *m = z->units[u];
         const ShardLayout *l = &z->layout[u];
         if (m->params) device_copy(d, full->params + m->param_base, m->params, m->n_params * F);
-        else shard_allgather(z->pg, l, z->param_shard[u], full->params + m->param_base, z->scratch);
+        else shard_allgather(z->pg, l, z->param_shard[u], full->params + m->param_base, unit_scratch(z, u));
         device_copy(d, full->buffers + m->buffer_base, m->buffers, m->n_buffers * F);
         if (!full->velocity) continue;
         if (m->velocity) device_copy(d, full->velocity + m->param_base, m->velocity, m->n_params * F);
-        else shard_allgather(z->pg, l, z->velocity_shard[u], full->velocity + m->param_base, z->scratch);
+        else shard_allgather(z->pg, l, z->velocity_shard[u], full->velocity + m->param_base, unit_scratch(z, u));
     }
 }
 
@@ -538,10 +538,12 @@ void zero_print_memory(const Zero *z, FILE *out) {
         expect[MEM_OPTIM] = z->stage >= ZERO_OPTIM ? S : P;
         const char *how[MEM_PARTS] = {z->stage == ZERO_PARAMS ? "params/world + BN buffers (peak: + one unit)"
                                                               : "params + BN buffers",
-                                      z->stage >= ZERO_GRADS ? "params/world (peak: + one unit's full grads)" : "params",
+                                      z->stage < ZERO_GRADS ? "params"
+                                      : z->overlap ? "params/world (peak: + two adjacent units' full grads: the overlap)"
+                                                   : "params/world (peak: + one unit's full grads)",
                                       z->stage >= ZERO_OPTIM ? "params/world (momentum)" : "params (momentum)",
                                       z->recompute ? "unit outputs + one unit's arena" : "every unit's arena",
-                                      "scratch", "BN masks, loader"};
+                                      z->scratch_odd ? "scratch x 2 (the overlap)" : "scratch", "BN masks, loader"};
         for (int p = 0; p < MEM_PARTS; p++) {
             fprintf(out, "  %-12s", mem_part_name((MemPart)p));
             for (int r = 0; r < W; r++) fprintf(out, "  %12.3f %10.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);
