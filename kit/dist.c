@@ -614,7 +614,7 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
 static void pg_free_buffers(ProcessGroup *pg) {
     for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
         Slot *s = &pg->slots[i];
-        CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
+        CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait, pg_work_wait or buckets_finish");
         host_free_pinned(s->host);
 #ifdef KIT_NCCL
         if (s->has_event) CUDA_CHECK(cudaEventDestroy(s->done));
