@@ -29,8 +29,9 @@ lesson 09 builds it:
             stage model with an arena of its own: activations, their gradients, BN's saved statistics, conv/BN
             scratch, the unit's input and its gradient, labels, losses): the same at every stage and world.
   comm      stages 1-3: one scratch buffer of the largest padded unit (W * shard_u floats) for the collectives
-            on a unit whose length does not divide by W, two at stages 2-3 with the overlap (odd and even units
-            take turns, so that a reduce-scatter in flight keeps its own); stage 0 all-reduces in place (0 bytes). A lower bound:
+            on a unit whose length does not divide by W; at stages 2-3 with the overlap, odd and even units take
+            turns with one each (the largest padded odd unit's, the largest even one's), so that a reduce-scatter
+            in flight keeps its own; stage 0 all-reduces in place (0 bytes). A lower bound:
             an implementation's staging buffers (MPI, NCCL) are not counted.
 
 Each part is given at its PEAK during a step (when="peak") and between steps (when="between": stage 2 holds no
@@ -202,7 +203,9 @@ def per_rank(stage, world, units, arena, overlap=True):
     scratch = max((p for p, x in zip(pad, n) if p != x), default=0)
     overlapped = overlap and stage >= 2 and len(n) > 1
     held = max(a + b for a, b in zip(n, n[1:])) if overlapped else big  # full gradients alive at once
-    scratch_rs = 2 * scratch if overlapped else scratch
+    # with the overlap, odd and even units take turns with a scratch each, sized for the largest of its units
+    scratch_rs = sum(max((p for p, x in list(zip(pad, n))[k::2] if p != x), default=0) for k in (0, 1)) \
+        if overlapped else scratch
     acts = sum(arena)
     if stage == 0:
         peak = {"params": N + Nb, "grads": N, "optimizer": N, "comm": 0}

@@ -90,8 +90,8 @@ typedef struct {
     int *labels, *pred;               // (max_batch)
     float *host_loss;                 // (max_batch) in host memory
     int *host_pred;                   // (max_batch) in host memory
-    float *scratch;                   // (largest padded) communication scratch (TODO 1b, 1c)
-    float *scratch_odd;               // (largest padded) with the overlap: odd units' scratch (unit_scratch), or NULL
+    float *scratch;                   // (largest padded) communication scratch (TODO 1b, 1c); with the overlap: the even units'
+    float *scratch_odd;               // (largest odd unit's padded) with the overlap: the odd units' scratch, or NULL
     float *shard_work;                // (largest shard) stages 1-2: this rank's slice of a unit's params
     float *bn_saved;                  // (largest n_buffers) --recompute: BN statistics kept across a recompute
     double compute_seconds, comm_seconds;  // since zero_create

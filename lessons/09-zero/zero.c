@@ -166,7 +166,7 @@ static float *floats_alloc(Device d, size_t n, MemPart part) {
 
 // The padded scratch of unit u's collectives. With the overlap, unit u+1's reduce-scatter may still be reading its
 // scratch while unit u gathers its parameters (stage 3) and starts its own reduce-scatter: odd and even units take
-// turns with two scratches, so that the one in flight keeps its own.
+// turns with two scratches, so that the one in flight keeps its own (a unit that needs no padding uses none).
 static float *unit_scratch(const Zero *z, int u) { return u % 2 && z->scratch_odd ? z->scratch_odd : z->scratch; }
 
 // Model.on_grads_ready after each layer's backward: Open MPI moves a collective in flight only inside MPI calls, so
@@ -239,13 +239,13 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     const char *env = getenv("KIT_OVERLAP");  // KIT_OVERLAP=0: every reduce-scatter waited for at once (to compare)
     z->overlap = stage >= ZERO_GRADS && !(env && strcmp(env, "0") == 0);
     z->n_units = zero_plan_units(cfg, n_units, z->first);
-    size_t most_padded = 0, most_shard = 1, most_buffers = 1;
+    size_t most_padded[2] = {0, 0}, most_shard = 1, most_buffers = 1;  // most_padded: of the even and the odd units
     for (int u = 0; u < z->n_units; u++) {
         Model *m = z->units[u] = model_create_stage(cfg, d, max_batch, seed, z->first[u], z->first[u + 1]);
         ShardLayout l = z->layout[u] = shard_layout(m->n_params, z->world);
         // The collectives need a padded scratch only for a unit whose length the world does not divide, and only
         // from stage 1 on (stage 0 all-reduces the unit's own buffer): sized for the largest such unit, none if none.
-        if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded) most_padded = l.padded;
+        if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded[u % 2]) most_padded[u % 2] = l.padded;
         if (l.shard > most_shard) most_shard = l.shard;
         if (m->n_buffers > most_buffers) most_buffers = m->n_buffers;
         if (stage >= ZERO_OPTIM) {
@@ -262,8 +262,12 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
         if (z->overlap) m->on_grads_ready = progress_hook, m->on_grads_ready_ctx = z;
         zero_release_unsharded(z, u);
     }
-    z->scratch = most_padded > 0 ? floats_alloc(d, most_padded, MEM_COMM) : NULL;
-    if (z->overlap && most_padded > 0 && z->n_units > 1) z->scratch_odd = floats_alloc(d, most_padded, MEM_COMM);
+    // With the overlap, odd and even units take turns (unit_scratch): one scratch for each, as large as its largest
+    // unit needs; without it, one for all.
+    const bool turns = z->overlap && z->n_units > 1;
+    const size_t even = turns ? most_padded[0] : (most_padded[0] > most_padded[1] ? most_padded[0] : most_padded[1]);
+    z->scratch = even > 0 ? floats_alloc(d, even, MEM_COMM) : NULL;
+    if (turns && most_padded[1] > 0) z->scratch_odd = floats_alloc(d, most_padded[1], MEM_COMM);
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
     const Model *m0 = z->units[0];
