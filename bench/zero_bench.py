@@ -18,6 +18,8 @@ by bench/bench_zeromem.c). Sections:
              ring algorithms' count of what goes on each rank's wire, zero.c's), and step time on 2 ranks
   4 recompute  peak activation bytes and step time: no recomputation, sqrt(L) and L units recomputed
   5 peers    PyTorch's rows (bench/torch_zero.py's CSV, if given) beside the kit's at the same model and batch
+  6 overlap  stage 2 with each unit's reduce-scatter overlapped with the previous unit's backward (the default)
+             and without (KIT_OVERLAP=0): step time, exposed communication, and the gradients' peak it costs
 
 The CSV (bench/zero_memory.py's columns, source=kit) is what `make plot-memory` draws on the arithmetic's bars;
 extra columns: impl (kit), images_per_s, oversubscribed, as bench/torch_zero.py's.
@@ -49,11 +51,12 @@ class Runner:
     def __init__(self, kit_bin):
         self.kit_bin, self.shares, self.runs, self.memo = kit_bin, [], 0, {}
 
-    def run(self, world, model, width, batch, stage, units=0, recompute=False, steps=0, label=""):
+    def run(self, world, model, width, batch, stage, units=0, recompute=False, steps=0, label="", overlap=True):
         cmd = [os.path.join(ROOT, "scripts", "launch.sh"), str(world), self.kit_bin, "--model", model,
                "--width", str(width), "--batch", str(batch), "--zero", str(stage), "--units", str(units),
                "--steps", str(steps)] + (["--recompute"] if recompute else [])
-        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // min(world, os.cpu_count() or 2))))
+        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // min(world, os.cpu_count() or 2))),
+                   KIT_OVERLAP="1" if overlap else "0")
         share = cpu_share.CpuShare()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         if label:
@@ -63,7 +66,8 @@ class Runner:
         if p.returncode != 0 or not rows:
             raise SystemExit(f"zero_bench.py: {' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr[-2000:]}")
         r = rows[-1]
-        self.memo[(world, model, width, batch, stage, units, recompute, steps)] = r
+        if overlap:
+            self.memo[(world, model, width, batch, stage, units, recompute, steps)] = r
         print(f"  world {world} {model} w{r['width']} b{batch} zero {stage} units {r['units']}"
               f"{' recompute' if recompute else ''}: peak {r['peak_total'] / MiB:.2f} MiB"
               + (f", {r['step_s'] * 1e3:.0f} ms/step" if steps else ""), file=sys.stderr)
@@ -291,6 +295,42 @@ def section_peers(a, R, csv_rows):
     return L
 
 
+# ---------------------------------------------------------------- 6: the overlap of stage 2's reduce-scatter
+
+def section_overlap(a, R):
+    L = ["## 6. Stage 2: the reduce-scatter overlapped with backward, against memory", "",
+         "Stage 2 starts unit u's gradient reduce-scatter when unit u's backward ends and waits for it after unit "
+         "u-1's backward, which runs meanwhile (`overlap`), or waits at once (`KIT_OVERLAP=0`). `exposed comm`: "
+         "zero.c's comm_seconds, the time the step spent in collectives' starts and waits (what the overlap can "
+         "hide; stage 2's parameter all-gathers after backward are in it either way); `compute`: the rest of the "
+         "step. `grads peak`: MEM_GRADS's peak over one step, the price of the overlap (two adjacent units' full "
+         "gradients at once instead of one), and `comm peak` MEM_COMM's (a second padded scratch where a unit's "
+         "length does not divide by the world). "
+         f"{a.overlap_steps} timed steps per run, {a.overlap_repeats} runs of each, on and off alternating; the "
+         "fastest run of each is shown (rank 0, barrier to barrier). Worlds above the cores are OVERSUBSCRIBED: "
+         "a rank then also waits for a peer that is not running.", "",
+         "| model (width, local batch, units) | world | overlap | ms / step | compute ms | exposed comm ms | "
+         "grads peak MiB | comm peak MiB |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for spec in a.overlap_models:
+        model, width, batch = spec
+        for world in a.overlap_worlds:
+            best = {}
+            for k in range(a.overlap_repeats):
+                for ov in (True, False):
+                    r = R.run(world, model, width, batch, 2, steps=a.overlap_steps, overlap=ov,
+                              label=f"overlap {model} w{world} {'on' if ov else 'off'} {k + 1}")
+                    if ov not in best or r["step_s"] < best[ov]["step_s"]:
+                        best[ov] = r
+            for ov in (True, False):
+                r = best[ov]
+                over = " (over)" if world > (os.cpu_count() or 2) else ""
+                L.append(f"| {model} ({r['width']}, {batch}, {r['units']}) | {world}{over} | "
+                         f"{'on' if r['overlap'] else 'off (KIT_OVERLAP=0)'} | {r['step_s'] * 1e3:.1f} | "
+                         f"{r['compute_s'] * 1e3:.1f} | {r['comm_s'] * 1e3:.1f} | {r['peak']['grads'] / MiB:.3f} | "
+                         f"{r['peak']['comm'] / MiB:.3f} |")
+    return L + [""]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kit-bin", required=True, help="build/bench/zero_kit")
@@ -305,7 +345,12 @@ def main():
     ap.add_argument("--time-steps", type=int, default=3)
     ap.add_argument("--peer-steps", type=int, default=3)
     ap.add_argument("--torch-csv", help="bench/torch_zero.py's CSV (world 2 rows are shown)")
-    ap.add_argument("--sections", default="1,2,3,4,5")
+    ap.add_argument("--overlap-models", default="tiny:0:32,fmnist:0:64,resnet9:16:16",
+                    help="section 6: model:width:local batch (width 0: the model's default)")
+    ap.add_argument("--overlap-worlds", default="2,3")
+    ap.add_argument("--overlap-steps", type=int, default=5)
+    ap.add_argument("--overlap-repeats", type=int, default=2)
+    ap.add_argument("--sections", default="1,2,3,4,5,6")
     ap.add_argument("--md", default=os.path.join(HERE, "results-zero.md"))
     ap.add_argument("--csv", default=os.path.join(HERE, "results-zero-memory-kit.csv"))
     ap.add_argument("--append", action="store_true", help="add the sections to an existing --md and --csv "
@@ -314,9 +359,12 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.models, a.worlds, a.budgets_mib, a.time_width, a.time_batch, a.time_steps = "fmnist=8", "1,2", "", 8, 4, 1
-        a.sections = "1,3,4"
+        a.sections = "1,3,4,6"
+        a.overlap_models, a.overlap_worlds, a.overlap_steps, a.overlap_repeats = "fmnist:0:8", "2", 1, 1
     a.models = [(m.split("=")[0], int(m.split("=")[1])) for m in a.models.split(",")]
     a.worlds = [int(w) for w in a.worlds.split(",")]
+    a.overlap_models = [(m, int(w), int(b)) for m, w, b in (x.split(":") for x in a.overlap_models.split(","))]
+    a.overlap_worlds = [int(w) for w in a.overlap_worlds.split(",")]
     a.budgets = [int(b) for b in a.budgets_mib.split(",") if b]
     sections = set(a.sections.split(","))
     probe = zm.Probe(a.probe)
@@ -346,11 +394,13 @@ def main():
         R.shares.append(share.stop("budget search (section 2)"))
     if "5" in sections:
         parts[5] = section_peers(a, R, csv_rows)
+    if "6" in sections:
+        parts[6] = section_overlap(a, R)
     body = [line for k in sorted(parts) for line in parts[k]]
     cpu, cores = cpu_share.cpu_model()
     cmd = "make bench-zero" + (" BENCH_ZERO_ARGS=--quick" if a.quick else "")
     L = ["# Lesson 09 measured on the kit: memory by part, the largest model per budget, bytes, time, "
-         "recomputation, PyTorch beside", ""]
+         "recomputation, PyTorch beside, stage 2's overlap", ""]
     L += cpu_share.report_lines(R.shares, cmd) + [""]
     if a.quick:
         L += ["> **QUICK MODE (`--quick`): a smoke run of the harness; the figures mean little.**", ""]

@@ -18,7 +18,10 @@
 //   coll_bytes_per_step, coll_calls_per_step  what step 1 handed to the process group's collectives (pg_traffic:
 //                   the input buffers, rank 0), and the ring count of the same calls (Zero.bytes_sent)
 //   peak_rss        VmHWM, the largest rank's, after the timed steps (interpreter-free: the whole process)
-//   step_s          the timed steps' mean on rank 0; compute_s, comm_s: Zero's split of it
+//   step_s          the timed steps' mean on rank 0; compute_s, comm_s: Zero's split of it (comm_s: the time the
+//                   step waited for collectives, i.e. the EXPOSED communication: with the overlap (stages 2-3,
+//                   unless KIT_OVERLAP=0) a reduce-scatter's travel during the previous unit's backward is not in it)
+//   overlap         1 when stages 2-3 overlap each unit's reduce-scatter with the previous unit's backward
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +103,8 @@ enum { COLS = 2 * MEM_PARTS + 2 };
 static void print_json(const Opts *o, const Zero *z, const double *t, int W, PgTraffic tr, double ring_bytes,
                        double step_s, double compute_s, double comm_s) {
     printf("{\"model\": \"%s\", \"width\": %d, \"local_batch\": %d, \"units\": %d, \"stage\": %d, \"world\": %d, "
-           "\"recompute\": %d",
-           o->model, z->units[0]->cfg.width, o->batch, z->n_units, o->zero, W, o->recompute ? 1 : 0);
+           "\"recompute\": %d, \"overlap\": %d",
+           o->model, z->units[0]->cfg.width, o->batch, z->n_units, o->zero, W, o->recompute ? 1 : 0, z->overlap ? 1 : 0);
     const char *kind[2] = {"live", "peak"};
     for (int k = 0; k < 2; k++) {
         printf(", \"%s\": {", kind[k]);

@@ -17,17 +17,21 @@ lesson 09 builds it:
             after it, where a cut is allowed: never inside a residual block); shards are per unit.
   padding   unit u (n_u floats) is padded to W * shard_u, shard_u = ceil(n_u / W): each rank holds shard_u
             floats of each sharded part of each unit, padding included.
-  windows   stage 2: a unit's full gradient exists from its backward until its reduce-scatter, so the peak
-            holds the largest unit's full gradient besides the shards; stage 3: a unit's full parameters exist
-            inside its forward and backward windows, and in backward its full gradient too, so the peak holds
-            the largest unit's full parameters and full gradient besides the shards.
+  windows   stage 2: a unit's full gradient exists from its backward until its reduce-scatter has ended. The
+            kit overlaps that reduce-scatter with the previous unit's backward (the default; KIT_OVERLAP=0 ends
+            it at once), so the peak holds the largest two ADJACENT units' full gradients besides the shards
+            (without the overlap: the largest unit's); stage 3: a unit's full parameters exist inside its
+            forward and backward windows, so the peak holds the largest unit's full parameters besides the
+            shards, and its gradients follow stage 2's rule.
   buffers   BN's running statistics stay whole on every rank (they are not trained; a few KB), counted with
             the parameters, as the kit tags them.
   activations  what the kit allocates per unit for a local batch (bench/bench_zeromem.c: each unit is a kit
             stage model with an arena of its own: activations, their gradients, BN's saved statistics, conv/BN
             scratch, the unit's input and its gradient, labels, losses): the same at every stage and world.
   comm      stages 1-3: one scratch buffer of the largest padded unit (W * shard_u floats) for the collectives
-            on a unit whose length does not divide by W; stage 0 all-reduces in place (0 bytes). A lower bound:
+            on a unit whose length does not divide by W; at stages 2-3 with the overlap, odd and even units take
+            turns with one each (the largest padded odd unit's, the largest even one's), so that a reduce-scatter
+            in flight keeps its own; stage 0 all-reduces in place (0 bytes). A lower bound:
             an implementation's staging buffers (MPI, NCCL) are not counted.
 
 Each part is given at its PEAK during a step (when="peak") and between steps (when="between": stage 2 holds no
@@ -188,14 +192,20 @@ def shard(n, world):
     return -(-n // world)  # ceil(n / world)
 
 
-def per_rank(stage, world, units, arena):
-    """{when: {part: bytes}} for one rank. units: [{params, buffers}], arena: bytes of activations per unit."""
+def per_rank(stage, world, units, arena, overlap=True):
+    """{when: {part: bytes}} for one rank. units: [{params, buffers}], arena: bytes of activations per unit.
+    overlap: stages 2-3 reduce-scatter unit u's gradient during unit u-1's backward (the kit's default)."""
     n = [u["params"] for u in units]
     N, Nb = sum(n), sum(u["buffers"] for u in units)
     S = sum(shard(x, world) for x in n)             # the rank's shards of every unit, padding included
     big = max(n)                                    # the largest unit: the window's full params / grads
     pad = [world * shard(x, world) for x in n]
     scratch = max((p for p, x in zip(pad, n) if p != x), default=0)
+    overlapped = overlap and stage >= 2 and len(n) > 1
+    held = max(a + b for a, b in zip(n, n[1:])) if overlapped else big  # full gradients alive at once
+    # with the overlap, odd and even units take turns with a scratch each, sized for the largest of its units
+    scratch_rs = sum(max((p for p, x in list(zip(pad, n))[k::2] if p != x), default=0) for k in (0, 1)) \
+        if overlapped else scratch
     acts = sum(arena)
     if stage == 0:
         peak = {"params": N + Nb, "grads": N, "optimizer": N, "comm": 0}
@@ -204,10 +214,10 @@ def per_rank(stage, world, units, arena):
         peak = {"params": N + Nb, "grads": N, "optimizer": S, "comm": scratch}
         between = dict(peak)
     elif stage == 2:
-        peak = {"params": N + Nb, "grads": S + big, "optimizer": S, "comm": scratch}
+        peak = {"params": N + Nb, "grads": S + held, "optimizer": S, "comm": scratch_rs}
         between = dict(peak, grads=S)
     elif stage == 3:
-        peak = {"params": S + big + Nb, "grads": S + big, "optimizer": S, "comm": scratch}
+        peak = {"params": S + big + Nb, "grads": S + held, "optimizer": S, "comm": scratch_rs}
         between = dict(peak, params=S + Nb, grads=S)
     else:
         raise ValueError(stage)

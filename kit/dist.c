@@ -50,6 +50,8 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) { no_mpi(); 
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
 void pg_barrier(ProcessGroup *pg) { no_mpi(); }
 void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
+PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *recv, size_t n) { no_mpi(); }
+void pg_work_wait(ProcessGroup *pg, PgWork *w, const char *what) { no_mpi(); }
 PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { no_mpi(); }
 void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char *what) { no_mpi(); }
 void pg_wait(ProcessGroup *pg, PgRequest req) { no_mpi(); }
@@ -69,12 +71,14 @@ PgTraffic pg_traffic(const ProcessGroup *pg) { no_mpi(); }
 #include "kit/cuda_check.h"
 #endif
 
-// One collective in flight. MPI with a CUDA device stages the data in `host`, which each slot keeps
+// One collective in flight: an all-reduce (pg_iallreduce) or a reduce-scatter (pg_reduce_scatter_sum_start, which
+// hands out the slot itself as its PgWork). MPI with a CUDA device stages the data in `host`, which each slot keeps
 // (and grows) across calls, so a bucketed step allocates nothing after the first.
-typedef struct {
+typedef struct PgWork {
     bool busy;
     bool staged;        // MPI backend on a CUDA device: the data is in `host`
-    float *buf;         // the caller's buffer (n), on the device
+    bool scatter;       // a reduce-scatter: `host` holds its (world, n) input, then its (n) result
+    float *buf;         // the caller's result buffer (n), on the device: the all-reduce's own, the reduce-scatter's recv
     size_t n;
     PgOp op;
     MPI_Request req;
@@ -610,7 +614,7 @@ ProcessGroup *pg_init_socket(const PgPeers *peers, const char *backend, Device d
 static void pg_free_buffers(ProcessGroup *pg) {
     for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
         Slot *s = &pg->slots[i];
-        CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait (or buckets_finish)");
+        CHECK(!s->busy, "a non-blocking collective was never completed: call pg_wait, pg_work_wait or buckets_finish");
         host_free_pinned(s->host);
 #ifdef KIT_NCCL
         if (s->has_event) CUDA_CHECK(cudaEventDestroy(s->done));
@@ -671,6 +675,7 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
     count_coll(pg, n * sizeof(float));
     Slot *s = &pg->slots[i];
     s->busy = true;
+    s->scatter = false;
     s->buf = buf;
     s->n = n;
     s->op = op;
@@ -697,18 +702,57 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
     return (PgRequest){i};
 }
 
-void pg_wait(ProcessGroup *pg, PgRequest r) {
-    CHECK(r.slot >= 0 && r.slot < PG_MAX_INFLIGHT && pg->slots[r.slot].busy,
-          "pg_wait on a request that was never started or was already waited for");
-    Slot *s = &pg->slots[r.slot];
+PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+    CHECK(send != recv, "a reduce-scatter's send (world, n) and recv (n) must be different buffers");
+    CHECKF(!pg->sock, "the socket backend sums around rank 0 only: run under mpirun for a reduce-scatter",
+           "a reduce-scatter on the socket backend");
+    const size_t total = n * (size_t)pg->world;
+    mpi_count(total);
+    Slot *s = &pg->slots[slot_take(pg)];
+    count_coll(pg, total * sizeof(float));
+    s->busy = true;
+    s->scatter = true;
+    s->buf = recv;
+    s->n = n;
+    s->op = PG_SUM;
+    s->staged = staged(pg);
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
-        nccl_wait_event(pg, s->done, "all-reduce", s->n);
+        nccl_after_compute(pg);
+        nccl_settle(pg, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, pg->nccl, pg->stream), "reduce-scatter",
+                    n);
+        CUDA_CHECK(cudaEventRecord(slot_event(s), pg->stream));
+        return s;
+    }
+#endif
+    const float *src = send;
+    float *dst = recv;
+    if (s->staged) {  // one host buffer: the (world, n) input, then this rank's (n) block of the result
+        float *h = stage_reserve(&s->host, &s->host_cap, (total + n) * sizeof(float));
+        device_copy_from(pg->dev, h, send, total * sizeof(float));  // waits for the kernels that made send
+        src = h;
+        dst = h + total;
+    }
+    MPI_CHECK(MPI_Ireduce_scatter_block(src, dst, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &s->req));
+    return s;
+}
+
+// Completes slot s: waits for it (the deadline, `what` in the error), then the all-reduce's average and the
+// copies back from a host staging buffer.
+static void slot_finish(ProcessGroup *pg, Slot *s, const char *what) {
+#ifdef KIT_NCCL
+    if (pg->backend == PG_BACKEND_NCCL) {
+        nccl_wait_event(pg, s->done, what, s->n);
         s->busy = false;
         return;
     }
 #endif
-    if (!pg->sock) mpi_wait(pg, &s->req, "all-reduce", s->n, "floats");
+    if (!pg->sock) mpi_wait(pg, &s->req, what, s->n, "floats");
+    if (s->scatter) {
+        if (s->staged) device_copy_to(pg->dev, s->buf, s->host + s->n * (size_t)pg->world, s->n * sizeof(float));
+        s->busy = false;
+        return;
+    }
     float *data = s->staged ? s->host : s->buf;
     if (s->op == PG_AVG && pg->world > 1) {
         // Divide: the same rounding as PyTorch DDP's grad.div_(world). When the world is a power of two, 1/world is
@@ -723,6 +767,19 @@ void pg_wait(ProcessGroup *pg, PgRequest r) {
     }
     if (s->staged) device_copy_to(pg->dev, s->buf, data, s->n * sizeof(float));
     s->busy = false;
+}
+
+void pg_wait(ProcessGroup *pg, PgRequest r) {
+    CHECK(r.slot >= 0 && r.slot < PG_MAX_INFLIGHT && pg->slots[r.slot].busy,
+          "pg_wait on a request that was never started or was already waited for");
+    slot_finish(pg, &pg->slots[r.slot], "all-reduce");
+}
+
+void pg_work_wait(ProcessGroup *pg, PgWork *w, const char *what) {
+    bool ours = false;  // one of this group's slots, in flight (== is defined between any two pointers; < is not)
+    for (int i = 0; i < PG_MAX_INFLIGHT && !ours; i++) ours = w == &pg->slots[i] && w->busy;
+    CHECK(ours, "pg_work_wait takes what pg_reduce_scatter_sum_start returned, on the same group, once");
+    slot_finish(pg, w, what ? what : "reduce-scatter");
 }
 
 static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
@@ -804,33 +861,9 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
     if (staged(pg)) device_copy_to(pg->dev, recv, dst, total * sizeof(float));
 }
 
+// The blocking call is the one in flight, waited for at once: one code path, the same bits.
 void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) {
-    CHECK(send != recv, "pg_reduce_scatter_sum: send (world, n) and recv (n) must be different buffers");
-    count_coll(pg, n * (size_t)pg->world * sizeof(float));
-#ifdef KIT_NCCL
-    if (pg->backend == PG_BACKEND_NCCL) {
-        NCCL_BLOCKING(pg, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, pg->nccl, pg->stream),
-                      "reduce-scatter", n);
-        return;
-    }
-#endif
-    CHECKF(!pg->sock, "the socket backend sums around rank 0 only: run under mpirun for a reduce-scatter",
-           "pg_reduce_scatter_sum on the socket backend");
-    size_t total = n * (size_t)pg->world;
-    mpi_count(total);
-    const float *src = send;
-    float *dst = recv;
-    if (staged(pg)) {
-        // One host buffer: the (world, n) input, then this rank's (n) block of the result.
-        float *h = stage_reserve(&pg->stage, &pg->stage_cap, (total + n) * sizeof(float));
-        device_copy_from(pg->dev, h, send, total * sizeof(float));
-        src = h;
-        dst = h + total;
-    }
-    MPI_Request req;
-    MPI_CHECK(MPI_Ireduce_scatter_block(src, dst, mpi_count(n), MPI_FLOAT, MPI_SUM, pg->comm, &req));
-    mpi_wait(pg, &req, "reduce-scatter", n, "floats");
-    if (staged(pg)) device_copy_to(pg->dev, recv, dst, n * sizeof(float));
+    pg_work_wait(pg, pg_reduce_scatter_sum_start(pg, send, recv, n), "reduce-scatter");
 }
 
 void pg_barrier(ProcessGroup *pg) {

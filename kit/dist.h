@@ -1,7 +1,7 @@
 // kit/dist.h: the process group (lessons 03-05): one process per rank, collectives over MPI or NCCL.
 // Gradient buckets, which overlap the all-reduce with backward, are in kit/buckets.h; the backend table and
 // the other decisions that need no MPI in kit/dist_plan.h (included here); the non-blocking all-reduce that only
-// the kit and its tests use in kit/dist_internal.h.
+// the kit and its tests use in kit/dist_internal.h (the reduce-scatter in flight, below, shares its slots).
 //
 //   ProcessGroup *pg = pg_init(&argc, &argv, "auto", dev, 60.0);   // MPI_Init, rank, GPU by local rank
 //   pg_allreduce_avg(pg, m->grads, m->n_params);                   // one call over the flat buffer
@@ -103,6 +103,27 @@ void pg_barrier(ProcessGroup *pg);
 // half of a ring all-reduce; lesson 09's sharded gradients). An uneven length is the caller's to pad into
 // equal blocks: NCCL and MPI's block variant take equal blocks only. send may not alias recv.
 void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n);
+
+// ---------------------------------------------------------------- a collective in flight (lesson 09's overlap)
+// The reduce-scatter above, started now and finished later, so that the caller computes meanwhile (lesson 09
+// starts a unit's gradient reduce-scatter after its backward and waits for it after the previous unit's). The
+// same machinery as the gradient buckets' all-reduces (kit/buckets.h) and the same sums, bit for bit, as the
+// blocking call (which is this start and its wait); counted in pg_traffic the same way, when it starts. Until
+// pg_work_wait, send must stay allocated and unchanged and recv must not be read. At most 64 collectives in
+// flight at once (PG_MAX_INFLIGHT, kit/dist_internal.h); every rank starts the same ones in the same order, as for blocking calls.
+//   mpi     MPI_Ireduce_scatter_block; Open MPI moves it only inside MPI calls: pg_progress (and every other wait
+//           of the group) lets it move. On a CUDA device the input is staged on the host at the start.
+//   nccl    on the communicator's own stream, after the compute queued so far; an event marks its end.
+//   socket  refused, as the blocking call is (the star sums around rank 0 only).
+typedef struct PgWork PgWork;
+PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *recv, size_t n);
+// Waits until w is done (with the timeout; `what` names it in the error, e.g. "reduce-scatter of unit 3's
+// gradient") and ends it: w is invalid afterwards. A work that has finished already returns at once.
+void pg_work_wait(ProcessGroup *pg, PgWork *w, const char *what);
+// Lets the collectives in flight move (MPI progresses them only inside MPI calls); returns at once. Call it
+// now and then while computing (a Model's on_grads_ready hook runs after each layer's backward). NCCL and the
+// socket backend need nothing: a no-op there.
+void pg_progress(ProcessGroup *pg);
 
 // ---------------------------------------------------------------- point to point (lesson 08's pipeline)
 // Messages between two ranks, matched by (peer, tag) on the MPI backend and by order on NCCL (which has no tags:

@@ -13,7 +13,8 @@ extern "C" {
 
 typedef enum { PG_SUM = 0, PG_AVG = 1 } PgOp;
 
-// A collective in flight (from pg_iallreduce); pg_wait completes it. At most PG_MAX_INFLIGHT at once.
+// A collective in flight (from pg_iallreduce); pg_wait completes it. At most PG_MAX_INFLIGHT at once, together
+// with the reduce-scatters in flight (kit/dist.h's PgWork: the same slots).
 typedef struct {
     int slot;
 } PgRequest;
@@ -25,8 +26,7 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op);
 // Completes the request (with the timeout). For PG_AVG the division by the world size happens here
 // on the MPI backend (NCCL divides itself).
 void pg_wait(ProcessGroup *pg, PgRequest req);
-// Lets the collectives in flight move (MPI progresses them only inside MPI calls); returns at once.
-void pg_progress(ProcessGroup *pg);
+// pg_progress (kit/dist.h) lets the requests in flight move.
 
 #ifdef __cplusplus
 }

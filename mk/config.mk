@@ -183,5 +183,11 @@ ifneq ($(EMU_LESSON01),)
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/09-zero/train) \
 	  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train)
 	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
+ifeq ($(HAVE_MPI),yes)
+	@echo "== the process group's collectives in flight on emulated device buffers (MPI staging through the host)"
+	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/mpi_dist
+	@for c in reduce-scatter traffic; do ASAN_OPTIONS=detect_leaks=0 scripts/launch.sh 3 $(EMU_BUILD)/tests/mpi_dist $$c \
+	  --device cuda-emu --backend mpi --timeout 60 | grep '^PASS' || { echo "test-emu: mpi_dist $$c FAILS on cuda-emu"; exit 1; }; done
+endif
 	@echo "test-emu: ok"
 endif

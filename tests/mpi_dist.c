@@ -8,7 +8,9 @@
 //   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
 //   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
 //   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
-//   reduce-scatter  reduce-scatter then all-gather == all-reduce, 1 to 100003 floats per rank
+//   reduce-scatter  reduce-scatter then all-gather == all-reduce, 1 to 100003 floats per rank; reduce-scatters in
+//                 flight (pg_reduce_scatter_sum_start) == the blocking call, bit for bit, waited for in any order
+//                 or after they finished
 //   p2p           point-to-point messages around a ring, several in flight, matched by tag, 1 to 1000003 floats
 //   split         sub-groups (even / odd ranks): their all-reduce, ranks and messages
 //   traffic       pg_traffic counts exactly the bytes and calls handed to the backend, per group
@@ -22,6 +24,7 @@
 //   exit          the last rank exits with status 3 before the all-reduce
 //   mark-twice    a bucket view marked ready twice in one step
 //   mark-partial  a marked range that ends inside a view
+//   work-twice    pg_work_wait on a reduce-scatter that was already waited for
 //   p2p-size      rank 1 sends 8 floats where rank 0 expects 7
 //   p2p-tag       rank 1 sends micro-batch 5's tag where rank 0 waits for 4
 //   p2p-missing   rank 1 sends nothing
@@ -36,6 +39,7 @@
 #include "kit/check.h"
 #include "kit/buckets_internal.h"
 #include "kit/dist_internal.h"
+#include "kit/log.h"
 #include "kit/model.h"
 #include "kit/rng.h"
 
@@ -362,6 +366,47 @@ static void case_slow(void) {
     free(h);
 }
 
+// Reduce-scatters in flight (pg_reduce_scatter_sum_start) against the blocking call, on random floats (whose sums
+// depend on the order of additions): three started at once and waited for in reverse order, then one that has
+// finished before its wait (pg_progress polled it to completion, or NCCL's stream was drained): each result must
+// be the blocking call's, bit for bit.
+static void check_reduce_scatter_inflight(size_t n) {
+    int w = pg_world(pg);
+    size_t total = n * (size_t)w;
+    float *h = xmalloc(total * sizeof(float)), *want[4], *got = xmalloc(n * sizeof(float));
+    float *send[4], *recv[4];
+    Rng r = rng_make(4321 + n, (uint64_t)pg_rank(pg));
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < total; i++) h[i] = rng_normal(&r) * (float)(k + 1);
+        send[k] = to_device(h, total);
+        recv[k] = device_alloc(dev, n * sizeof(float));
+        pg_reduce_scatter_sum(pg, send[k], recv[k], n);
+        want[k] = xmalloc(n * sizeof(float));
+        from_device(want[k], recv[k], n);
+        device_memset_zero(dev, recv[k], n * sizeof(float));
+    }
+    PgWork *work[3];
+    for (int k = 0; k < 3; k++) work[k] = pg_reduce_scatter_sum_start(pg, send[k], recv[k], n);
+    for (int k = 2; k >= 0; k--) pg_work_wait(pg, work[k], "reduce-scatter in flight");
+    PgWork *done = pg_reduce_scatter_sum_start(pg, send[3], recv[3], n);
+    const double until = time_now() + 0.05;  // long enough for small n; a larger one may still be moving: also fine
+    while (time_now() < until) pg_progress(pg);
+    device_synchronize(dev);  // every stream, NCCL's too (cudaDeviceSynchronize)
+    pg_work_wait(pg, done, "reduce-scatter already done");
+    for (int k = 0; k < 4; k++) {
+        from_device(got, recv[k], n);
+        for (size_t i = 0; i < n; i++)
+            EXPECT(memcmp(&got[i], &want[k][i], sizeof(float)) == 0,
+                   "reduce-scatter %d in flight, %zu floats per rank: element %zu is %.9g, the blocking call gives %.9g",
+                   k, n, i, (double)got[i], (double)want[k][i]);
+        device_free(dev, send[k]);
+        device_free(dev, recv[k]);
+        free(want[k]);
+    }
+    free(got);
+    free(h);
+}
+
 // Reduce-scatter: rank r gets the sum over ranks of block r; then an all-gather of those blocks gives back
 // the all-reduce (the identity lesson 09 teaches). Small integers: the sums are exact.
 static void case_reduce_scatter(void) {
@@ -386,6 +431,7 @@ static void case_reduce_scatter(void) {
         device_free(dev, block);
         device_free(dev, all);
         free(h);
+        check_reduce_scatter_inflight(n);
     }
 }
 
@@ -498,6 +544,15 @@ static void case_traffic(void) {
     PgTraffic want = {0, 0, 0, 4 * (7 + BIG + 3 + 5 + 11 + 4 * (uint64_t)w) + 8 * 6, 7};
     PgTraffic got = traffic_since(&t0, pg);
     expect_traffic(&got, &want, "7 collectives");
+    // A reduce-scatter in flight counts as the blocking one does, when it starts; its wait adds nothing.
+    PgWork *work = pg_reduce_scatter_sum_start(pg, d, g, 6);  // input (w, 6)
+    want.coll_bytes_in += 4 * 6 * (uint64_t)w;
+    want.coll_calls++;
+    got = traffic_since(&t0, pg);
+    expect_traffic(&got, &want, "a reduce-scatter started");
+    pg_work_wait(pg, work, "counted reduce-scatter");
+    got = traffic_since(&t0, pg);
+    expect_traffic(&got, &want, "its wait");
     if (w >= 2) {  // to the next rank: 3 messages of 1, 9 and 100 floats; the same from the previous one
         int next = (r + 1) % w, prev = (r + w - 1) % w;
         const size_t n[3] = {1, 9, 100};
@@ -573,6 +628,10 @@ static void case_failure(const char *which) {
         } else {
             buckets_on_grads_ready(gb, views[3].offset, views[3].count + 1);  // ends inside view 4
         }
+    } else if (strcmp(which, "work-twice") == 0) {
+        PgWork *w = pg_reduce_scatter_sum_start(pg, d, d + n / 2, n / 2 / (size_t)pg_world(pg));
+        pg_work_wait(pg, w, "reduce-scatter");
+        pg_work_wait(pg, w, "reduce-scatter");  // a second time: an error, not a hang or a stale result
     } else if (pg_rank(pg) == last && strcmp(which, "exit") == 0) {
         fprintf(stderr, "rank %d: exiting with status 3 on purpose\n", last);
         exit(3);
@@ -616,7 +675,8 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "traffic") == 0) case_traffic();
     else if (strncmp(which, "p2p-", 4) == 0) case_p2p_failure(which);
     else if (strcmp(which, "check-fail") == 0 || strcmp(which, "kill") == 0 || strcmp(which, "stall") == 0 ||
-             strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0)
+             strcmp(which, "sigstop") == 0 || strcmp(which, "exit") == 0 || strcmp(which, "mark-twice") == 0 || strcmp(which, "mark-partial") == 0 ||
+             strcmp(which, "work-twice") == 0)
         case_failure(which);
     else pg_abort(pg, "unknown case: see the comment at the top of tests/mpi_dist.c");
     pg_barrier(pg);

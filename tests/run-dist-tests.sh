@@ -103,6 +103,8 @@ must_fail "--backend nccl, $np ranks on $gpus GPU(s)" "backend nccl refused: .*U
   $np "$bin" collectives --backend nccl --device auto
 must_fail "bucket view marked twice" "view 'view3' was marked ready twice" 1 "$bin" mark-twice
 must_fail "bucket range ends inside a view" "ends inside view .view4." 1 "$bin" mark-partial
+must_fail "reduce-scatter in flight waited for twice" "pg_work_wait takes what pg_reduce_scatter_sum_start returned" \
+  2 "$bin" work-twice --timeout 3
 # Point-to-point mistakes (lesson 08's pipeline): each names the peer, the tag and the message.
 must_fail "p2p: wrong size" "activation of micro-batch 4 \\(tag 4\\) from rank 1: the message holds 8 floats, this rank expects 7" \
   2 "$bin" p2p-size --timeout 3

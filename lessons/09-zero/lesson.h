@@ -9,6 +9,7 @@
 //   stage 0  every rank: full params, grads, momentum; all-reduce (avg) each unit's grads; full update (DDP)
 //   stage 1  momentum sharded: all-reduce grads, update THIS rank's shard, all-gather the params      (TODO 2)
 //   stage 2  + grads sharded: reduce-scatter (avg) each unit's grads into its shard, free the full   (TODO 3)
+//            (overlapped: unit u's reduce-scatter travels during unit u-1's backward)
 //   stage 3  + params sharded: a unit's full params exist only around its forward and its backward  (TODO 4)
 //   --recompute: a unit keeps only its output after forward; backward runs its forward again        (TODO 5)
 //
@@ -40,8 +41,13 @@ typedef struct {
 
 // TODO 1a
 ShardLayout shard_layout(size_t n, int world);
-// TODO 1b: full (n) on every rank -> this rank's shard (shard) of the AVERAGE over the ranks. scratch: (padded)
-// floats on the device, or NULL when n == padded.
+// TODO 1b: full (n) on every rank -> this rank's shard (shard) of the AVERAGE over the ranks, in two halves: the
+// start returns the collective in flight (NULL when n is 0), the finish waits for it and divides. scratch: (padded)
+// floats on the device, or NULL when n == padded; full (or scratch) must stay unchanged until the finish.
+PgWork *shard_reduce_scatter_start(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard,
+                                   float *scratch);
+void shard_reduce_scatter_finish(ProcessGroup *pg, const ShardLayout *l, PgWork *w, float *shard);
+// Given: start + finish.
 void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard, float *scratch);
 // TODO 1c: every rank's shard (shard) -> full (n) on every rank, the padding dropped. scratch: as in 1b.
 void shard_allgather(ProcessGroup *pg, const ShardLayout *l, const float *shard, float *full, float *scratch);
@@ -68,6 +74,9 @@ typedef struct {
     float *param_shard[ZERO_MAX_UNITS];      // (shard) stage 3: the only copy of the params between windows
     float *grad_shard[ZERO_MAX_UNITS];       // (shard) stages 2-3: this rank's shard of the averaged gradient
     float *velocity_shard[ZERO_MAX_UNITS];   // (shard) stages 1-3: this rank's momentum
+    PgWork *grad_work[ZERO_MAX_UNITS];       // stages 2-3: unit u's reduce-scatter in flight (TODO 3), or NULL
+    bool overlap;                            // stages 2-3: unit u's reduce-scatter runs during unit u-1's backward
+                                             // (false: waited for at once; KIT_OVERLAP=0 in the environment)
 
     // Given: what the step needs around the units, on the device.
     Device device;
@@ -80,7 +89,8 @@ typedef struct {
     int *labels, *pred;               // (max_batch)
     float *host_loss;                 // (max_batch) in host memory
     int *host_pred;                   // (max_batch) in host memory
-    float *scratch;                   // (largest padded) communication scratch (TODO 1b, 1c)
+    float *scratch;                   // (largest padded) communication scratch (TODO 1b, 1c); with the overlap: the even units'
+    float *scratch_odd;               // (largest odd unit's padded) with the overlap: the odd units' scratch, or NULL
     float *shard_work;                // (largest shard) stages 1-2: this rank's slice of a unit's params
     float *bn_saved;                  // (largest n_buffers) --recompute: BN statistics kept across a recompute
     double compute_seconds, comm_seconds;  // since zero_create

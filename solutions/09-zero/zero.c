@@ -1,9 +1,10 @@
 // zero.c: sharded training (ZeRO stages 1-3, FSDP) and recomputation. What you write is marked TODO:
 //
 //   TODO 1  the two halves of an all-reduce for a length that does not divide by the world: shard_layout (1a),
-//           shard_reduce_scatter_avg (1b), shard_allgather (1c)
+//           shard_reduce_scatter_start / _finish (1b), shard_allgather (1c)
 //   TODO 2  stage 1: each rank keeps the momentum of its shard only, updates its shard, all-gathers the params
-//   TODO 3  stage 2: the gradient is reduce-scattered into the shard; the full gradient lives only in backward
+//   TODO 3  stage 2: the gradient is reduce-scattered into the shard while the unit before it runs its backward;
+//           the full gradient lives only from its backward to the end of its reduce-scatter
 //   TODO 4  stage 3: a unit's full parameters live only in a window around its forward and its backward
 //   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
 //
@@ -12,7 +13,8 @@
 //   forward   unit 0 on the batch, unit u on unit u-1's output            (stage 3: inside u's window)
 //   loss      on the last unit's logits, scaled by 1/n
 //   backward  from the last unit: unit u's input gradient is unit u-1's output gradient; after unit u's backward
-//             its gradient is all-reduced (stages 0-1) or reduce-scattered into its shard (stages 2-3)
+//             its gradient is all-reduced (stages 0-1) or its reduce-scatter into its shard starts (stages 2-3),
+//             to be waited for after unit u-1's backward, which runs meanwhile (KIT_OVERLAP=0: at once)
 //   update    stage 0: the whole unit; stages 1-3: this rank's shard (then stages 1-2 all-gather the params)
 //
 // PyTorch: ZeroRedundancyOptimizer (stage 1), FSDP(sharding_strategy=SHARD_GRAD_OP) (stage 2),
@@ -63,27 +65,45 @@ void shard_divide(Device d, float *x, size_t n, int world) {
     }
 }
 
-// TODO 1b: this rank's shard of the average over the ranks of `full` (n floats on every rank).
-//   pg_reduce_scatter_sum (kit/dist.h) sums block r of every rank's (world, shard) buffer into rank r's recv: it
-//   needs a buffer of `padded` floats, so when n < padded, copy full into scratch and zero its padding first
-//   (device_copy, device_memset_zero: the buffers are on the process group's device, pg_device). Then divide
-//   the shard by the world: shard_divide above does it with the all-reduce's rounding.
-// PyTorch: dist.reduce_scatter_tensor(shard, padded_full, op=dist.ReduceOp.AVG)
-void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard, float *scratch) {
-    if (l->n == 0) return;
+// TODO 1b: this rank's shard of the average over the ranks of `full` (n floats on every rank), in two halves, so
+//   that the caller can compute while it travels (TODO 3).
+//   Start: pg_reduce_scatter_sum_start (kit/dist.h) sums block r of every rank's (world, shard) buffer into rank
+//   r's recv: it needs a buffer of `padded` floats, so when n < padded, copy full into scratch and zero its padding
+//   first (device_copy, device_memset_zero: the buffers are on the process group's device, pg_device). Return
+//   the work it gives: until its finish, the buffer it reads (full, or scratch) must stay as it is.
+//   Finish: wait for that work (pg_work_wait), then divide the shard by the world: shard_divide above does it with
+//   the all-reduce's rounding.
+// PyTorch: dist.reduce_scatter_tensor(shard, padded_full, op=dist.ReduceOp.AVG, async_op=True), then work.wait()
+PgWork *shard_reduce_scatter_start(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard,
+                                   float *scratch) {
+    if (l->n == 0) return NULL;
     // BEGIN SOLUTION
     const Device d = pg_device(pg);
     const float *send = full;
     if (l->padded != l->n) {
-        CHECK(scratch != NULL, "shard_reduce_scatter_avg: n is not a multiple of the world: pass a scratch of padded floats");
+        CHECK(scratch != NULL, "shard_reduce_scatter_start: n is not a multiple of the world: pass a scratch of padded floats");
         device_copy(d, scratch, full, l->n * F);
         device_memset_zero(d, scratch + l->n, (l->padded - l->n) * F);
         send = scratch;
     }
-    pg_reduce_scatter_sum(pg, send, shard, l->shard);
-    shard_divide(d, shard, l->shard, pg_world(pg));
+    return pg_reduce_scatter_sum_start(pg, send, shard, l->shard);
     // STARTER: (void)pg, (void)full, (void)shard, (void)scratch;
+    // STARTER: return NULL;
     // END SOLUTION
+}
+
+void shard_reduce_scatter_finish(ProcessGroup *pg, const ShardLayout *l, PgWork *w, float *shard) {
+    if (l->n == 0) return;
+    // BEGIN SOLUTION
+    pg_work_wait(pg, w, "reduce-scatter of a shard");
+    shard_divide(pg_device(pg), shard, l->shard, pg_world(pg));
+    // STARTER: (void)pg, (void)w, (void)shard;
+    // END SOLUTION
+}
+
+// Given: both halves at once.
+void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard, float *scratch) {
+    shard_reduce_scatter_finish(pg, l, shard_reduce_scatter_start(pg, l, full, shard, scratch), shard);
 }
 
 // TODO 1c: every rank's shard (shard floats) -> full (n floats) on every rank. pg_allgather (kit/dist.h) writes
@@ -172,6 +192,18 @@ static float *floats_alloc(Device d, size_t n, MemPart part) {
     return x;
 }
 
+// The padded scratch of unit u's collectives. With the overlap, unit u+1's reduce-scatter may still be reading its
+// scratch while unit u gathers its parameters (stage 3) and starts its own reduce-scatter: odd and even units take
+// turns with two scratches, so that the one in flight keeps its own (a unit that needs no padding uses none).
+static float *unit_scratch(const Zero *z, int u) { return u % 2 && z->scratch_odd ? z->scratch_odd : z->scratch; }
+
+// Model.on_grads_ready after each layer's backward: Open MPI moves a collective in flight only inside MPI calls, so
+// the reduce-scatter of the unit after this one would otherwise wait for our pg_work_wait to travel at all.
+static void progress_hook(void *ctx, size_t offset, size_t count) {
+    (void)offset, (void)count;
+    pg_progress(((Zero *)ctx)->pg);
+}
+
 // Floats per sample of unit u's output.
 static size_t unit_out_floats(const Model *m) {
     const Layer *l = &m->layers[m->n_layers - 1];
@@ -229,14 +261,16 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
     Zero *z = xcalloc(1, sizeof *z);
     z->pg = pg, z->stage = stage, z->recompute = recompute, z->device = d, z->max_batch = max_batch;
     z->rank = pg_rank(pg), z->world = pg_world(pg), z->classes = cfg->classes;
+    const char *env = getenv("KIT_OVERLAP");  // KIT_OVERLAP=0: every reduce-scatter waited for at once (to compare)
+    z->overlap = stage >= ZERO_GRADS && !(env && strcmp(env, "0") == 0);
     z->n_units = zero_plan_units(cfg, n_units, z->first);
-    size_t most_padded = 0, most_shard = 1, most_buffers = 1;
+    size_t most_padded[2] = {0, 0}, most_shard = 1, most_buffers = 1;  // most_padded: of the even and the odd units
     for (int u = 0; u < z->n_units; u++) {
         Model *m = z->units[u] = model_create_stage(cfg, d, max_batch, seed, z->first[u], z->first[u + 1]);
         ShardLayout l = z->layout[u] = shard_layout(m->n_params, z->world);
         // The collectives need a padded scratch only for a unit whose length the world does not divide, and only
         // from stage 1 on (stage 0 all-reduces the unit's own buffer): sized for the largest such unit, none if none.
-        if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded) most_padded = l.padded;
+        if (stage >= ZERO_OPTIM && l.padded != l.n && l.padded > most_padded[u % 2]) most_padded[u % 2] = l.padded;
         if (l.shard > most_shard) most_shard = l.shard;
         if (m->n_buffers > most_buffers) most_buffers = m->n_buffers;
         if (stage >= ZERO_OPTIM) z->velocity_shard[u] = floats_alloc(d, l.shard, MEM_OPTIM);
@@ -246,9 +280,15 @@ Zero *zero_create(ProcessGroup *pg, const ModelConfig *cfg, Device d, int max_ba
             device_copy(d, z->param_shard[u], m->params + (size_t)z->rank * l.shard, shard_valid(&l, z->rank) * F);
         }
         if (recompute) z->boundary[u] = floats_alloc(d, (size_t)max_batch * unit_out_floats(m), MEM_ACTS);
+        if (z->overlap) m->on_grads_ready = progress_hook, m->on_grads_ready_ctx = z;
         zero_release_unsharded(z, u);
     }
-    z->scratch = most_padded > 0 ? floats_alloc(d, most_padded, MEM_COMM) : NULL;
+    // With the overlap, odd and even units take turns (unit_scratch): one scratch for each, as large as its largest
+    // unit needs; without it, one for all.
+    const bool turns = z->overlap && z->n_units > 1;
+    const size_t even = turns ? most_padded[0] : (most_padded[0] > most_padded[1] ? most_padded[0] : most_padded[1]);
+    z->scratch = even > 0 ? floats_alloc(d, even, MEM_COMM) : NULL;
+    if (turns && most_padded[1] > 0) z->scratch_odd = floats_alloc(d, most_padded[1], MEM_COMM);
     if (stage >= ZERO_OPTIM) z->shard_work = floats_alloc(d, most_shard, MEM_COMM);
     if (recompute) z->bn_saved = floats_alloc(d, most_buffers, MEM_ACTS);
     const Model *m0 = z->units[0];
@@ -270,7 +310,7 @@ void zero_free(Zero *z) {
         float *b[] = {z->param_shard[u], z->grad_shard[u], z->velocity_shard[u], z->boundary[u]};
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     }
-    float *b[] = {z->scratch, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
+    float *b[] = {z->scratch, z->scratch_odd, z->shard_work, z->bn_saved, z->input, z->dlogits, z->loss};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) device_free(d, b[i]);
     device_free(d, z->labels), device_free(d, z->pred);
     free(z->host_loss), free(z->host_pred);
@@ -280,7 +320,7 @@ void zero_free(Zero *z) {
 // ---------------------------------------------------------------- stage 3's window (TODO 4)
 
 // TODO 4a: open unit u's window: its full parameters, from every rank's param_shard (model_materialize, then
-//   TODO 1c into the unit's params; z->scratch is a padded-sized scratch).
+//   TODO 1c into the unit's params; unit_scratch(z, u) is a padded-sized scratch).
 // PyTorch: FSDP's pre-forward / pre-backward hook (_unshard: all-gather the FlatParameter)
 static void window_open(Zero *z, int u) {
     if (z->stage != ZERO_PARAMS) return;
@@ -288,7 +328,7 @@ static void window_open(Zero *z, int u) {
     // BEGIN SOLUTION
     Model *m = z->units[u];
     model_materialize(m, MODEL_PARAMS);
-    shard_allgather(z->pg, &z->layout[u], z->param_shard[u], m->params, z->scratch);
+    shard_allgather(z->pg, &z->layout[u], z->param_shard[u], m->params, unit_scratch(z, u));
     // END SOLUTION
     z->comm_seconds += time_now() - t;
 }
@@ -327,8 +367,9 @@ static const float *unit_forward(Zero *z, int u, const float *x, int n, bool tra
 }
 
 // After unit u's backward its gradient is final on every rank: make it the average over the ranks.
-// TODO 3 (stage 2 and up): reduce-scatter it (TODO 1b) into grad_shard[u] instead, then free the full gradient.
-// PyTorch: FSDP's post-backward hook (reduce_scatter_tensor of the FlatParameter's gradient)
+// TODO 3 (stage 2 and up): START its reduce-scatter into grad_shard[u] instead (TODO 1b; the scratch:
+//   unit_scratch(z, u)) and keep the work in z->grad_work[u]; reduce_grads_finish below ends it.
+// PyTorch: FSDP's post-backward hook (reduce_scatter_tensor of the FlatParameter's gradient, on its own stream)
 static void reduce_grads(Zero *z, int u) {
     Model *m = z->units[u];
     double t = time_now();
@@ -336,11 +377,29 @@ static void reduce_grads(Zero *z, int u) {
         pg_allreduce_avg(z->pg, m->grads, m->n_params);
     } else {
         // BEGIN SOLUTION
-        shard_reduce_scatter_avg(z->pg, &z->layout[u], m->grads, z->grad_shard[u], z->scratch);
-        model_release(m, MODEL_GRADS);
+        z->grad_work[u] = shard_reduce_scatter_start(z->pg, &z->layout[u], m->grads, z->grad_shard[u],
+                                                     unit_scratch(z, u));
         // STARTER: pg_allreduce_avg(z->pg, m->grads, m->n_params);  // as stage 1: every rank keeps all of it
         // END SOLUTION
     }
+    z->comm_seconds += time_now() - t;
+}
+
+// TODO 3 (stage 2 and up): the end of unit u's reduce-scatter: wait for it (TODO 1b), then free the unit's full
+//   gradient. Not before: the reduce-scatter may still be reading it (or its padded copy in unit_scratch(z, u)).
+//   The step calls this after unit u-1's backward, which ran while the reduce-scatter travelled: so during a
+//   backward TWO units' full gradients are alive, the one being computed and the one being reduce-scattered.
+//   That is the price of the overlap: a peak of the largest two adjacent units' gradients instead of the
+//   largest one's. KIT_OVERLAP=0 (z->overlap false) calls it right after unit u's own backward: one unit's.
+// PyTorch: FSDP waits for the reduce-scatter stream before the optimizer step and frees the unsharded gradient
+static void reduce_grads_finish(Zero *z, int u) {
+    if (z->stage < ZERO_GRADS || !z->grad_work[u]) return;  // nothing in flight (ended already, or never started)
+    double t = time_now();
+    // BEGIN SOLUTION
+    shard_reduce_scatter_finish(z->pg, &z->layout[u], z->grad_work[u], z->grad_shard[u]);
+    z->grad_work[u] = NULL;
+    model_release(z->units[u], MODEL_GRADS);
+    // END SOLUTION
     z->comm_seconds += time_now() - t;
 }
 
@@ -367,6 +426,7 @@ static void unit_backward(Zero *z, int u, const float *dout, int n) {
     model_backward(m, x, dout, n);
     window_close(z, u);
     reduce_grads(z, u);
+    if (!z->overlap) reduce_grads_finish(z, u);
 }
 
 // ---------------------------------------------------------------- the update (TODO 2, 4)
@@ -397,7 +457,7 @@ static void unit_update(Zero *z, int u, const SgdConfig *opt) {
     device_copy(z->device, z->shard_work, m->params + off, shard_valid(l, z->rank) * F);
     const float *grad = m->grads ? m->grads + off : z->grad_shard[u];
     zero_sgd_shard(z, u, z->shard_work, grad, z->velocity_shard[u], opt);
-    shard_allgather(z->pg, l, z->shard_work, m->params, z->scratch);
+    shard_allgather(z->pg, l, z->shard_work, m->params, unit_scratch(z, u));
     z->comm_seconds += time_now() - t;
     // STARTER: optim_step(m, opt);  // every rank updates everything with the full momentum: lesson 03's update
     // END SOLUTION
@@ -466,7 +526,12 @@ Metrics zero_step(Zero *z, const Batch *b, const SgdConfig *opt, float label_smo
     loss_of(z, b, h, y, label_smoothing, 1.0f / (float)n, true, &r);
     const float *dout = z->dlogits;
     for (int u = U - 1; u >= 0; u--) {
-        unit_backward(z, u, dout, n);
+        unit_backward(z, u, dout, n);  // stages 2-3: unit u's reduce-scatter has started
+        // TODO 3 (stage 2 and up, with the overlap): unit u+1's reduce-scatter ran during unit u's backward: end
+        //   it now (reduce_grads_finish), and unit 0's once the loop is done, before the update reads the shards.
+        // BEGIN SOLUTION
+        if (z->overlap && u + 1 < U) reduce_grads_finish(z, u + 1);
+        // END SOLUTION
         dout = model_input_grad(z->units[u]);
         // TODO 5c (--recompute): unit u+1's activations held its input gradient, which unit u's backward has
         //   just read: free them now (and unit 0's once the loop is done).
@@ -476,6 +541,7 @@ Metrics zero_step(Zero *z, const Batch *b, const SgdConfig *opt, float label_smo
     }
     // BEGIN SOLUTION
     if (z->recompute) model_release(z->units[0], MODEL_ACTS);
+    if (z->overlap) reduce_grads_finish(z, 0);
     // END SOLUTION
     for (int u = 0; u < U; u++) unit_update(z, u, opt);
     // BN running statistics: rank 0's, as in lesson 03, so that evaluation sees one model everywhere.
@@ -522,11 +588,11 @@ void zero_gather_model(Zero *z, Model *full) {
         Model *m = z->units[u];
         const ShardLayout *l = &z->layout[u];
         if (m->params) device_copy(d, full->params + m->param_base, m->params, m->n_params * F);
-        else shard_allgather(z->pg, l, z->param_shard[u], full->params + m->param_base, z->scratch);
+        else shard_allgather(z->pg, l, z->param_shard[u], full->params + m->param_base, unit_scratch(z, u));
         device_copy(d, full->buffers + m->buffer_base, m->buffers, m->n_buffers * F);
         if (!full->velocity) continue;
         if (m->velocity) device_copy(d, full->velocity + m->param_base, m->velocity, m->n_params * F);
-        else shard_allgather(z->pg, l, z->velocity_shard[u], full->velocity + m->param_base, z->scratch);
+        else shard_allgather(z->pg, l, z->velocity_shard[u], full->velocity + m->param_base, unit_scratch(z, u));
     }
 }
 
@@ -557,10 +623,12 @@ void zero_print_memory(const Zero *z, FILE *out) {
         expect[MEM_OPTIM] = z->stage >= ZERO_OPTIM ? S : P;
         const char *how[MEM_PARTS] = {z->stage == ZERO_PARAMS ? "params/world + BN buffers (peak: + one unit)"
                                                               : "params + BN buffers",
-                                      z->stage >= ZERO_GRADS ? "params/world (peak: + one unit's full grads)" : "params",
+                                      z->stage < ZERO_GRADS ? "params"
+                                      : z->overlap ? "params/world (peak: + two adjacent units' full grads: the overlap)"
+                                                   : "params/world (peak: + one unit's full grads)",
                                       z->stage >= ZERO_OPTIM ? "params/world (momentum)" : "params (momentum)",
                                       z->recompute ? "unit outputs + one unit's arena" : "every unit's arena",
-                                      "scratch", "the loader's batches on a GPU"};
+                                      z->scratch_odd ? "scratch x 2 (the overlap)" : "scratch", "the loader's batches on a GPU"};
         for (int p = 0; p < MEM_PARTS; p++) {
             fprintf(out, "  %-12s", mem_part_name((MemPart)p));
             for (int r = 0; r < W; r++) fprintf(out, "  %12.3f %10.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);

@@ -3,7 +3,8 @@
 
 - bench/zero_kit.c's counters per part (lesson 09's zero.c, a real step) equal bench/zero_memory.py's arithmetic
   for the model states (parameters, gradients, momentum), at the step's peak and between steps, for every stage,
-  on 1 rank and on 3 (an odd world: uneven shards, padding);
+  on 1 rank and on 3 (an odd world: uneven shards, padding), and at stages 2-3 with the overlap off too
+  (KIT_OVERLAP=0: one unit's full gradient at the peak, not two adjacent units');
 - the bytes its step hands to the collectives, counted by the ring algorithms, equal the closed form
   bench/zero_bench.py prints beside them (stage 1: 1.5x DDP, stage 2: 1x, stage 3: 1.5x);
 - bench/zero_bench.py --quick runs end to end and writes zero_memory.py's CSV columns with source=kit.
@@ -28,10 +29,11 @@ KIT = PROBE = None  # from the command line
 MODEL, WIDTH, BATCH = "tiny-bn", 12, 4
 
 
-def run_kit(world, stage):
+def run_kit(world, stage, overlap=True):
     cmd = [os.path.join(ROOT, "scripts", "launch.sh"), str(world), KIT, "--model", MODEL, "--width", str(WIDTH),
            "--batch", str(BATCH), "--zero", str(stage), "--steps", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, KIT_OVERLAP="1" if overlap else "0")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, f"{' '.join(cmd)} failed:\n{p.stderr[-1500:]}"
     return json.loads([x for x in p.stdout.splitlines() if x.startswith("{")][-1])
 
@@ -45,15 +47,15 @@ def arith_units():
 class MeasuredAgainstArithmetic(unittest.TestCase):
     def test_model_states_per_part(self):
         units = arith_units()
-        for world in (1, 3):
-            for stage in range(4):
-                r = run_kit(world, stage)
-                self.assertEqual(r["units"], len(units), "the kit cut the model into other units than zero_memory.py")
-                want = zm.per_rank(stage, world, units, [0] * len(units))
-                for part in ("params", "grads", "optimizer"):
-                    with self.subTest(world=world, stage=stage, part=part):
-                        self.assertEqual(r["peak"][part], want["peak"][part], "peak during the step")
-                        self.assertEqual(r["live"][part], want["between"][part], "live between steps")
+        for world, stage, overlap in [(w, s, True) for w in (1, 3) for s in range(4)] + [(3, 2, False), (3, 3, False)]:
+            r = run_kit(world, stage, overlap)
+            self.assertEqual(r["units"], len(units), "the kit cut the model into other units than zero_memory.py")
+            self.assertEqual(r["overlap"], int(overlap and stage >= 2), "KIT_OVERLAP not honoured")
+            want = zm.per_rank(stage, world, units, [0] * len(units), overlap)
+            for part in ("params", "grads", "optimizer"):
+                with self.subTest(world=world, stage=stage, overlap=overlap, part=part):
+                    self.assertEqual(r["peak"][part], want["peak"][part], "peak during the step")
+                    self.assertEqual(r["live"][part], want["between"][part], "live between steps")
 
     def test_ring_bytes(self):
         units, world = arith_units(), 3

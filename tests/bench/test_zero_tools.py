@@ -116,7 +116,10 @@ class TestArithmetic(unittest.TestCase):
                     self.assertEqual(self.get(model, 0, world, "total"), 12 * N + 4 * Nb + acts)
                     self.assertEqual(self.get(model, 1, world, "optimizer"), 4 * shards)
                     self.assertEqual(self.get(model, 2, world, "grads", "between"), 4 * shards)
-                    self.assertEqual(self.get(model, 2, world, "grads"), 4 * (shards + max(n)))
+                    # the overlap (the kit's default): two adjacent units' full gradients at the peak
+                    pair = max(a + b for a, b in zip(n, n[1:]))
+                    self.assertEqual(self.get(model, 2, world, "grads"), 4 * (shards + pair))
+                    self.assertEqual(self.get(model, 3, world, "grads"), 4 * (shards + pair))
                     self.assertEqual(self.get(model, 3, world, "params", "between"), 4 * (shards + Nb))
                     self.assertEqual(self.get(model, 3, world, "params"), 4 * (shards + max(n) + Nb))
                     for stage in range(4):

@@ -613,6 +613,7 @@ typedef struct {
     size_t shards;        // sum over the units of shard_u floats, in bytes: one shard-sized array per unit
     size_t full;          // the whole model's parameters, bytes: what DDP holds of each of params, grads, momentum
     size_t largest_unit;  // the largest unit's parameters, bytes
+    size_t largest_pair;  // the largest two adjacent units' parameters together (the largest unit's with one unit), bytes
     size_t buffers;       // the BN running statistics (every rank keeps them whole: small), bytes
     size_t arenas, arena_pair;  // every unit's activation arena, and the largest two adjacent ones, bytes
     int units;
@@ -655,6 +656,8 @@ static Measured measure(ProcessGroup *pg, const char *model, ZeroStage stage, bo
         m.arenas += arena[u];
         size_t pair = arena[u] + (u + 1 < z->n_units ? arena[u + 1] : 0);
         m.arena_pair = pair > m.arena_pair ? pair : m.arena_pair;
+        size_t two = full + (u + 1 < z->n_units ? z->units[u + 1]->n_params * sizeof(float) : 0);
+        m.largest_pair = two > m.largest_pair ? two : m.largest_pair;
     }
     zero_free(z);
     local_batch_free(&lb);
@@ -694,30 +697,48 @@ static void test_stage1_memory(void **state) {
                       m.units, pg_world(world), m.live[MEM_OPTIM], m.peak[MEM_OPTIM], m.shards, m.full);
 }
 
-// Stage 2: between steps the gradient is grad_shard only (sum of shard_u floats); during a step a unit's full
-// gradient exists from its backward to its reduce-scatter, one unit at a time: the peak is at most the shards
-// plus the largest unit's full gradient.
+// Stage 2: between steps the gradient is grad_shard only (sum of shard_u floats). During a step a unit's full
+// gradient exists from its backward to the end of its reduce-scatter. With the overlap (the default), that
+// reduce-scatter travels during the next unit's backward (unit u-1's, backward going down), whose own full
+// gradient exists meanwhile: at most two ADJACENT units' full gradients at once, so the peak is at most the shards
+// plus the largest adjacent pair. With KIT_OVERLAP=0 each reduce-scatter ends before the next backward: one unit at
+// a time, the shards plus the largest unit. Both bounds are below the shards + the whole model (11 units; the
+// largest pair is the residual block and one unit beside it): holding every unit's full gradient fails either.
+static bool stage2_grads_within(ProcessGroup *world, bool overlap) {
+    if (!overlap) setenv("KIT_OVERLAP", "0", 1);  // read by zero_create
+    Measured m = measure(world, MEMORY_MODEL, ZERO_GRADS, false);
+    if (!overlap) unsetenv("KIT_OVERLAP");
+    const size_t working = overlap ? m.largest_pair : m.largest_unit;
+    bool ok = within(world, "gradients between steps", m.live[MEM_GRADS], m.shards, m.full,
+                     "at stage 2 a rank keeps the averaged gradient of its shard only (grad_shard): release the "
+                     "unit's full gradient once it is reduce-scattered") &&
+              within(world, overlap ? "gradients at the peak of a step" : "gradients at the peak of a step with "
+                     "KIT_OVERLAP=0", m.peak[MEM_GRADS], m.shards + working, m.full, overlap
+                     ? "a unit's full gradient lives from its backward to the end of its reduce-scatter, which ends "
+                       "after the backward of the unit before it: release it then, before the next backward brings "
+                       "a third"
+                     : "with the overlap off (z->overlap false) each reduce-scatter ends right after its unit's "
+                       "backward: release the full gradient then, before the next unit's backward brings its own");
+    if (ok && pg_rank(world) == 0)
+        print_message("stage 2%s, %d units on %d ranks: gradients %zu bytes live, %zu at the peak (bound %zu = shards "
+                      "+ %s; full %zu)\n", overlap ? "" : " with KIT_OVERLAP=0", m.units, pg_world(world),
+                      m.live[MEM_GRADS], m.peak[MEM_GRADS], m.shards + working,
+                      overlap ? "largest adjacent pair of units" : "largest unit", m.full);
+    return ok;
+}
+
 static void test_stage2_memory(void **state) {
     (void)state;
     ProcessGroup *world = test_world();
     require_collectives(world);
-    Measured m = measure(world, MEMORY_MODEL, ZERO_GRADS, false);
-    bool ok = within(world, "gradients between steps", m.live[MEM_GRADS], m.shards, m.full,
-                     "at stage 2 a rank keeps the averaged gradient of its shard only (grad_shard): release the "
-                     "unit's full gradient once it is reduce-scattered") &&
-              within(world, "gradients at the peak of a step", m.peak[MEM_GRADS], m.shards + m.largest_unit, m.full,
-                     "a unit's full gradient lives from its backward to its reduce-scatter only: release it before "
-                     "the next unit's backward brings its own");
-    if (!ok) fail();
-    if (pg_rank(world) == 0)
-        print_message("stage 2, %d units on %d ranks: gradients %zu bytes live, %zu at the peak (bound %zu = shards + "
-                      "largest unit; full %zu)\n", m.units, pg_world(world), m.live[MEM_GRADS], m.peak[MEM_GRADS],
-                      m.shards + m.largest_unit, m.full);
+    if (!stage2_grads_within(world, true) || !stage2_grads_within(world, false)) fail();
 }
 
 // Stage 3: between steps the parameters are param_shard (sum of shard_u floats) and the BN buffers (kept whole:
 // model_release(MODEL_PARAMS) leaves them); a unit's full parameters exist only inside its window, one unit at a
-// time: the peak is at most the shards + the buffers + the largest unit's parameters.
+// time: the peak is at most the shards + the buffers + the largest unit's parameters. The overlap does not change
+// that (a reduce-scatter reads the gradient, not the parameters: the window closes at the end of the backward);
+// the gradients follow stage 2's bound with the overlap.
 static void test_stage3_memory(void **state) {
     (void)state;
     ProcessGroup *world = test_world();
@@ -732,6 +753,9 @@ static void test_stage3_memory(void **state) {
                      "after; again for its backward): one unit at a time") &&
               within(world, "gradients between steps", m.live[MEM_GRADS], m.shards, m.full,
                      "stage 3 shards the gradients as stage 2 does") &&
+              within(world, "gradients at the peak of a step", m.peak[MEM_GRADS], m.shards + m.largest_pair, m.full,
+                     "stage 3 reduce-scatters the gradients as stage 2 does: at most two adjacent units' full "
+                     "gradients at once") &&
               within(world, "optimizer state between steps", m.live[MEM_OPTIM], m.shards, m.full,
                      "stage 3 shards the momentum as stage 1 does");
     if (!ok) fail();
