@@ -194,7 +194,7 @@ static void test_half_from_float(void **state) {
 
 // Every 16-bit pattern back to float: equal to the format's definition (NaN: any NaN of the same sign).
 static bool to_float_ok(bool bf, bool quiet) {
-    size_t wrong = 0, sub = 0, special = 0;
+    size_t wrong = 0, sub = 0, special = 0, zero = 0;
     char first[240] = "";
     for (uint32_t p = 0; p < 65536; p++) {
         uint16_t h = (uint16_t)p;
@@ -202,19 +202,20 @@ static bool to_float_ok(bool bf, bool quiet) {
         bool ok = isnan(want) ? isnan(got) && signbit(got) == signbit(want) : bits_of(got) == bits_of(want);
         if (ok) continue;
         int e = bf ? (h >> 7) & 0xFF : (h >> 10) & 0x1F, emax = bf ? 0xFF : 0x1F;
-        sub += e == 0, special += e == emax;
+        sub += e == 0, special += e == emax, zero += got == 0.0f;
         if (wrong++ == 0)
             snprintf(first, sizeof first, "0x%04x -> %.9g (0x%08x), expected %.9g (0x%08x)", h, got, bits_of(got),
                      want, bits_of(want));
     }
     if (wrong && !quiet)
-        print_error("%s: %zu of the 65536 patterns wrong, e.g. %s%s%s%s\n", bf ? "bf16_to_float" : "half_to_float",
+        print_error("%s: %zu of the 65536 patterns wrong, e.g. %s%s%s%s%s\n", bf ? "bf16_to_float" : "half_to_float",
                     wrong, first,
                     sub == wrong ? ": only the SUBNORMALS (exponent field 0) are wrong: no implicit leading 1, "
                                    "value = mantissa x 2^-24 (the exponent of 2^-14, not 2^-15)" : "",
                     special == wrong ? ": only exponent field all ones is wrong: mantissa 0 is +-inf, any other a NaN"
                                      : "",
-                    sub != wrong && special != wrong && wrong > 60000
+                    zero == wrong ? ": it returned 0 (not written yet?)" : "",
+                    sub != wrong && special != wrong && zero != wrong && wrong > 60000
                         ? (bf ? ": bf16 is the top 16 bits of a float32" : ": re-bias the exponent (15 -> 127)") : "");
     return wrong == 0;
 }
@@ -860,11 +861,13 @@ static bool fp32_equals_ddp(ProcessGroup *pg, const char *model, char *why, size
     Ddp ddp = {.pg = pg, .model = ref};
     Model *m = r.model;
     size_t n = m->n_params, nb = m->n_buffers;
+    float *before = xmalloc(n * sizeof(float));
     why[0] = '\0';
     for (int step = 0; step < 2 && !why[0]; step++) {
         memcpy(ref->params, r.mx->master, n * sizeof(float));
         memcpy(ref->velocity, m->velocity, n * sizeof(float));
         memcpy(ref->buffers, m->buffers, nb * sizeof(float));
+        memcpy(before, ref->params, n * sizeof(float));
         TestBatch tb = batch_slice(local * pg_world(pg), pg_rank(pg) * local, local, step);
         Metrics got = mixed_step(r.mx, &tb.b, &OPT, 0.0f);
         Metrics want = ddp_step(&ddp, &tb.b, &OPT, 0.0f);
@@ -874,11 +877,18 @@ static bool fp32_equals_ddp(ProcessGroup *pg, const char *model, char *why, size
                      "%ld%s", step + 1, got.loss_sum, got.correct, got.count, want.loss_sum, want.correct, want.count,
                      got.count == 0 ? " (were the metrics of the batch returned?)" : "");
         else if (memcmp(r.mx->master, ref->params, n * sizeof(float)) != 0) {
-            Compare c = compare_arrays(r.mx->master, ref->params, n);
-            snprintf(why, len, "step %d: the master weights differ from ddp_step's (ratio of the values %.4g, largest "
-                     "difference %.3g of the largest weight)%s", step + 1, c.ratio, c.error,
-                     c.error == 0 ? "" : ": under fp32 the step is lesson 03's: loss / n, gradient averaged over the "
-                     "ranks, then SGD with momentum and weight decay on the master");
+            // the move of each side from the same weights: a factor names the mistake
+            float *mine = xmalloc(n * sizeof(float)), *theirs = xmalloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) mine[i] = r.mx->master[i] - before[i], theirs[i] = ref->params[i] - before[i];
+            Compare c = compare_arrays(mine, theirs, n);
+            free(mine), free(theirs);
+            snprintf(why, len, "step %d: the master weights differ from ddp_step's: your step moved them %.4g times as "
+                     "far (largest difference %.3g of ddp_step's move)%s", step + 1, c.ratio, c.error,
+                     fabs(c.ratio) < 1e-6 ? ": they did not move (no update)"
+                     : fabs(c.ratio - pg_world(pg)) < 0.05 * pg_world(pg) && pg_world(pg) > 1
+                         ? ": the gradient is summed over the ranks, not averaged"
+                         : ": under fp32 the step is lesson 03's: loss / n, gradient averaged over the ranks, then SGD "
+                           "with momentum and weight decay on the master");
         } else if (memcmp(m->params, ref->params, n * sizeof(float)) != 0)
             snprintf(why, len, "step %d: the master is right but the model's parameters are not: copy the master back "
                      "(master_to_model) after the update", step + 1);
@@ -886,6 +896,7 @@ static bool fp32_equals_ddp(ProcessGroup *pg, const char *model, char *why, size
             snprintf(why, len, "step %d: the momentum (the model's velocity) differs from ddp_step's", step + 1);
     }
     if (why[0]) print_error("rank %d, %s, world %d: %s\n", pg_rank(pg), model, pg_world(pg), why);
+    free(before);
     model_free(ref);
     mixed_run_free(&r);
     return max_over_ranks(pg, why[0] ? 1.0 : 0.0) == 0;
