@@ -835,9 +835,9 @@ static void test_allreduce_bf16(void **state) {
     }
     if (!ok) fail();
     if (pg_rank(world) == 0)
-        print_message("bf16 all-reduce: %zu lengths on %d rank(s) and its split: identical everywhere, within the "
-                      "rounding bound, half the fp32 ring's bytes\n", sizeof AR_LENGTHS / sizeof AR_LENGTHS[0],
-                      pg_world(world));
+        print_message("bf16 all-reduce: %zu lengths on %d rank(s)%s: identical everywhere, within the rounding "
+                      "bound, half the fp32 ring's bytes\n", sizeof AR_LENGTHS / sizeof AR_LENGTHS[0],
+                      pg_world(world), pg_world(world) > 1 ? " and its split" : "");
 }
 
 static void require_allreduce(ProcessGroup *pg) {
@@ -1017,7 +1017,8 @@ static void test_accumulate_equals_world(void **state) {
     if (!ok) fail();
     if (pg_rank(world) == 0)
         print_message("--accumulate 2 and 4: each step within the rounding bound of the global batch's (W x K "
-                      "micro-batches), tiny-bn and tiny, world %d and its split\n", pg_world(world));
+                      "micro-batches), tiny-bn and tiny, world %d%s\n", pg_world(world),
+                      pg_world(world) > 1 ? " and its split" : "");
 }
 
 // fp16 with a dynamic scale: the LAST rank's batch holds values beyond fp16's range (1e6 > 65504: inf once rounded),
