@@ -207,7 +207,7 @@ Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_
         compute += time_now() - reduced;
     }
     scaler_update(&mx->scaler, found_inf);
-    // STARTER: (void)n, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
+    // STARTER: (void)d, (void)n, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
     // STARTER: r = micro_forward_backward(mx, b, 0, K, label_smoothing, 1.0f / (float)(b->n / K));  // no update yet
     // STARTER: compute += time_now() - start;
     // END SOLUTION
