@@ -75,10 +75,11 @@ void mixed_free(Mixed *mx) {
     free(mx);
 }
 
-// Micro-batch k of K of this rank's batch b: its samples k, k + K, k + 2K, ... Why every K-th and not a slice:
-// the sampler deals an epoch's positions round the ranks (rank r of W takes r, r + W, ...), so these are exactly
-// the samples rank r + k W of a K times larger world takes for the same step: the same micro-batches, hence the
-// same BN batch statistics and the same gradient, whether K runs one after the other or on K W ranks.
+// Micro-batch k of K of this rank's batch b: its samples [k n, (k + 1) n), n = b->n / K, as consecutive batches of
+// a PyTorch DataLoader would be. A world of W x K ranks whose rank r K + k got exactly those samples would take
+// the same step: the same micro-batches, hence the same BN batch statistics. (The kit's sampler deals a larger
+// world every (W K)-th sample instead, which groups the samples differently: a BN-free model then differs from
+// it only in the order of float32 sums, a BN model also in its batch statistics.)
 // Its forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in the model's grads
 // (zeroed first). The model's hook rounds every layer's output, output gradient and weight gradient (TODO 2b);
 // the two tensors it does not see are rounded here: the input batch (the first conv reads it in 16 bits) and
@@ -92,12 +93,9 @@ static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, f
     const size_t image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
     CHECKF(n <= m->max_batch, "the model is built for local batch / --accumulate samples",
            "a micro-batch of %d samples for a model of %d", n, m->max_batch);
-    int *labels = xmalloc((size_t)n * sizeof(int) + 1);  // (n) this micro-batch's, in host memory
-    for (int t = 0; t < n; t++) labels[t] = b->y[k + (size_t)K * t];
-    if (K == 1) device_copy_to(d, m->input, b->x, (size_t)n * image * F);  // (n, C, H, W)
-    else
-        for (int t = 0; t < n; t++)
-            device_copy_to(d, m->input + t * image, b->x + (k + (size_t)K * t) * image, image * F);
+    const float *x = b->x + (size_t)k * n * image;  // (n, C, H, W) in host memory
+    const int *labels = b->y + (size_t)k * n;        // (n)
+    device_copy_to(d, m->input, x, (size_t)n * image * F);
     device_copy_to(d, m->labels, labels, (size_t)n * sizeof(int));
     lowp_round_buffer(d, mx->format, m->input, (size_t)n * image, NULL);
     const float *logits = model_forward(m, m->input, n, true);  // (n, classes)
@@ -117,7 +115,6 @@ static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, f
         r.correct += m->host_pred[t] == labels[t];
     }
     r.count = n;
-    free(labels);
     return r;
 }
 
