@@ -117,7 +117,7 @@ static const char *MISTAKE_TEXT[MIS_N] = {
     "rounded away from zero although the nearer neighbour was below",
     "a tie went to the odd neighbour (ties go to the one whose last kept bit is 0; adding half an ulp alone rounds "
     "ties away from zero)",
-    "a subnormal result flushed to zero (below 2^-14 fp16 keeps fewer bits, down to 2^-24)",
+    "a subnormal result flushed to zero (below its smallest normal a format keeps fewer bits: fp16 down to 2^-24)",
     "an overflow clamped to the largest finite value: IEEE rounding gives inf",
     "the sign is wrong",
     "a wrong value",
@@ -138,7 +138,7 @@ static void classify(Mistakes *mk, uint32_t x, uint16_t want, uint16_t got, bool
     else if (is_nan16(want, bf)) k = MIS_OTHER;
     else if ((got ^ want) == 0x8000) k = MIS_SIGN;
     else if (isinf(vw) && !isinf(vg) && fabs(vg) > 0 && signbit(vg) == signbit(vw) && !isinf(vx)) k = MIS_CLAMP;
-    else if (vg == 0 && vw != 0 && fabs(vw) < (bf ? 0x1p-126 : 0x1p-14)) k = MIS_FLUSH;
+    else if (vg == 0 && fabs(vw) > (bf ? 0x1p-132 : 0x1p-23) && fabs(vw) < (bf ? 0x1p-126 : 0x1p-14)) k = MIS_FLUSH;
     else if (fabs(vx - vg) == fabs(vx - vw)) k = MIS_TIE_ODD;
     else if (fabs(vg) < fabs(vx) && fabs(vw) > fabs(vx)) k = MIS_TRUNC;
     else if (fabs(vg) > fabs(vx) && fabs(vw) < fabs(vx)) k = MIS_AWAY;
@@ -148,14 +148,25 @@ static void classify(Mistakes *mk, uint32_t x, uint16_t want, uint16_t got, bool
                  got, vg, want, vw);
 }
 
-// Prints the mistakes found (most frequent kind first is not needed: each kind once, with its first example).
+// Prints the mistakes found in one message, the most frequent kind first (the likeliest slip), each with its first
+// example.
 static bool report_mistakes(const Mistakes *mk, const char *fn, size_t cases) {
     size_t wrong = 0;
     for (int k = 0; k < MIS_N; k++) wrong += mk->count[k];
     if (wrong == 0) return true;
-    print_error("%s: %zu of %zu cases differ from PyTorch:\n", fn, wrong, cases);
-    for (int k = 0; k < MIS_N; k++)
-        if (mk->count[k]) print_error("  %zu x %s; e.g. %s\n", mk->count[k], MISTAKE_TEXT[k], mk->first[k]);
+    char text[2400];
+    int used = snprintf(text, sizeof text, "%s: %zu of %zu cases differ from PyTorch:", fn, wrong, cases);
+    bool shown[MIS_N] = {false};
+    for (int round = 0; round < MIS_N && used < (int)sizeof text; round++) {
+        int best = -1;
+        for (int k = 0; k < MIS_N; k++)
+            if (mk->count[k] && !shown[k] && (best < 0 || mk->count[k] > mk->count[best])) best = k;
+        if (best < 0) break;
+        shown[best] = true;
+        used += snprintf(text + used, sizeof text - (size_t)used, "%s %zu x %s; e.g. %s", round ? "; also" : "",
+                         mk->count[best], MISTAKE_TEXT[best], mk->first[best]);
+    }
+    print_error("%s\n", text);
     return false;
 }
 
