@@ -132,3 +132,14 @@ endif
 ifneq ($(filter 09-zero,$(LESSONS_GRADED)),)
 test-lesson09: $(CKPT_COMPARE) $(if $(filter 06-inference,$(LESSONS_GRADED)),$(BUILD)/solutions/06-inference/train)
 endif
+# lesson 10's extra checks compare one step of --accumulate K with more ranks (checkpoints) and --precision fp32
+# with lesson 03's program.
+ifneq ($(filter 10-precision,$(LESSONS_GRADED)),)
+test-lesson10: $(CKPT_COMPARE) $(BUILD)/solutions/03-ddp/train
+endif
+# lesson 10's PyTorch references (tests/lesson10/fixtures: rounding cases, GradScaler's scales) regenerated and
+# compared with the committed files; skipped, saying why, without torch (run-tests.sh runs it too).
+.PHONY: torch-check-lesson10
+HELP_TARGETS += torch-check-lesson10
+torch-check-lesson10:
+	@timeout --kill-after=5 300 python3 tests/lesson10/make-fixture.py --check
