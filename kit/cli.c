@@ -101,7 +101,7 @@ static const CliOption OPTIONS[] = {
      "measure latency (batch 1: p50, p99) and throughput (batch 256)\ninstead of evaluating the test set"},
     // lesson 10 (precision and large batches)
     {"precision", "FMT", CLI_PREC, OPT_STRING, FIELD(precision), "fp32", 0, 0, precision_choices,
-     ": the format activations, weights and gradients are\nrounded to (emulated: float32 containers)"},
+     ": what activations, weights and gradients are\nrounded to (emulated in float32 containers)"},
     {"loss-scale", "S", CLI_PREC, OPT_STRING, FIELD(loss_scale), "dynamic", 0, 0, NULL,
      "dynamic (fp16's: grows, backs off on inf), none, or a\nnumber (a static scale); bf16 and fp32 need none"},
     {"scale-window", "N", CLI_PREC, OPT_INT, FIELD(scale_window), "2000", 1, 1000000, NULL,
