@@ -75,38 +75,49 @@ void mixed_free(Mixed *mx) {
     free(mx);
 }
 
-// One micro-batch's forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in
-// the model's grads (zeroed first). The model's hook rounds every layer's output, output gradient and weight
-// gradient (TODO 2b); the two tensors it does not see are rounded here: the input batch (the first conv reads it
-// in 16 bits) and the loss gradient (the last linear layer's output gradient). The loss itself is computed in
-// fp32 from the 16-bit logits, as autocast runs cross_entropy. Returns the micro-batch's metrics.
-static Metrics micro_forward_backward(Mixed *mx, const Batch *b, float label_smoothing, float grad_scale) {
+// Micro-batch k of K of this rank's batch b: its samples k, k + K, k + 2K, ... Why every K-th and not a slice:
+// the sampler deals an epoch's positions round the ranks (rank r of W takes r, r + W, ...), so these are exactly
+// the samples rank r + k W of a K times larger world takes for the same step: the same micro-batches, hence the
+// same BN batch statistics and the same gradient, whether K runs one after the other or on K W ranks.
+// Its forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in the model's grads
+// (zeroed first). The model's hook rounds every layer's output, output gradient and weight gradient (TODO 2b);
+// the two tensors it does not see are rounded here: the input batch (the first conv reads it in 16 bits) and
+// the loss gradient (the last linear layer's output gradient). The loss itself is computed in fp32 from the
+// 16-bit logits, as autocast runs cross_entropy. Returns the micro-batch's metrics.
+static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, float label_smoothing,
+                                      float grad_scale) {
     Model *m = mx->model;
     Device d = m->device;
-    const int n = b->n, k = m->cfg.classes;
+    const int n = b->n / K, classes = m->cfg.classes;
     const size_t image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
     CHECKF(n <= m->max_batch, "the model is built for local batch / --accumulate samples",
            "a micro-batch of %d samples for a model of %d", n, m->max_batch);
-    device_copy_to(d, m->input, b->x, (size_t)n * image * F);  // (n, C, H, W)
-    device_copy_to(d, m->labels, b->y, (size_t)n * sizeof(int));
+    int *labels = xmalloc((size_t)n * sizeof(int) + 1);  // (n) this micro-batch's, in host memory
+    for (int t = 0; t < n; t++) labels[t] = b->y[k + (size_t)K * t];
+    if (K == 1) device_copy_to(d, m->input, b->x, (size_t)n * image * F);  // (n, C, H, W)
+    else
+        for (int t = 0; t < n; t++)
+            device_copy_to(d, m->input + t * image, b->x + (k + (size_t)K * t) * image, image * F);
+    device_copy_to(d, m->labels, labels, (size_t)n * sizeof(int));
     lowp_round_buffer(d, mx->format, m->input, (size_t)n * image, NULL);
-    const float *logits = model_forward(m, m->input, n, true);  // (n, k)
-    cross_entropy_forward(d, n, k, logits, m->labels, label_smoothing, m->loss);
-    argmax_rows(d, n, k, logits, m->pred);
-    device_memset_zero(d, m->dlogits, (size_t)n * k * F);  // backward ops accumulate
-    cross_entropy_backward(d, n, k, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
-    lowp_round_buffer(d, mx->format, m->dlogits, (size_t)n * k, NULL);
+    const float *logits = model_forward(m, m->input, n, true);  // (n, classes)
+    cross_entropy_forward(d, n, classes, logits, m->labels, label_smoothing, m->loss);
+    argmax_rows(d, n, classes, logits, m->pred);
+    device_memset_zero(d, m->dlogits, (size_t)n * classes * F);  // backward ops accumulate
+    cross_entropy_backward(d, n, classes, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
+    lowp_round_buffer(d, mx->format, m->dlogits, (size_t)n * classes, NULL);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, n);
     // The metrics, as the kit's train_forward_backward counts them.
     device_copy_from(d, m->host_loss, m->loss, (size_t)n * F);
     device_copy_from(d, m->host_pred, m->pred, (size_t)n * sizeof(int));
     Metrics r = {0, 0, 0};
-    for (int i = 0; i < n; i++) {
-        r.loss_sum += m->host_loss[i];
-        r.correct += m->host_pred[i] == b->y[i];
+    for (int t = 0; t < n; t++) {
+        r.loss_sum += m->host_loss[t];
+        r.correct += m->host_pred[t] == labels[t];
     }
     r.count = n;
+    free(labels);
     return r;
 }
 
@@ -147,9 +158,8 @@ static void allreduce_master_grad(Mixed *mx) {
 
 // ---------------------------------------------------------------- the step (TODO 5)
 
-// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches of b->n / K samples
-//   (micro-batch k: the samples from k x b->n / K on, a Batch of its own: b->x and b->y at that offset).
-//   a. Each micro-batch: micro_forward_backward with the gradient scale that makes the K of them add up to the
+// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches of b->n / K samples.
+//   a. Each micro-batch k: micro_forward_backward with the gradient scale that makes the K of them add up to the
 //      gradient of the MEAN loss over b, multiplied by the loss scale (mx->scaler.scale). Then add the model's
 //      gradients into mx->master_grad in fp32 (the first one copied: the buffer holds the last step's). Why not
 //      let the model's gradients accumulate across micro-batches, as PyTorch's .grad does? Here they are 16-bit
@@ -169,16 +179,14 @@ static void allreduce_master_grad(Mixed *mx) {
 Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_smoothing) {
     Model *m = mx->model;
     const Device d = m->device;
-    const size_t n = m->n_params, image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
+    const size_t n = m->n_params;
     const int K = mx->accumulate;
     CHECKF(b->n % K == 0, "the local batch (--batch-size / ranks) must divide by --accumulate",
            "a batch of %d samples in %d micro-batches", b->n, K);
-    const int micro = b->n / K;
     double start = time_now(), compute = 0.0, comm = 0.0;
     Metrics r = {0, 0, 0};
-    (void)n, (void)image, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
-    Batch first = {.n = micro, .x = b->x, .y = b->y, .index = b->index, .loader = NULL};
-    r = micro_forward_backward(mx, &first, label_smoothing, 1.0f / (float)micro);  // no update yet
+    (void)d, (void)n, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
+    r = micro_forward_backward(mx, b, 0, K, label_smoothing, 1.0f / (float)(b->n / K));  // no update yet
     compute += time_now() - start;
     double bn_start = time_now();
     // BN running statistics: each rank (and each micro-batch) updated its own. Rank 0's win, as in lesson 03.

@@ -122,7 +122,10 @@ struct Mixed {
 Mixed *mixed_create(ProcessGroup *pg, Model *m, const TrainOptions *o);
 void mixed_free(Mixed *mx);
 // TODO 5: one optimizer step over K = accumulate micro-batches of this rank's batch b (b->n / K samples each;
-// b->n divisible by K). Returns this rank's metrics of b, as ddp_step does.
+// b->n divisible by K). Micro-batch k is samples k, k + K, k + 2K, ... of b: on rank r of W, exactly the samples
+// rank r + k W of W x K ranks gets at the same step, so `W ranks --accumulate K` and `W x K ranks` at the same
+// --batch-size take the same step (BN's batch statistics included). Returns this rank's metrics of b, as
+// ddp_step does.
 Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_smoothing);
 // TODO 6: the learning rate for a global batch under --lr-rule: "fixed": base_lr; "linear": base_lr x
 // global_batch / ref_batch (ref_batch: the batch base_lr was tuned for).

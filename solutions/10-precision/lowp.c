@@ -50,7 +50,7 @@ uint16_t bf16_from_float(float x) {
 float bf16_to_float(uint16_t h) {
     // BEGIN SOLUTION
     return float_of((uint32_t)h << 16);
-    // STARTER: (void)h;
+    // STARTER: (void)h, (void)float_of;
     // STARTER: return 0.0f;
     // END SOLUTION
 }
