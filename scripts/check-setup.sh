@@ -58,7 +58,7 @@ try_link() {
     "$cc" -x c - -o /dev/null "$@" >/dev/null 2>&1
 }
 
-echo "check-setup: what this machine has for the workshop (lessons 01-09)"
+echo "check-setup: what this machine has for the workshop (lessons 01-10)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -378,8 +378,13 @@ if [ $base = 1 ]; then
   else
     say "NOT" "09 ZeRO / FSDP: needs Open MPI (above)"
   fi
+  if [ "$mpi" = 1 ]; then  # lesson 10 builds against MPI and grades on 2 ranks
+    say ready "10 mixed precision: bf16 / fp16 rounding, loss scaling, bf16 all-reduce, accumulation, make grade"
+  else
+    say "NOT" "10 mixed precision: needs Open MPI (above)"
+  fi
 else
-  say "NOT" "01-09: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
+  say "NOT" "01-10: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
 
 if [ $n_missing -gt 0 ]; then
