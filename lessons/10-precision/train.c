@@ -263,7 +263,7 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
         pr.after = xmalloc(n * sizeof(float) + 1);
         pr.grad = xmalloc(n * sizeof(float) + 1);
     }
-    if (r.is_main) print_setup(pr.mx, &r, &scaled, scaled.lr);
+    if (r.is_main) print_setup(pr.mx, &r, o, scaled.lr);
     ddp_run_epochs(&r);
     r.ddp.compute_seconds = pr.mx->compute_seconds, r.ddp.comm_seconds = pr.mx->comm_seconds;
     take_grad_stats(&pr, pg);  // the part of an epoch a --stop-at cut short
