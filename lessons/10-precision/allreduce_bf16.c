@@ -6,7 +6,8 @@
 // bf16 half that. What it costs: every message is rounded to bf16 (8 bits of mantissa, a relative error up to
 // 2^-9 per hop). The SUMS are not: each rank adds what it receives to its own fp32 values, so the error is one
 // rounding per hop, not one per addition of a 16-bit accumulator.
-// PyTorch: model.register_comm_hook(state, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)
+// PyTorch: from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+//          model.register_comm_hook(state, bf16_compress_hook)
 //   (which casts the whole gradient to bf16 and all-reduces in bf16: NCCL then sums in bf16 inside its kernels)
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,8 @@ void allreduce_bf16_avg(ProcessGroup *pg, float *buf, size_t n) {
         ring.dev_in = device_alloc_as(d, words * sizeof(float) + 1, MEM_COMM);
     }
     const int next = (r + 1) % W, prev = (r + W - 1) % W;
-    (void)next, (void)prev, (void)chunk_start, (void)bf16_pack, (void)bf16_unpack, (void)ring_exchange;
+    (void)buf, (void)next, (void)prev, (void)chunk_start;
+    (void)bf16_pack, (void)bf16_unpack, (void)ring_exchange;
     if (ring.dev_out) device_free(d, ring.dev_out), device_free(d, ring.dev_in);
     free(ring.out);
     free(ring.in);

@@ -74,6 +74,11 @@ for p in "fp32" "bf16" "fp16 --loss-scale dynamic --scale-window 50" "fp16 --los
 done
 run 2 "$train" "${S[@]}" --epochs 2 --model tiny --precision fp16 --loss-scale none
 awk -v u="$(field underflow)" 'BEGIN { exit !(u > 0) }' || bad "fp16 --loss-scale none: underflow $(field underflow), expected > 0"
+# Gradients 10^4 times smaller (a static scale of 1e-4 stands for a deeper net's): harmless in fp32, fatal in fp16.
+for p in fp32 fp16; do
+  run 2 "$train" "${S[@]}" --epochs 2 --model tiny --precision "$p" --loss-scale 0.0001
+  say "--precision $p --loss-scale 0.0001: train_loss $(field train_loss) test_acc $(field test_acc) underflow $(field underflow)"
+done
 
 # 4. bf16 master weights lose updates
 for m in fp32 bf16; do
