@@ -75,11 +75,11 @@ void mixed_free(Mixed *mx) {
     free(mx);
 }
 
-// Micro-batch k of K of this rank's batch b: its samples [k n, (k + 1) n), n = b->n / K, as consecutive batches of
-// a PyTorch DataLoader would be. A world of W x K ranks whose rank r K + k got exactly those samples would take
-// the same step: the same micro-batches, hence the same BN batch statistics. (The kit's sampler deals a larger
-// world every (W K)-th sample instead, which groups the samples differently: a BN-free model then differs from
-// it only in the order of float32 sums, a BN model also in its batch statistics.)
+// Micro-batch k of K of this rank's batch b: every K-th of its samples, starting at the k-th (n = b->n / K of
+// them). The sampler deals a step's positions round the ranks (rank r of W takes r, r + W, r + 2W, ...), so these
+// are the positions r + kW, r + kW + KW, ...: exactly what rank r + kW of a world K times larger takes. Both runs
+// then take the same step: the same micro-batches, hence the same BN batch statistics, up to the order of the
+// float32 sums. (K consecutive slices would give the same gradient without BN, other BN batches with it.)
 // Its forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in the model's grads
 // (zeroed first). The model's hook rounds every layer's output, output gradient and weight gradient (TODO 2b);
 // the two tensors it does not see are rounded here: the input batch (the first conv reads it in 16 bits) and
@@ -93,9 +93,16 @@ static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, f
     const size_t image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
     CHECKF(n <= m->max_batch, "the model is built for local batch / --accumulate samples",
            "a micro-batch of %d samples for a model of %d", n, m->max_batch);
-    const float *x = b->x + (size_t)k * n * image;  // (n, C, H, W) in host memory
-    const int *labels = b->y + (size_t)k * n;        // (n)
-    device_copy_to(d, m->input, x, (size_t)n * image * F);
+    int *labels = xmalloc((size_t)n * sizeof(int));  // (n) this micro-batch's, in host memory
+    if (K == 1) {  // the whole batch: one copy
+        device_copy_to(d, m->input, b->x, (size_t)n * image * F);
+        memcpy(labels, b->y, (size_t)n * sizeof(int));
+    } else {
+        for (int t = 0; t < n; t++) {  // sample k + tK of b (b->x: (b->n, C, H, W) in host memory)
+            device_copy_to(d, m->input + (size_t)t * image, b->x + (size_t)(k + t * K) * image, image * F);
+            labels[t] = b->y[k + t * K];
+        }
+    }
     device_copy_to(d, m->labels, labels, (size_t)n * sizeof(int));
     lowp_round_buffer(d, mx->format, m->input, (size_t)n * image, NULL);
     const float *logits = model_forward(m, m->input, n, true);  // (n, classes)
@@ -115,6 +122,7 @@ static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, f
         r.correct += m->host_pred[t] == labels[t];
     }
     r.count = n;
+    free(labels);
     return r;
 }
 

@@ -58,10 +58,10 @@ fi
 # relative each, of sums no larger than the sum of |g|) and of the all-reduce, moved by lr = 0.05 over 2 steps:
 # around 1e-8 of the largest weight. 1e-6 leaves that a hundred times; a wrong accumulation (a gradient K times
 # too large, one micro-batch's only) moves the weights by a share of lr |g|, 1e-3 of the largest weight or more.
-# Measured: 1.5e-8. BN-free only: the kit's sampler deals each rank every W-th sample of the shuffled epoch, so
-# 4 ranks' batches (samples j, j+4, j+8...) and 2 ranks' micro-batches (a contiguous half of samples r, r+2...)
-# group the same 32 samples differently, and batch norm's statistics are per group. The autograder's
-# test_accumulate_equals_world builds the micro-batches itself and covers tiny-bn.
+# Measured: 1.5e-8. BN-free only: the runs take the same micro-batches (micro-batch k of rank r takes every K-th
+# of its samples from the k-th: what rank r + kW of the larger world takes), so a BN model's weights agree as
+# well, but its running statistics do not (a rank running K micro-batches updates them K times a step) and
+# --save-params writes them. The autograder's test_accumulate_equals_world compares the weights of tiny-bn.
 if [ -n "$compare" ]; then
   for model in tiny; do
     ref=

@@ -487,20 +487,22 @@ typedef struct {
     Batch b;
 } TestBatch;
 
-static TestBatch batch_slice(int global, int first, int n, int step) {
+// Samples first, first + stride, ... (n of them) of step `step`'s global batch of `global` synthetic images.
+static TestBatch batch_strided(int global, int first, int n, int stride, int step) {
     Dataset ds;
     dataset_synthetic(&ds, global, 10, 3, 32, 32, 7 + (uint64_t)step, SPLIT_TRAIN);
     TestBatch tb;
     tb.x = xmalloc((size_t)n * IMAGE * sizeof(float));
     tb.y = xmalloc((size_t)n * sizeof(int));
     int *idx = xmalloc((size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) idx[i] = first + i;
+    for (int i = 0; i < n; i++) idx[i] = first + i * stride;
     dataset_fill_batch(&ds, idx, n, NULL, 7, 0, tb.x, tb.y);
     free(idx);
     dataset_free(&ds);
     tb.b = (Batch){.n = n, .x = tb.x, .y = tb.y};
     return tb;
 }
+static TestBatch batch_slice(int global, int first, int n, int step) { return batch_strided(global, first, n, 1, step); }
 static void batch_free(TestBatch *tb) { free(tb->x), free(tb->y); }
 
 // ---------------------------------------------------------------- TODO 2 + 5: master weights
@@ -942,7 +944,8 @@ static void test_fp32_equals_ddp(void **state) {
     if (pg_rank(world) == 0) print_message("--precision fp32: 2 steps equal to ddp_step bit for bit (tiny-bn, tiny)\n");
 }
 
-// --accumulate K on W ranks against the global batch of W x K micro-batches computed here on one rank: each
+// --accumulate K on W ranks against the global batch of W x K micro-batches computed here on one rank (rank r's
+// local batch is the slice [r local, (r + 1) local); its micro-batch k every K-th sample of it from the k-th): each
 // micro-batch j's gradient g_j (train_forward_backward with 1/M, M = local / K samples: BN's statistics per
 // micro-batch, as on W x K ranks), their mean in double, then SGD in double.
 //   The learner's micro-batch gradient is g_j / K exactly (K and M powers of two: the scaled backward is the same
@@ -972,7 +975,7 @@ static bool accumulation_ok(ProcessGroup *pg, const char *model, int K, char *wh
         memcpy(ref->params, p0, n * sizeof(float));
         memset(g, 0, n * sizeof(double)), memset(S, 0, n * sizeof(double));
         for (int j = 0; j < w * K; j++) {
-            TestBatch mb = batch_slice(global, j * micro, micro, step);
+            TestBatch mb = batch_strided(global, (j / K) * local + j % K, micro, K, step);
             memcpy(ref->buffers, buf0, nb * sizeof(float));
             train_forward_backward(ref, &mb.b, 0.0f, 1.0f / (float)micro);
             for (size_t i = 0; i < n; i++) g[i] += ref->grads[i], S[i] += fabs(ref->grads[i]);
