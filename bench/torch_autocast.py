@@ -118,7 +118,7 @@ def child(a):
         loss = step()
     sync()
     dt = (time.perf_counter() - t0) / a.steps
-    row = {"model": name, "mode": mode, "device": dev, "batch": a.batch, "threads": a.threads,
+    row = {"torch": torch.__version__, "model": name, "mode": mode, "device": dev, "batch": a.batch, "threads": a.threads,
            "images_per_s": a.batch / dt, "ms_per_step": 1e3 * dt, "loss": loss.item()}
     if dev == "cuda":
         row["peak_bytes"] = torch.cuda.max_memory_allocated()
@@ -221,8 +221,11 @@ def main():
     for m in a.models:
         if m not in MODELS:
             ap.error(f"--models: unknown model '{m}' (known: {', '.join(MODELS)})")
-    import torch
-    has_cuda = torch.cuda.is_available()
+    if a.device == "cpu":   # the parent need not import torch (seconds): the children report its version
+        has_cuda = False
+    else:
+        import torch
+        has_cuda = torch.cuda.is_available()
     devs = {"auto": ["cpu"] + (["cuda"] if has_cuda else []), "cpu": ["cpu"], "cuda": ["cuda"],
             "both": ["cpu", "cuda"]}[a.device]
     if "cuda" in devs and not has_cuda:
@@ -234,13 +237,12 @@ def main():
     hw_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
     L = [f"# PyTorch autocast on the kit's networks: fp32 against bf16 / fp16 training steps", "",
          f"{datetime.date.today()}, `python3 bench/torch_autocast.py {' '.join(sys.argv[1:])}`; PyTorch "
-         f"{torch.__version__}; CPU: {model_name}, {cores} cores, {a.threads} thread(s); bf16-related flags: "
+         f"{{torch}}; CPU: {model_name}, {cores} cores, {a.threads} thread(s); bf16-related flags: "
          f"{', '.join(flags) or 'none'} -> "
          + ("the CPU multiplies bf16 in hardware." if hw_bf16 else
             "**no bf16 arithmetic on this CPU** (neither avx512_bf16 nor amx_bf16): PyTorch converts bf16 to fp32 "
             "or uses slow fallback kernels, so bf16 is a memory format here, not a speed-up."), ""]
-    shares = []
-    sections = []
+    shares, sections, versions = [], [], []
     for dev in devs:
         modes = CPU_MODES if dev == "cpu" else GPU_MODES
         batch = parse_map(a.batch, CPU_BATCH if dev == "cpu" else GPU_BATCH)
@@ -249,8 +251,10 @@ def main():
             batch = {m: 8 for m in MODELS}
             steps = {m: 1 for m in MODELS}
         rows, ratio = measure(a, dev, modes, batch, steps, a.warmup, shares)
+        versions += [r[0]["torch"] for r in rows.values()]
         title = "CPU" if dev == "cpu" else f"GPU: {rows[(a.models[0], 'fp32')][0]['gpu']}"
         sections += [f"## {title}", ""] + table(dev, modes, rows, ratio, a.models) + [""]
+    L[2] = L[2].replace("{torch}", versions[0] if versions else "?")
     L += cpu_share.report_lines(shares, "make bench-autocast") + [""]
     L += sections
     L += ["Each row: the median of the rounds' images/s; `vs fp32` the median of each round's ratio to the fp32 run "
