@@ -130,6 +130,57 @@ def child(a):
     print(json.dumps(row))
 
 
+def gemm_shapes(images, max_square, sets):
+    """bench/gemm_shapes.h's table (the C benchmarks' shapes): [(name, m, n, k)]."""
+    import re
+    with open(os.path.join(HERE, "gemm_shapes.h")) as f:
+        rows = re.findall(r'\{"([^"]+)", (\d+), (\d+), (\d+)\}', f.read())
+    out = []
+    for name, m, k, npi in rows:
+        m, k, npi = int(m), int(k), int(npi)
+        if name.split()[0] in sets and (npi or m <= max_square):
+            out.append((name, m, npi * images if npi else m, k))
+    return out
+
+
+def gemm_table(a, dev):
+    """torch.matmul in fp32, bf16 and fp16 (fp32 accumulation inside the library) on the C benchmarks' shapes:
+    PyTorch's own low-precision GEMM on this device (its bundled oneDNN or a fallback on a CPU)."""
+    import torch
+    torch.set_num_threads(a.threads)
+    if dev == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    images = 1 if a.quick else (8 if dev == "cpu" else 128)
+    shapes = gemm_shapes(images, 256 if a.quick else (2048 if dev == "cpu" else 4096), a.gemm_sets.split(","))
+    L = [f"| shape | M x N x K | fp32 ms (GFLOP/s) | bf16 ms (GFLOP/s) | fp16 ms (GFLOP/s) | bf16 / fp32 speed |",
+         "|---|---|---:|---:|---:|---:|"]
+    for name, m, n, k in shapes:
+        gen = torch.Generator().manual_seed(0)
+        A = (torch.rand(m, k, generator=gen) * 2 - 1).to(dev)
+        B = (torch.rand(k, n, generator=gen) * 2 - 1).to(dev)
+        cells, ms = [], {}
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            x, y = A.to(dt), B.to(dt)
+            t0 = time.perf_counter()
+            x @ y
+            sync()
+            first = time.perf_counter() - t0
+            reps, t0 = 0, time.perf_counter()
+            # A kind slower than 2 s a call (a CPU's fallback kernel) is timed by its first call alone.
+            while first < 2.0 and (reps < 3 or time.perf_counter() - t0 < (0.0 if a.quick else 0.3)):
+                x @ y
+                reps += 1
+            sync()
+            dt_s = (time.perf_counter() - t0) / reps if reps else first
+            ms[dt] = 1e3 * dt_s
+            cells.append(f"{ms[dt]:.2f} ({2 * m * n * k / dt_s * 1e-9:.1f})")
+        L.append(f"| {name} | {m} x {n} x {k} | " + " | ".join(cells) +
+                 f" | **{ms[torch.float32] / ms[torch.bfloat16]:.2f}x** |")
+        print(f"torch_autocast: gemm {dev} {name}: " + ", ".join(cells), file=sys.stderr)
+    return L
+
+
 def run_child(a, dev, name, mode, batch, steps, warmup):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--device", dev, "--model", name, "--mode", mode,
            "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads)]
@@ -208,6 +259,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny batches, 1 step, 1 round: the harness only")
+    ap.add_argument("--gemm", action="store_true",
+                    help="instead of training: torch.matmul fp32 / bf16 / fp16 on bench/gemm_shapes.h's shapes")
+    ap.add_argument("--gemm-sets", default="fmnist,resnet9,square")
     # the child's own arguments
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -235,7 +289,8 @@ def main():
     model_name, cores = cpu_share.cpu_model()
     flags = cpu_flags()
     hw_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
-    L = [f"# PyTorch autocast on the kit's networks: fp32 against bf16 / fp16 training steps", "",
+    L = [("# PyTorch's low-precision GEMM (torch.matmul) against fp32 on the C benchmarks' shapes" if a.gemm else
+          "# PyTorch autocast on the kit's networks: fp32 against bf16 / fp16 training steps"), "",
          f"{datetime.date.today()}, `python3 bench/torch_autocast.py {' '.join(sys.argv[1:])}`; PyTorch "
          f"{{torch}}; CPU: {model_name}, {cores} cores, {a.threads} thread(s); bf16-related flags: "
          f"{', '.join(flags) or 'none'} -> "
@@ -243,21 +298,28 @@ def main():
             "**no bf16 arithmetic on this CPU** (neither avx512_bf16 nor amx_bf16): PyTorch converts bf16 to fp32 "
             "or uses slow fallback kernels, so bf16 is a memory format here, not a speed-up."), ""]
     shares, sections, versions = [], [], []
-    for dev in devs:
+    for dev in devs if a.gemm else []:
+        import torch
+        sections += [f"## torch.matmul on {'the CPU' if dev == 'cpu' else torch.cuda.get_device_name()}", ""]
+        sections += gemm_table(a, dev) + [""]
+        versions.append(torch.__version__)
+    for dev in devs if not a.gemm else []:
         modes = CPU_MODES if dev == "cpu" else GPU_MODES
         batch = parse_map(a.batch, CPU_BATCH if dev == "cpu" else GPU_BATCH)
         steps = parse_map(a.steps, CPU_STEPS if dev == "cpu" else GPU_STEPS)
         if a.quick:
             batch = {m: 8 for m in MODELS}
             steps = {m: 1 for m in MODELS}
-        rows, ratio = measure(a, dev, modes, batch, steps, a.warmup, shares)
+        # A GPU's first steps pick cuDNN's algorithms (benchmark mode) and fill the caching allocator.
+        warmup = max(a.warmup, 3) if dev == "cuda" and not a.quick else a.warmup
+        rows, ratio = measure(a, dev, modes, batch, steps, warmup, shares)
         versions += [r[0]["torch"] for r in rows.values()]
         title = "CPU" if dev == "cpu" else f"GPU: {rows[(a.models[0], 'fp32')][0]['gpu']}"
         sections += [f"## {title}", ""] + table(dev, modes, rows, ratio, a.models) + [""]
     L[2] = L[2].replace("{torch}", versions[0] if versions else "?")
     L += cpu_share.report_lines(shares, "make bench-autocast") + [""]
     L += sections
-    L += ["Each row: the median of the rounds' images/s; `vs fp32` the median of each round's ratio to the fp32 run "
+    L += [] if a.gemm else ["Each row: the median of the rounds' images/s; `vs fp32` the median of each round's ratio to the fp32 run "
           "of the same round; memory of the round nearest the median. Peak RSS growth = the process's peak resident "
           "memory after the steps less its peak after `import torch`, the model and the batch (activations, "
           "gradients, optimizer state, autocast's cast copies of the weights, the libraries' work buffers).", ""]
