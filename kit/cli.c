@@ -20,6 +20,9 @@ typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_DOUBLE, OPT_SEED, OPT_FLAG } 
 static const char *device_choices(void) { return "auto|cpu|cuda|cuda-emu"; }
 static const char *balance_choices(void) { return "params|time"; }
 static const char *schedule_choices(void) { return "gpipe|1f1b"; }
+static const char *precision_choices(void) { return "fp32|bf16|fp16"; }
+static const char *master_choices(void) { return "fp32|bf16"; }
+static const char *lr_rule_choices(void) { return "fixed|linear"; }
 
 // One row per option: adding an option is a TrainOptions field and a row here. Parsing, the range check,
 // the default, --help and the "does not apply to this lesson" error all come from the row.
@@ -96,6 +99,23 @@ static const CliOption OPTIONS[] = {
      "write the confusion matrix as CSV to FILE (make plot draws it)"},
     {"latency", NULL, CLI_INFER, OPT_FLAG, FIELD(latency), NULL, 0, 0, NULL,
      "measure latency (batch 1: p50, p99) and throughput (batch 256)\ninstead of evaluating the test set"},
+    // lesson 10 (precision and large batches)
+    {"precision", "FMT", CLI_PREC, OPT_STRING, FIELD(precision), "fp32", 0, 0, precision_choices,
+     ": what activations, weights and gradients are\nrounded to (emulated in float32 containers)"},
+    {"loss-scale", "S", CLI_PREC, OPT_STRING, FIELD(loss_scale), "dynamic", 0, 0, NULL,
+     "dynamic (fp16's: grows, backs off on inf), none, or a\nnumber (a static scale); bf16 and fp32 need none"},
+    {"scale-window", "N", CLI_PREC, OPT_INT, FIELD(scale_window), "2000", 1, 1000000, NULL,
+     "good steps in a row before a dynamic scale doubles"},
+    {"master", "FMT", CLI_PREC, OPT_STRING, FIELD(master), "fp32", 0, 0, master_choices,
+     ": the master weights' format (bf16: updates vanish)"},
+    {"allreduce", "FMT", CLI_PREC, OPT_STRING, FIELD(allreduce), "fp32", 0, 0, master_choices,
+     ": the gradient all-reduce's wire format"},
+    {"accumulate", "K", CLI_PREC, OPT_INT, FIELD(accumulate), "1", 1, 1024, NULL,
+     "micro-batches per optimizer step, 1..1024 (each rank's\nbatch split K ways: the memory of a K times smaller batch)"},
+    {"lr-rule", "RULE", CLI_PREC, OPT_STRING, FIELD(lr_rule), "fixed", 0, 0, lr_rule_choices,
+     ": linear = --lr x --batch-size / --lr-ref-batch"},
+    {"lr-ref-batch", "N", CLI_PREC, OPT_INT, FIELD(lr_ref_batch), "128", 1, 65536, NULL,
+     "the global batch the base --lr was tuned for"},
     // lesson 08 (pipelines; the ranges are its PIPE_MAX_STAGES and PIPE_MAX_MICRO)
     {"stages", "N", CLI_PIPE, OPT_INT, FIELD(stages), "2", 1, 8, NULL, "stages the model is cut into, 1..8"},
     {"micro-batches", "M", CLI_PIPE, OPT_INT, FIELD(micro_batches), "4", 1, 64, NULL,
@@ -250,6 +270,16 @@ bool cli_name_in_list(const char *name, const char *list) {
     return false;
 }
 
+// --loss-scale: a word or a positive number (a scale of 0 would zero every gradient; above 1e30 the scaled
+// loss of a float32 run is inf before anything is rounded).
+static bool loss_scale_ok(const char *s) {
+    if (strcmp(s, "dynamic") == 0 || strcmp(s, "none") == 0) return true;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    return !errno && end != s && !*end && v > 0.0 && v <= 1e30;
+}
+
 void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     memset(o, 0, sizeof *o);
     for (int i = 0; i < N_OPTIONS; i++)
@@ -290,6 +320,8 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");
+    if ((groups & CLI_PREC) && !loss_scale_ok(o->loss_scale))
+        usage_error("--loss-scale must be dynamic, none or a number in (0, 1e30], got '%s'", o->loss_scale);
 }
 
 void cli_apply_dataset_defaults(TrainOptions *o) {

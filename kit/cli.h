@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+// Lesson 10's precision options (--precision, --loss-scale, --master, --allreduce, --accumulate, --lr-rule, ...).
+enum { CLI_PREC = 1 << 7 };
+
 enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4,
        CLI_PIPE = 1 << 5 };
 
@@ -43,6 +46,16 @@ typedef struct {
     const char *image;           // CLI_INFER: predict this image file (PNG, or raw C*H*W bytes)
     const char *confusion;       // CLI_INFER: write the confusion matrix as CSV to this file (make plot draws it)
     bool latency;                // CLI_INFER: measure latency (batch 1) and throughput (batch 256)
+    // lesson 10 (precision and large batches; the format names are lowp_name's, kit/ops.h: lowp_parse reads them)
+    const char *precision;       // CLI_PREC: fp32|bf16|fp16, the format activations, weights and gradients are rounded to
+    const char *loss_scale;      // CLI_PREC: dynamic (PyTorch's GradScaler: what fp16 needs), none (1), or a number
+                                 //   (a static scale), checked by cli_parse: "dynamic", "none" or in (0, 1e30]
+    int scale_window;            // CLI_PREC: good steps in a row before a dynamic scale grows (GradScaler's 2000)
+    const char *master;          // CLI_PREC: fp32|bf16, the master weights' format (bf16: the failure to show)
+    const char *allreduce;       // CLI_PREC: fp32|bf16, the gradient all-reduce's wire format
+    int accumulate;              // CLI_PREC: micro-batches per optimizer step (each rank's batch split K ways)
+    const char *lr_rule;         // CLI_PREC: fixed|linear, linear: --lr x global batch / --lr-ref-batch
+    int lr_ref_batch;            // CLI_PREC: the global batch the base --lr was tuned for
     // lesson 08 (pipelines)
     int stages, micro_batches;   // CLI_PIPE: stages the model is cut into, micro-batches per batch
     const char *balance;         // CLI_PIPE: params|time, what a cut balances

@@ -518,6 +518,16 @@ Model *model_create_view(Model *owner, int max_batch) {
 
 const float *model_input_grad(const Model *m) { return m->dinput; }
 
+void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx) {
+    m->round_hook = hook;
+    m->round_hook_ctx = ctx;
+}
+
+// The rounding hook at one point, when one is installed (lesson 10; kit/model.h, RoundPoint).
+static void round_at(const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
+    if (m->round_hook) m->round_hook(m->round_hook_ctx, m, layer, at, buf, n);
+}
+
 // Inference only (lesson 06): no grads, velocity, dacts, saved statistics or dlogits (NULL). Forward in eval
 // mode is all such a model can do: model_forward(train = true) and model_backward refuse it. The parameters
 // get model_init's values (seed 0) until a checkpoint is applied (kit/ckpt.h: ckpt_apply skips momentum).
@@ -761,6 +771,7 @@ void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
                        view_ptr(m->params, m, l->bias_view), out);
         break;
     }
+    round_at(m, i, ROUND_OUTPUT, out, count);
 }
 
 const float *model_forward(Model *m, const float *x, int n, bool train) {
@@ -820,8 +831,25 @@ const float *model_forward(Model *m, const float *x, int n, bool train) {
                            view_ptr(m->params, m, l->bias_view), out);
             break;
         }
+        // A fused BN wrote its ReLU's output into the ReLU's (in-place) slot: the hook sees that buffer for the BN
+        // and again for the ReLU, whose forward was done there. Rounding commutes with max(., 0), so the numbers
+        // are those of rounding the BN's output and then the ReLU's.
+        round_at(m, i, ROUND_OUTPUT, out, count);
     }
     return act_ptr(m, m->n_layers - 1, x);
+}
+
+// The gradient of layer i's output as its backward reads it, for the rounding hook: its own slot, or for a BN
+// fused with its ReLU the ReLU's output gradient, which the fused backward masks itself (rounding commutes with
+// the mask). NULL where that is the caller's dlogits (the last layer's), which the caller rounds.
+static float *dout_for_hook(Model *m, int i) {
+    const Layer *l = &m->layers[i];
+    int reader = i;
+    if (l->kind == LAYER_BN && l->fused_relu) {
+        int uses;
+        layer_consumers(m, i, &uses, &reader);
+    }
+    return reader == m->n_layers - 1 ? NULL : dact_ptr(m, reader);
 }
 
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
@@ -847,6 +875,10 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         int c, h, w;
         act_shape(m, l->in, &c, &h, &w);
         size_t count = (size_t)n * l->c * l->h * l->w;
+        if (m->round_hook) {  // every consumer of layer i's output has added its share by now (they come after it)
+            float *dout = dout_for_hook(m, i);
+            if (dout) round_at(m, i, ROUND_DOUT, dout, count);
+        }
         switch (l->kind) {
         case LAYER_CONV: {
             Conv2dDims cd = conv_dims(m, l, n);
@@ -891,7 +923,8 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
                             view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
             break;
         }
-        if (l->param_count > 0 && m->on_grads_ready)
+        if (l->param_count > 0) round_at(m, i, ROUND_DPARAMS, m->grads + l->param_offset, l->param_count);
+        if (l->param_count > 0 && m->on_grads_ready)  // after the rounding: a bucket sends what the hook left
             m->on_grads_ready(m->on_grads_ready_ctx, l->param_offset, l->param_count);
     }
 }

@@ -94,6 +94,25 @@ typedef struct {
 #define MODEL_MAX_VIEWS 128
 
 typedef struct Model Model;
+
+// Lesson 10's rounding hook (Model.round_hook, installed by model_set_round_hook): the model hands it each buffer
+// at the points where a mixed-precision run would store or feed it in a low-precision format, and the hook
+// rounds it in place (round_lowp), so the kit's float32 ops then compute what low-precision kernels would.
+typedef enum {
+    // After layer `layer`'s forward wrote its output, (n, c, h, w) floats, in training AND eval forwards. For a
+    // BN with a fused ReLU (the CPU's batchnorm_relu_forward_train), called for the BN and then for the ReLU,
+    // on the same buffer.
+    ROUND_OUTPUT,
+    // Before layer `layer`'s backward reads dy, the gradient of its output, once every consumer has added its
+    // share. NOT called for the last layer: its dy is the caller's dlogits, which the caller rounds.
+    ROUND_DOUT,
+    // After layer `layer`'s backward: its parameter gradients (grads + param_offset, param_count floats) as
+    // accumulated so far (zero the gradients before a backward to round one pass's contribution alone). Only
+    // for layers with parameters; before on_grads_ready, so a bucket sends the rounded gradients.
+    ROUND_DPARAMS,
+} RoundPoint;
+typedef void (*ModelRoundHook)(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n);
+
 struct Model {
     ModelConfig cfg;
     Device device;
@@ -152,6 +171,11 @@ struct Model {
     void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
     void *on_grads_ready_ctx;
 
+    // Lesson 10's rounding hook (RoundPoint above), set with model_set_round_hook. NULL: never called, and
+    // nothing differs from a model without it.
+    ModelRoundHook round_hook;
+    void *round_hook_ctx;
+
     // An inference model's conv filters in the form its forward computes with (conv2d_prepare: on the CPU,
     // Winograd's transformed filters), made from params by model_prepare_inference; layer i's at
     // prepared_offset[i] when conv2d_prepared_floats is not 0 for it. NULL (a training model, or nothing to
@@ -194,8 +218,11 @@ Model *model_create_stage(const ModelConfig *cfg, Device d, int max_batch, uint6
 // own for batches of up to max_batch (at most owner's): one per micro-batch in flight. Backward through a view
 // accumulates into the owner's gradients; model_free of a view frees only its activations (free views before
 // their owner). Views and their owner share the scratch: run one of them at a time, never two at once.
-// Install bn_ops (model_set_bn_ops) and on_grads_ready on the owner before making views: a view copies them.
+// Install bn_ops (model_set_bn_ops), on_grads_ready and the round hook on the owner before making views: a view
+// copies them.
 Model *model_create_view(Model *owner, int max_batch);
+// Installs the rounding hook (RoundPoint above; ctx is handed to it). NULL: no hook (lessons 01-09 unchanged).
+void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx);
 // The gradient of the input, (n, in_c, in_h, in_w) of the last model_backward, written (not added) by each
 // backward: what a stage sends back across its cut. NULL for a model whose first layer is the network's first
 // (first = 0): nobody needs the image's gradient, so it is not computed.

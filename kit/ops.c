@@ -2,6 +2,8 @@
 // Nothing but dispatch lives here, so a reader can find an op's real code in one jump.
 #include "kit/ops.h"
 
+#include <string.h>
+
 #include "kit/check.h"
 #include "kit/ops_impl.h"
 
@@ -196,4 +198,46 @@ void sgd_update(Device d, size_t n, float *param, const float *grad, float *velo
 #endif
     CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     sgd_update_cpu(n, param, grad, velocity, lr, momentum, weight_decay, nesterov);
+}
+
+void round_lowp(Device d, LowpFormat f, size_t n, float *x, LowpStats *stats) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) { round_lowp_cuda(f, n, x, stats); return; }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
+    round_lowp_cpu(f, n, x, stats);
+}
+
+void scale_inplace(Device d, size_t n, float *x, float s) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) { scale_inplace_cuda(n, x, s); return; }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
+    scale_inplace_cpu(n, x, s);
+}
+
+size_t count_nonfinite(Device d, size_t n, const float *x) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) { return count_nonfinite_cuda(n, x); }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
+    return count_nonfinite_cpu(n, x);
+}
+
+// The names are the --precision / --master / --allreduce choices (kit/cli.c), in LowpFormat's order.
+static const char *const LOWP_NAMES[] = {"fp32", "bf16", "fp16"};
+
+const char *lowp_name(LowpFormat f) {
+    CHECK(f == LOWP_FP32 || f == LOWP_BF16 || f == LOWP_FP16, "lowp_name: unknown format");
+    return LOWP_NAMES[f];
+}
+
+bool lowp_parse(const char *s, LowpFormat *f) {
+    for (int i = 0; s && i < 3; i++) {
+        if (strcmp(s, LOWP_NAMES[i]) == 0) {
+            *f = (LowpFormat)i;
+            return true;
+        }
+    }
+    return false;
 }

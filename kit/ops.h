@@ -14,6 +14,7 @@
 #ifndef KIT_OPS_H
 #define KIT_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kit/device.h"
@@ -126,6 +127,25 @@ void argmax_rows(Device d, int n, int k, const float *logits, int *pred);
 //   param -= lr * step
 void sgd_update(Device d, size_t n, float *param, const float *grad, float *velocity, float lr,
                 float momentum, float weight_decay, int nesterov);
+
+// ---------------------------------------------------------------- low precision (lesson 10)
+// The kit computes in float32; a bf16 or fp16 tensor is EMULATED by rounding a float buffer to the format's
+// values, kept in float containers. A bf16 product summed in float32 is exactly what a tensor core gives
+// (two 8-bit mantissas multiply exactly in float32's 24), so rounding the inputs is all it takes.
+// LowpFormat and LowpStats are in kit/ops_dims.h (the kernels share them).
+//
+// x (n) in place: round to nearest, ties to even, to format f and back to float (LOWP_FP32: unchanged).
+// NaN stays NaN (made quiet, sign kept), +-inf stays +-inf; fp16: |x| >= 65520 becomes +-inf, results below
+// 2^-14 are fp16 subnormals (multiples of 2^-24), |x| <= 2^-25 becomes +-0. stats (host; NULL: not counted):
+// this call's counts are ADDED to it, so one LowpStats can sum many buffers.
+void round_lowp(Device d, LowpFormat f, size_t n, float *x, LowpStats *stats);
+// x (n) *= s, in place (the loss scale and its inverse).
+void scale_inplace(Device d, size_t n, float *x, float s);
+// The number of entries of x (n) that are inf or NaN (an overflowed gradient).
+size_t count_nonfinite(Device d, size_t n, const float *x);
+// "fp32", "bf16", "fp16"; lowp_parse: the reverse (false, f untouched, for anything else).
+const char *lowp_name(LowpFormat f);
+bool lowp_parse(const char *s, LowpFormat *f);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -925,4 +926,53 @@ void sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, 
         velocity[i] = v;
         param[i] -= lr * (nesterov ? g + momentum * v : v);
     }
+}
+
+// ================================================================ low precision
+
+// One element rounded in place (the bits via memcpy: the C way to read a float's representation).
+static inline uint32_t lowp_round_one(LowpFormat f, float *x) {
+    uint32_t u, r;
+    memcpy(&u, x, sizeof u);
+    r = lowp_round_bits(f, u);
+    memcpy(x, &r, sizeof r);
+    return u;
+}
+
+void round_lowp_cpu(LowpFormat f, size_t n, float *x, LowpStats *stats) {
+    CHECK(f == LOWP_FP32 || f == LOWP_BF16 || f == LOWP_FP16, "round_lowp: unknown format");
+    if (!stats) {
+        if (f == LOWP_FP32) return;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) lowp_round_one(f, &x[i]);
+        return;
+    }
+    // The counts read the bits before and after: |x| > 0 (NaN included, as x != 0 is true for it), finite
+    // (exponent not all ones), 0 (magnitude bits all zero), inf (exactly the all-ones exponent, no mantissa).
+    size_t nonzero = 0, underflow = 0, overflow = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nonzero, underflow, overflow) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t before = lowp_round_one(f, &x[i]) & 0x7FFFFFFFu, after;
+        memcpy(&after, &x[i], sizeof after);
+        after &= 0x7FFFFFFFu;
+        bool finite = before < 0x7F800000u;
+        nonzero += before != 0;
+        underflow += finite && before != 0 && after == 0;
+        overflow += finite && after == 0x7F800000u;
+    }
+    stats->nonzero += nonzero;
+    stats->underflow += underflow;
+    stats->overflow += overflow;
+}
+
+void scale_inplace_cpu(size_t n, float *x, float s) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+size_t count_nonfinite_cpu(size_t n, const float *x) {
+    size_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
 }

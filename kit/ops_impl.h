@@ -39,6 +39,9 @@ void cross_entropy_forward_cpu(int n, int k, const float *logits, const int *lab
 void cross_entropy_backward_cpu(int n, int k, const float *logits, const int *labels, float smoothing, float scale, float *dlogits);
 void argmax_rows_cpu(int n, int k, const float *logits, int *pred);
 void sgd_update_cpu(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum, float weight_decay, int nesterov);
+void round_lowp_cpu(LowpFormat f, size_t n, float *x, LowpStats *stats);
+void scale_inplace_cpu(size_t n, float *x, float s);
+size_t count_nonfinite_cpu(size_t n, const float *x);
 
 // ---- CUDA (kit/cuda/*.cu; compiled only when nvcc is found)
 size_t conv2d_work_floats_cuda(const Conv2dDims *s);
@@ -62,6 +65,9 @@ void cross_entropy_forward_cuda(int n, int k, const float *logits, const int *la
 void cross_entropy_backward_cuda(int n, int k, const float *logits, const int *labels, float smoothing, float scale, float *dlogits);
 void argmax_rows_cuda(int n, int k, const float *logits, int *pred);
 void sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity, float lr, float momentum, float weight_decay, int nesterov);
+void round_lowp_cuda(LowpFormat f, size_t n, float *x, LowpStats *stats);
+void scale_inplace_cuda(size_t n, float *x, float s);
+size_t count_nonfinite_cuda(size_t n, const float *x);
 
 #ifdef __cplusplus
 }

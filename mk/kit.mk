@@ -92,3 +92,14 @@ endif
 
 deps:
 	scripts/install-deps.sh
+
+# ---------------------------------------------------------------- round_lowp against PyTorch (lesson 10)
+#   make test-lowp-torch   regenerates tests/fixtures/lowp.bin with the installed PyTorch (x.to(bfloat16 / float16)
+#                          and back) and compares it byte for byte with the committed file that tests/test_lowp.c
+#                          checks the kit against; skipped, saying so, where torch does not import
+.PHONY: test-lowp-torch
+TEST_TARGETS += test-lowp-torch
+HELP_TARGETS += test-lowp-torch
+test-lowp-torch:
+	@if ! python3 -c 'import torch' 2>/dev/null; then echo "test-lowp-torch: skipped: PyTorch not found (pip install torch)"; \
+	else timeout --kill-after=5 300 python3 tests/fixtures/make_lowp.py --check; fi

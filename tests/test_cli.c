@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kit/cli.h"
+#include "kit/ops.h"
 
 static TrainOptions parse(unsigned groups, int argc, char **argv) {
     TrainOptions o;
@@ -90,6 +91,71 @@ static void test_mistakes_are_usage_errors(void **state) {
     check_error(CLI_DIST, 3, b, 2, "--backend must be auto, mpi, nccl or socket, got 'gloo'");
 }
 
+// Lesson 10's options (CLI_PREC): their defaults, their values, their ranges and choices, --loss-scale's three
+// forms, and that they belong to lesson 10 only.
+static void test_precision_options(void **state) {
+    (void)state;
+    char *a0[] = {"train", NULL};
+    TrainOptions o = parse(CLI_DIST | CLI_PREC, 1, a0);
+    assert_string_equal(o.precision, "fp32");
+    assert_string_equal(o.loss_scale, "dynamic");
+    assert_int_equal(o.scale_window, 2000);
+    assert_string_equal(o.master, "fp32");
+    assert_string_equal(o.allreduce, "fp32");
+    assert_int_equal(o.accumulate, 1);
+    assert_string_equal(o.lr_rule, "fixed");
+    assert_int_equal(o.lr_ref_batch, 128);
+    char *a1[] = {"train", "--precision", "fp16", "--loss-scale", "none", "--scale-window", "50", "--master", "bf16",
+                  "--allreduce", "bf16", "--accumulate", "1024", "--lr-rule", "linear", "--lr-ref-batch", "256", NULL};
+    o = parse(CLI_DIST | CLI_PREC, 17, a1);
+    assert_string_equal(o.precision, "fp16");
+    assert_string_equal(o.loss_scale, "none");
+    assert_int_equal(o.scale_window, 50);
+    assert_string_equal(o.master, "bf16");
+    assert_string_equal(o.allreduce, "bf16");
+    assert_int_equal(o.accumulate, 1024);
+    assert_string_equal(o.lr_rule, "linear");
+    assert_int_equal(o.lr_ref_batch, 256);
+    const char *scales[] = {"65536", "1", "0.5", "1e30", "dynamic"};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        char *a2[] = {"train", "--precision", "bf16", "--loss-scale", (char *)scales[i], NULL};
+        o = parse(CLI_PREC, 5, a2);
+        assert_string_equal(o.loss_scale, scales[i]);
+        assert_string_equal(o.precision, "bf16");
+        LowpFormat f;  // the choices are the kit's format names
+        assert_true(lowp_parse(o.precision, &f) && f == LOWP_BF16);
+    }
+    char *bad[][3] = {{"train", "--precision", "fp8"},   {"train", "--master", "fp16"},
+                      {"train", "--allreduce", "fp16"},  {"train", "--accumulate", "0"},
+                      {"train", "--accumulate", "1025"}, {"train", "--lr-rule", "sqrt"},
+                      {"train", "--lr-ref-batch", "0"},  {"train", "--scale-window", "0"},
+                      {"train", "--loss-scale", "0"},    {"train", "--loss-scale", "-8"},
+                      {"train", "--loss-scale", "2e30"}, {"train", "--loss-scale", "static"},
+                      {"train", "--loss-scale", "8x"},   {"train", "--loss-scale", "nan"},
+                      {"train", "--precision", NULL}};
+    const char *why[] = {"--precision must be fp32, bf16 or fp16, got 'fp8'",
+                         "--master must be fp32 or bf16, got 'fp16'",
+                         "--allreduce must be fp32 or bf16, got 'fp16'",
+                         "--accumulate needs an integer in [1, 1024], got '0'",
+                         "--accumulate needs an integer in [1, 1024], got '1025'",
+                         "--lr-rule must be fixed or linear, got 'sqrt'",
+                         "--lr-ref-batch needs an integer in [1, 65536], got '0'",
+                         "--scale-window needs an integer in [1, 1000000], got '0'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got '0'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got '-8'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got '2e30'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got 'static'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got '8x'",
+                         "--loss-scale must be dynamic, none or a number in (0, 1e30], got 'nan'",
+                         "without its value"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check_error(CLI_DIST | CLI_PREC, bad[i][2] ? 3 : 2, bad[i], 2, why[i]);
+    char *other[] = {"train", "--precision", "bf16", NULL};
+    check_error(CLI_DIST | CLI_CKPT | CLI_PIPE, 3, other, 2, "--precision does not apply");
+    char *other2[] = {"train", "--accumulate", "2", NULL};
+    check_error(CLI_DIST, 3, other2, 2, "--accumulate does not apply");
+}
+
 // Lesson 08's options (CLI_PIPE): their defaults, their values, their ranges and choices, and no other lesson's.
 static void test_pipeline_options(void **state) {
     char *a0[] = {"train", NULL};
@@ -159,6 +225,7 @@ static void test_device_cuda_without_gpu(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_values),
+        cmocka_unit_test(test_precision_options),
         cmocka_unit_test(test_mistakes_are_usage_errors),
         cmocka_unit_test(test_device_cuda_without_gpu),
         cmocka_unit_test(test_metrics_path_checked_at_start),

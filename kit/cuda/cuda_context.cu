@@ -15,6 +15,7 @@ struct GpuState {
     cublasHandle_t blas = nullptr;
     bool tf32 = false;               // the math mode last applied to `blas`
     int *flags = nullptr;            // (2) cuda_device_flags(), allocated on first use
+    unsigned long long *counters = nullptr;  // (4) cuda_device_counters(), allocated on first use
 };
 
 // Enough for any single node; cudaGetDevice beyond it is reported, not indexed out of bounds.
@@ -33,6 +34,7 @@ struct ThreadState {
             GpuState &g = gpu[d];
             if (!g.ready) continue;
             if (g.flags) cudaFree(g.flags);
+            if (g.counters) cudaFree(g.counters);
             cublasDestroy(g.blas);
             cudaStreamDestroy(g.compute);
         }
@@ -110,6 +112,12 @@ int *cuda_device_flags(void) {
     GpuState &g = gpu_state();
     if (!g.flags) CUDA_CHECK(cudaMalloc(&g.flags, 2 * sizeof(int)));
     return g.flags;
+}
+
+unsigned long long *cuda_device_counters(void) {
+    GpuState &g = gpu_state();
+    if (!g.counters) CUDA_CHECK(cudaMalloc(&g.counters, 4 * sizeof(unsigned long long)));
+    return g.counters;
 }
 
 void cuda_conv_set_work_budget(size_t floats) { g_conv_budget.store(floats); }

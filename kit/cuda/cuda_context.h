@@ -46,6 +46,10 @@ double *cuda_host_scratch(size_t count);
 // a global flag would let one thread's reset hide the other's error (or report it as its own).
 int *cuda_device_flags(void);
 
+// Four counters of GPU memory owned by this thread on its current GPU, for kernels that count (round_lowp's
+// statistics, count_nonfinite): per thread for the reason the flags above are.
+unsigned long long *cuda_device_counters(void);
+
 // conv2d on CUDA lowers a chunk of images at a time; the chunk is the largest that keeps the scratch
 // (conv2d_work_floats) under this many floats (default 2^26 = 256 MiB; at least one image always).
 // Tests lower it to exercise the multi-chunk path on small shapes. 0 restores the default. Set it

@@ -146,3 +146,75 @@ extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, flo
     size_t total = (size_t)n * c * hw;
     KIT_LAUNCH(avgpool_backward_kernel, total, total, hw, dy, dx);
 }
+
+// ---------------------------------------------------------------- low precision (round_lowp, lesson 10)
+// The rounding is kit/ops_dims.h's lowp_round_bits, the very function the CPU loop calls: the same bits.
+__global__ void round_lowp_kernel(size_t n, LowpFormat f, float *x) {
+    KIT_GRID_LOOP(i, n) { x[i] = __uint_as_float(lowp_round_bits(f, __float_as_uint(x[i]))); }
+}
+
+// The counting version: each thread counts its elements, then adds its three counts to the device counters
+// (integer atomics: exact, in any order). counters: nonzero, underflow, overflow.
+__global__ void round_lowp_count_kernel(size_t n, LowpFormat f, float *x, unsigned long long *counters) {
+    unsigned long long nonzero = 0, underflow = 0, overflow = 0;
+    KIT_GRID_LOOP(i, n) {
+        unsigned before = __float_as_uint(x[i]), after = lowp_round_bits(f, before);
+        x[i] = __uint_as_float(after);
+        before &= 0x7FFFFFFFu;
+        after &= 0x7FFFFFFFu;
+        bool finite = before < 0x7F800000u;
+        nonzero += before != 0;
+        underflow += finite && before != 0 && after == 0;
+        overflow += finite && after == 0x7F800000u;
+    }
+    if (nonzero) atomicAdd(&counters[0], nonzero);
+    if (underflow) atomicAdd(&counters[1], underflow);
+    if (overflow) atomicAdd(&counters[2], overflow);
+}
+
+__global__ void scale_inplace_kernel(size_t n, float *x, float s) {
+    KIT_GRID_LOOP(i, n) { x[i] *= s; }
+}
+
+// inf or NaN: the exponent bits all ones.
+__global__ void count_nonfinite_kernel(size_t n, const float *x, unsigned long long *counter) {
+    unsigned long long bad = 0;
+    KIT_GRID_LOOP(i, n) { bad += (__float_as_uint(x[i]) & 0x7F800000u) == 0x7F800000u; }
+    if (bad) atomicAdd(counter, bad);
+}
+
+// The counters back on the host: the copy on the compute stream, then a wait for it (the caller needs them now).
+static void counters_read(const unsigned long long *counters, unsigned long long *host, int count) {
+    cudaStream_t st = cuda_stream();
+    CUDA_CHECK(cudaMemcpyAsync(host, counters, (size_t)count * sizeof *host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+extern "C" void round_lowp_cuda(LowpFormat f, size_t n, float *x, LowpStats *stats) {
+    CHECK(f == LOWP_FP32 || f == LOWP_BF16 || f == LOWP_FP16, "round_lowp: unknown format");
+    if (!stats) {
+        if (f != LOWP_FP32) KIT_LAUNCH(round_lowp_kernel, n, n, f, x);
+        return;
+    }
+    if (n == 0) return;
+    unsigned long long *counters = cuda_device_counters(), host[3];
+    CUDA_CHECK(cudaMemsetAsync(counters, 0, 3 * sizeof *counters, cuda_stream()));
+    KIT_LAUNCH(round_lowp_count_kernel, n, n, f, x, counters);
+    counters_read(counters, host, 3);
+    stats->nonzero += (size_t)host[0];
+    stats->underflow += (size_t)host[1];
+    stats->overflow += (size_t)host[2];
+}
+
+extern "C" void scale_inplace_cuda(size_t n, float *x, float s) {
+    KIT_LAUNCH(scale_inplace_kernel, n, n, x, s);
+}
+
+extern "C" size_t count_nonfinite_cuda(size_t n, const float *x) {
+    if (n == 0) return 0;
+    unsigned long long *counter = cuda_device_counters(), host = 0;
+    CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof *counter, cuda_stream()));
+    KIT_LAUNCH(count_nonfinite_kernel, n, n, x, counter);
+    counters_read(counter, &host, 1);
+    return (size_t)host;
+}

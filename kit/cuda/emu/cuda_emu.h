@@ -150,6 +150,7 @@ void kit_emu_run(const char *kernel, KitEmuDim grid, KitEmuDim block, size_t shm
 // ---------------------------------------------------------------- device side (C++ only)
 
 #include <math.h>
+#include <string.h>
 
 // As in CUDA's own headers: typed pointers need no cast in C++.
 template <typename T>
@@ -188,6 +189,18 @@ void __syncthreads(void);
 // Memory fences order nothing here: fibers of one block never run at the same time.
 inline void __threadfence(void) {}
 inline void __threadfence_block(void) {}
+
+// Type-punning intrinsics: a float's bits as an unsigned int and back (memcpy: the defined way in C++).
+inline unsigned __float_as_uint(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+inline float __uint_as_float(unsigned u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 // Atomics: fibers switch only at barriers, so a plain read-modify-write is atomic. Returns the old value.
 template <typename T>
