@@ -110,7 +110,8 @@ def pct(x):
 def accuracy(a):
     shares, rows = [], []
     base = ["--batch-size", str(a.batch)] + (["--scale-window", str(a.scale_window)] if a.scale_window else [])
-    for label, opts in ACCURACY_ROWS:
+    # --quick: two rows (the harness, not the comparison)
+    for label, opts in ACCURACY_ROWS if not a.quick else [ACCURACY_ROWS[0], ACCURACY_ROWS[2]]:
         f, tail = run(a, base + opts, label, shares)
         rows.append((label, opts, f, tail))
     L = header(a, "test accuracy by precision", shares)
