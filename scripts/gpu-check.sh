@@ -269,7 +269,7 @@ for s in "${steps[@]}"; do
         --checkpoint "$2/r9.ckpt" >/dev/null && "$1" --dataset synthetic --model resnet9 --checkpoint "$2/r9.ckpt" --device cuda --latency' \
         "$train04" "$train06" "$logdir" ;;
     precision)
-      run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp | tee "$0/results-lowp-gpu.md"' "$logdir"
+      run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
         --out "$logdir/results-autocast-gpu.md" ;;
   esac
