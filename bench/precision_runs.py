@@ -31,6 +31,7 @@ import csv
 import datetime
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,13 +92,14 @@ def data_args(a):
 def header(a, what, shares):
     model, cores = cpu_share.cpu_model()
     L = [f"# Lesson 10: {what}", "",
-         f"{datetime.date.today()}, `python3 bench/precision_runs.py {' '.join(sys.argv[1:])}`: "
+         f"{datetime.date.today()}, `python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}`: "
          f"{os.path.relpath(a.train, ROOT)} on {a.np} rank(s), --device {a.device}, "
          + ("synthetic data (--quick: the harness only, NOT a measurement)" if a.quick else
             f"Fashion-MNIST ({a.data_dir})") + f", {a.epochs} epoch(s), seed {a.seed}"
          + (f", extra options `{' '.join(a.extra)}`" if a.extra else "") + f"; machine: {model}, {cores} cores.", ""]
-    L += cpu_share.report_lines(shares, f"python3 bench/precision_runs.py {' '.join(sys.argv[1:])}")
-    return L + [""]
+    L += cpu_share.report_lines(shares, f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}")
+    return L + ["", "Accuracy and loss do not depend on the machine's load (the same seed gives the same numbers); only "
+                "the seconds do.", ""]
 
 
 def pct(x):
