@@ -113,7 +113,10 @@ def accuracy(a):
     shares, rows = [], []
     base = ["--batch-size", str(a.batch)] + (["--scale-window", str(a.scale_window)] if a.scale_window else [])
     # --quick: two rows (the harness, not the comparison)
-    for label, opts in ACCURACY_ROWS if not a.quick else [ACCURACY_ROWS[0], ACCURACY_ROWS[2]]:
+    chosen = [ACCURACY_ROWS[0], ACCURACY_ROWS[2]] if a.quick else ACCURACY_ROWS
+    if a.rows:
+        chosen = [ACCURACY_ROWS[int(i)] for i in a.rows.split(",")]
+    for label, opts in chosen:
         f, tail = run(a, base + opts, label, shares)
         rows.append((label, opts, f, tail))
     L = header(a, "test accuracy by precision", shares)
@@ -261,6 +264,7 @@ def main():
     p1 = sub.add_parser("accuracy", parents=[common])
     p1.add_argument("--batch", type=int, default=128, help="global batch of every row")
     p1.add_argument("--scale-window", type=int, default=0, help="--scale-window for every row (0: the default)")
+    p1.add_argument("--rows", default="", help="only these rows, by index (0-5), e.g. 3,4: to share a run out")
     p1.add_argument("--out", default=os.path.join(HERE, "results-precision.md"))
     p2 = sub.add_parser("batch", parents=[common])
     p2.add_argument("--batches", default="64,128,256,512,1024,2048,4096")
