@@ -111,7 +111,7 @@ static const CliOption OPTIONS[] = {
     {"allreduce", "FMT", CLI_PREC, OPT_STRING, FIELD(allreduce), "fp32", 0, 0, master_choices,
      ": the gradient all-reduce's wire format"},
     {"accumulate", "K", CLI_PREC, OPT_INT, FIELD(accumulate), "1", 1, 1024, NULL,
-     "micro-batches per optimizer step, 1..1024 (each rank's\nbatch split K ways: the memory of a K times smaller batch)"},
+     "micro-batches per optimizer step, 1..1024 (each rank's\nbatch split K ways: the activation memory of a K times\nsmaller batch)"},
     {"lr-rule", "RULE", CLI_PREC, OPT_STRING, FIELD(lr_rule), "fixed", 0, 0, lr_rule_choices,
      ": linear = --lr x --batch-size / --lr-ref-batch"},
     {"lr-ref-batch", "N", CLI_PREC, OPT_INT, FIELD(lr_ref_batch), "128", 1, 65536, NULL,

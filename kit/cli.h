@@ -47,7 +47,7 @@ typedef struct {
     const char *confusion;       // CLI_INFER: write the confusion matrix as CSV to this file (make plot draws it)
     bool latency;                // CLI_INFER: measure latency (batch 1) and throughput (batch 256)
     // lesson 10 (precision and large batches; the format names are lowp_name's, kit/ops.h: lowp_parse reads them)
-    const char *precision;       // CLI_PREC: fp32|bf16|fp16, the format activations, weights and gradients are rounded to
+    const char *precision;       // CLI_PREC: fp32|bf16|fp16, what activations, weights and gradients are rounded to
     const char *loss_scale;      // CLI_PREC: dynamic (PyTorch's GradScaler: what fp16 needs), none (1), or a number
                                  //   (a static scale), checked by cli_parse: "dynamic", "none" or in (0, 1e30]
     int scale_window;            // CLI_PREC: good steps in a row before a dynamic scale grows (GradScaler's 2000)

@@ -104,7 +104,9 @@ typedef enum {
     // on the same buffer.
     ROUND_OUTPUT,
     // Before layer `layer`'s backward reads dy, the gradient of its output, once every consumer has added its
-    // share. NOT called for the last layer: its dy is the caller's dlogits, which the caller rounds.
+    // share. NOT called for the last layer: its dy is the caller's dlogits, which the caller rounds. For a BN
+    // fused with its ReLU, the buffer is the ReLU's output gradient (the fused backward masks it itself): the
+    // ReLU's DOUT buffer again, so n is the same and a second rounding changes nothing.
     ROUND_DOUT,
     // After layer `layer`'s backward: its parameter gradients (grads + param_offset, param_count floats) as
     // accumulated so far (zero the gradients before a backward to round one pass's contribution alone). Only

@@ -493,6 +493,110 @@ static void test_sgd(void **state) {
     }
 }
 
+// ---------------------------------------------------------------- low precision (round_lowp, lesson 10)
+
+// Random bit patterns (every exponent, NaNs, infinities, float32 subnormals) with the edge values put in: the
+// GPU rounds with the CPU's own function (kit/ops_dims.h), so the bits and the counts must be equal.
+static float *lowp_inputs(size_t n, uint64_t seed) {
+    float *x = xmalloc(n * sizeof(float));
+    Rng r = rng_make(seed, 0);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rng_next_u64(&r);
+        if (i % 3 == 0) u = (u & 0x80000000u) | (0x33000000u + u % 0x14800000u);  // 2^-25 .. 65536: fp16's range
+        memcpy(&x[i], &u, sizeof u);
+    }
+    const float edges[] = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 5.9604644775390625e-8f,
+                           2.98023223876953125e-8f, 1e-45f, 3.4e38f, INFINITY, -INFINITY, NAN, -NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0] && i < n; i++) x[n - 1 - i] = edges[i];
+    return x;
+}
+
+static void test_round_lowp(void **state) {
+    skip_without_gpu();
+    size_t n = 100003;  // not a multiple of the block size: the last block's tail counts too
+    for (LowpFormat f = LOWP_FP32; f <= LOWP_FP16; f++) {
+        for (int counted = 0; counted < 2; counted++) {
+            float *x = lowp_inputs(n, 1000 + f);
+            float *gx = gpu_of(x, n);
+            LowpStats cs = {1, 2, 3}, gs = {1, 2, 3};  // both add to what they are given
+            round_lowp(CPU, f, n, x, counted ? &cs : NULL);
+            round_lowp(GPU, f, n, gx, counted ? &gs : NULL);
+            assert_gpu_close(gx, x, n, EXACT);
+            assert_memory_equal(&gs, &cs, sizeof cs);
+            if (counted && f != LOWP_FP32) assert_true(cs.underflow > 2 && cs.overflow > 3);  // both seen
+            free(x);
+            device_free(GPU, gx);
+        }
+    }
+    LowpStats s = {0, 0, 0};
+    round_lowp(GPU, LOWP_BF16, 0, NULL, &s);  // nothing: no launch, no counts
+    assert_int_equal(s.nonzero + s.underflow + s.overflow, 0);
+}
+
+static void test_scale_count_nonfinite(void **state) {
+    skip_without_gpu();
+    size_t n = 100003;
+    float *x = lowp_inputs(n, 1100);
+    float *gx = gpu_of(x, n);
+    assert_int_equal(count_nonfinite(GPU, n, gx), count_nonfinite(CPU, n, x));
+    scale_inplace(CPU, n, x, 1024.0f);  // one multiply, no contraction: the same bits
+    scale_inplace(GPU, n, gx, 1024.0f);
+    assert_gpu_close(gx, x, n, EXACT);
+    size_t bad = count_nonfinite(CPU, n, x);
+    assert_true(bad > 0);
+    assert_int_equal(count_nonfinite(GPU, n, gx), bad);
+    assert_int_equal(count_nonfinite(GPU, 0, gx), 0);
+    scale_inplace(CPU, n, x, 3e-3f);
+    scale_inplace(GPU, n, gx, 3e-3f);
+    assert_gpu_close(gx, x, n, EXACT);
+    free(x);
+    device_free(GPU, gx);
+}
+
+// The model's rounding hook (lesson 10) is called at the same points on both devices, though the CPU fuses each
+// BN with its ReLU and the GPU does not: the same (layer, point, count) sequence for a training step and an eval.
+typedef struct {
+    int n;
+    int layer[256], at[256];
+    size_t count[256];
+} RoundLog;
+
+static void round_log(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
+    RoundLog *h = ctx;
+    assert_true(h->n < 256);
+    h->layer[h->n] = layer, h->at[h->n] = (int)at, h->count[h->n] = n;
+    h->n++;
+    round_lowp(m->device, LOWP_BF16, n, buf, NULL);
+}
+
+static void test_round_hook_same_points(void **state) {
+    skip_without_gpu();
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 16, 16, 10));
+    RoundLog *log = xmalloc(2 * sizeof *log);
+    const int batch = 4;
+    float *x = hvec((size_t)batch * 3 * 16 * 16, -1, 1, 1200), *dl = hvec((size_t)batch * 10, -1, 1, 1201);
+    for (int d = 0; d < 2; d++) {
+        Device dev = d ? GPU : CPU;
+        Model *m = model_create(&cfg, dev, batch, 7);
+        log[d].n = 0;
+        model_set_round_hook(m, round_log, &log[d]);
+        device_copy_to(dev, m->input, x, (size_t)batch * 3 * 16 * 16 * sizeof(float));
+        device_copy_to(dev, m->dlogits, dl, (size_t)batch * 10 * sizeof(float));
+        model_zero_grad(m);
+        model_forward(m, m->input, batch, true);
+        model_backward(m, m->input, m->dlogits, batch);
+        model_forward(m, m->input, batch, false);
+        model_free(m);
+    }
+    assert_int_equal(log[0].n, log[1].n);
+    assert_int_equal(log[0].n, 10 + 9 + 5 + 10);  // outputs, output gradients (not the logits'), dparams, eval
+    assert_memory_equal(log[0].layer, log[1].layer, (size_t)log[0].n * sizeof(int));
+    assert_memory_equal(log[0].at, log[1].at, (size_t)log[0].n * sizeof(int));
+    assert_memory_equal(log[0].count, log[1].count, (size_t)log[0].n * sizeof(size_t));
+    free(x), free(dl), free(log);
+}
+
 // ---------------------------------------------------------------- whole model
 
 typedef struct {
@@ -727,6 +831,9 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_cross_entropy_argmax),
         cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_round_lowp),
+        cmocka_unit_test(test_scale_count_nonfinite),
+        cmocka_unit_test(test_round_hook_same_points),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
         cmocka_unit_test(test_loader_stages_batches),

@@ -98,6 +98,43 @@ static void test_atomics(void **state) {
     cudaFree(v);
 }
 
+// The bit-cast intrinsics (round_lowp's kernels read a float's bits) and a 64-bit atomicAdd (their counters).
+__global__ void bits_kernel(const float *x, unsigned *bits, float *back, unsigned long long *count) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    bits[i] = __float_as_uint(x[i]);
+    back[i] = __uint_as_float(bits[i] ^ 0x80000000u);  // the sign flipped: -x
+    atomicAdd(count, (unsigned long long)bits[i]);
+}
+
+static void test_bit_casts(void **state) {
+    (void)state;
+    enum { T = 3 * 32 };
+    float *x, *back;
+    unsigned *bits;
+    unsigned long long *count;
+    CUDA_CHECK(cudaMalloc(&x, T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&back, T * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&bits, T * sizeof(unsigned)));
+    CUDA_CHECK(cudaMalloc(&count, sizeof *count));
+    CUDA_CHECK(cudaMemset(count, 0, sizeof *count));
+    unsigned long long want = 0;
+    for (int i = 0; i < T; i++) {
+        x[i] = 1.5f * (float)(i - 40);  // device memory is host memory here
+        unsigned u;
+        memcpy(&u, &x[i], sizeof u);
+        want += u;
+    }
+    CUDA_LAUNCH(bits_kernel, 3, 32, 0, 0)(x, bits, back, count);
+    CUDA_CHECK_LAUNCH();
+    for (int i = 0; i < T; i++) {
+        assert_memory_equal(&bits[i], &x[i], sizeof(float));
+        assert_true(back[i] == -x[i]);
+    }
+    assert_true(*count == want);  // above 2^32: the sum needs all 64 bits
+    assert_true(want > 0xFFFFFFFFull);
+    cudaFree(x), cudaFree(back), cudaFree(bits), cudaFree(count);
+}
+
 // Launches a GPU refuses are refused here too, through cudaGetLastError (which then resets).
 static void test_launch_limits(void **state) {
     (void)state;
@@ -306,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_every_thread_once),
         cmocka_unit_test(test_barrier_orders_and_its_absence_shows),
         cmocka_unit_test(test_atomics),
+        cmocka_unit_test(test_bit_casts),
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
         cmocka_unit_test(test_divergent_barrier_stops),
