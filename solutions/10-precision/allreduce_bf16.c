@@ -6,7 +6,8 @@
 // bf16 half that. What it costs: every message is rounded to bf16 (8 bits of mantissa, a relative error up to
 // 2^-9 per hop). The SUMS are not: each rank adds what it receives to its own fp32 values, so the error is one
 // rounding per hop, not one per addition of a 16-bit accumulator.
-// PyTorch: model.register_comm_hook(state, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)
+// PyTorch: from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+//          model.register_comm_hook(state, bf16_compress_hook)
 //   (which casts the whole gradient to bf16 and all-reduces in bf16: NCCL then sums in bf16 inside its kernels)
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +114,8 @@ void allreduce_bf16_avg(ProcessGroup *pg, float *buf, size_t n) {
         ring_exchange(&ring, bf16_words(ns), next, bf16_words(nr), prev);
         bf16_unpack(ring.in, nr, buf + r0, false);
     }
-    // STARTER: (void)next, (void)prev, (void)chunk_start, (void)bf16_pack, (void)bf16_unpack, (void)ring_exchange;
+    // STARTER: (void)buf, (void)next, (void)prev, (void)chunk_start;
+    // STARTER: (void)bf16_pack, (void)bf16_unpack, (void)ring_exchange;
     // END SOLUTION
     if (ring.dev_out) device_free(d, ring.dev_out), device_free(d, ring.dev_in);
     free(ring.out);

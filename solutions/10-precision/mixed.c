@@ -75,36 +75,44 @@ void mixed_free(Mixed *mx) {
     free(mx);
 }
 
-// One micro-batch's forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in
-// the model's grads (zeroed first). The model's hook rounds every layer's output, output gradient and weight
-// gradient (TODO 2b); the two tensors it does not see are rounded here: the input batch (the first conv reads it
-// in 16 bits) and the loss gradient (the last linear layer's output gradient). The loss itself is computed in
-// fp32 from the 16-bit logits, as autocast runs cross_entropy. Returns the micro-batch's metrics.
-static Metrics micro_forward_backward(Mixed *mx, const Batch *b, float label_smoothing, float grad_scale) {
+// Micro-batch k of K of this rank's batch b: its samples [k n, (k + 1) n), n = b->n / K, as consecutive batches of
+// a PyTorch DataLoader would be. A world of W x K ranks whose rank r K + k got exactly those samples would take
+// the same step: the same micro-batches, hence the same BN batch statistics. (The kit's sampler deals a larger
+// world every (W K)-th sample instead, which groups the samples differently: a BN-free model then differs from
+// it only in the order of float32 sums, a BN model also in its batch statistics.)
+// Its forward and backward in mixed precision, the gradient of (loss sum x grad_scale) left in the model's grads
+// (zeroed first). The model's hook rounds every layer's output, output gradient and weight gradient (TODO 2b);
+// the two tensors it does not see are rounded here: the input batch (the first conv reads it in 16 bits) and
+// the loss gradient (the last linear layer's output gradient). The loss itself is computed in fp32 from the
+// 16-bit logits, as autocast runs cross_entropy. Returns the micro-batch's metrics.
+static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, float label_smoothing,
+                                      float grad_scale) {
     Model *m = mx->model;
     Device d = m->device;
-    const int n = b->n, k = m->cfg.classes;
+    const int n = b->n / K, classes = m->cfg.classes;
     const size_t image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
     CHECKF(n <= m->max_batch, "the model is built for local batch / --accumulate samples",
            "a micro-batch of %d samples for a model of %d", n, m->max_batch);
-    device_copy_to(d, m->input, b->x, (size_t)n * image * F);  // (n, C, H, W)
-    device_copy_to(d, m->labels, b->y, (size_t)n * sizeof(int));
+    const float *x = b->x + (size_t)k * n * image;  // (n, C, H, W) in host memory
+    const int *labels = b->y + (size_t)k * n;        // (n)
+    device_copy_to(d, m->input, x, (size_t)n * image * F);
+    device_copy_to(d, m->labels, labels, (size_t)n * sizeof(int));
     lowp_round_buffer(d, mx->format, m->input, (size_t)n * image, NULL);
-    const float *logits = model_forward(m, m->input, n, true);  // (n, k)
-    cross_entropy_forward(d, n, k, logits, m->labels, label_smoothing, m->loss);
-    argmax_rows(d, n, k, logits, m->pred);
-    device_memset_zero(d, m->dlogits, (size_t)n * k * F);  // backward ops accumulate
-    cross_entropy_backward(d, n, k, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
-    lowp_round_buffer(d, mx->format, m->dlogits, (size_t)n * k, NULL);
+    const float *logits = model_forward(m, m->input, n, true);  // (n, classes)
+    cross_entropy_forward(d, n, classes, logits, m->labels, label_smoothing, m->loss);
+    argmax_rows(d, n, classes, logits, m->pred);
+    device_memset_zero(d, m->dlogits, (size_t)n * classes * F);  // backward ops accumulate
+    cross_entropy_backward(d, n, classes, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
+    lowp_round_buffer(d, mx->format, m->dlogits, (size_t)n * classes, NULL);
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, n);
     // The metrics, as the kit's train_forward_backward counts them.
     device_copy_from(d, m->host_loss, m->loss, (size_t)n * F);
     device_copy_from(d, m->host_pred, m->pred, (size_t)n * sizeof(int));
     Metrics r = {0, 0, 0};
-    for (int i = 0; i < n; i++) {
-        r.loss_sum += m->host_loss[i];
-        r.correct += m->host_pred[i] == b->y[i];
+    for (int t = 0; t < n; t++) {
+        r.loss_sum += m->host_loss[t];
+        r.correct += m->host_pred[t] == labels[t];
     }
     r.count = n;
     return r;
@@ -147,9 +155,8 @@ static void allreduce_master_grad(Mixed *mx) {
 
 // ---------------------------------------------------------------- the step (TODO 5)
 
-// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches of b->n / K samples
-//   (micro-batch k: the samples from k x b->n / K on, a Batch of its own: b->x and b->y at that offset).
-//   a. Each micro-batch: micro_forward_backward with the gradient scale that makes the K of them add up to the
+// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches of b->n / K samples.
+//   a. Each micro-batch k: micro_forward_backward with the gradient scale that makes the K of them add up to the
 //      gradient of the MEAN loss over b, multiplied by the loss scale (mx->scaler.scale). Then add the model's
 //      gradients into mx->master_grad in fp32 (the first one copied: the buffer holds the last step's). Why not
 //      let the model's gradients accumulate across micro-batches, as PyTorch's .grad does? Here they are 16-bit
@@ -169,19 +176,16 @@ static void allreduce_master_grad(Mixed *mx) {
 Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_smoothing) {
     Model *m = mx->model;
     const Device d = m->device;
-    const size_t n = m->n_params, image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
+    const size_t n = m->n_params;
     const int K = mx->accumulate;
     CHECKF(b->n % K == 0, "the local batch (--batch-size / ranks) must divide by --accumulate",
            "a batch of %d samples in %d micro-batches", b->n, K);
-    const int micro = b->n / K;
     double start = time_now(), compute = 0.0, comm = 0.0;
     Metrics r = {0, 0, 0};
     // BEGIN SOLUTION
     const float scale = mx->scaler.scale, grad_scale = scale / (float)b->n;  // (mean over K x micro) x scale
     for (int k = 0; k < K; k++) {
-        Batch mb = {.n = micro, .x = b->x + (size_t)k * micro * image, .y = b->y + (size_t)k * micro,
-                    .index = b->index, .loader = NULL};
-        Metrics mk = micro_forward_backward(mx, &mb, label_smoothing, grad_scale);
+        Metrics mk = micro_forward_backward(mx, b, k, K, label_smoothing, grad_scale);
         r.loss_sum += mk.loss_sum, r.correct += mk.correct, r.count += mk.count;
         if (k == 0) device_copy(d, mx->master_grad, m->grads, n * F);
         else add_inplace(d, n, mx->master_grad, m->grads);
@@ -200,9 +204,8 @@ Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_
         compute += time_now() - reduced;
     }
     scaler_update(&mx->scaler, found_inf);
-    // STARTER: (void)n, (void)image, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
-    // STARTER: Batch first = {.n = micro, .x = b->x, .y = b->y, .index = b->index, .loader = NULL};
-    // STARTER: r = micro_forward_backward(mx, &first, label_smoothing, 1.0f / (float)micro);  // no update yet
+    // STARTER: (void)d, (void)n, (void)master_sgd, (void)allreduce_master_grad, (void)opt;
+    // STARTER: r = micro_forward_backward(mx, b, 0, K, label_smoothing, 1.0f / (float)(b->n / K));  // no update yet
     // STARTER: compute += time_now() - start;
     // END SOLUTION
     double bn_start = time_now();

@@ -263,7 +263,7 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
         pr.after = xmalloc(n * sizeof(float) + 1);
         pr.grad = xmalloc(n * sizeof(float) + 1);
     }
-    if (r.is_main) print_setup(pr.mx, &r, &scaled, scaled.lr);
+    if (r.is_main) print_setup(pr.mx, &r, o, scaled.lr);
     ddp_run_epochs(&r);
     r.ddp.compute_seconds = pr.mx->compute_seconds, r.ddp.comm_seconds = pr.mx->comm_seconds;
     take_grad_stats(&pr, pg);  // the part of an epoch a --stop-at cut short
@@ -274,7 +274,7 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
                pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
     char extra[256];
     snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
-             "underflow=%.4f", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
+             "underflow=%.3g", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
              pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped, share(s->underflow, s->nonzero));
     ddp_run_report(&r, extra);
     if (po->save_params) save_params(&pr, &r, &scaled, po->save_params);

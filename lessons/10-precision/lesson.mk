@@ -1,0 +1,6 @@
+# Lesson 10: lesson 03's MPI program (its loop linked from its solution) in mixed precision and with large
+# batches. The autograder runs on 2 ranks: the skip decision and the bf16 all-reduce must agree across them.
+NEEDS := mpi
+USES := 03-ddp
+DEFAULT_NP := 2
+GRADE_NP := 2

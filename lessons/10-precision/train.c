@@ -1,0 +1,301 @@
+// train.c: lesson 10, lesson 03's data-parallel program in mixed precision (bf16, or fp16 with loss scaling;
+// fp32 master weights; an optional bf16 gradient all-reduce) and with large global batches (micro-batches
+// accumulated into one step, the learning rate scaled with the batch).
+//
+//   scripts/launch.sh 2 ./train --precision bf16                                   bf16, fp32 master weights
+//   scripts/launch.sh 2 ./train --precision fp16                                   fp16, dynamic loss scaling
+//   scripts/launch.sh 2 ./train --precision fp16 --loss-scale none                 the underflow it prevents
+//   scripts/launch.sh 2 ./train --precision bf16 --master bf16                     the updates a bf16 weight loses
+//   scripts/launch.sh 2 ./train --batch-size 512 --accumulate 4 --lr-rule linear   a large batch on small memory
+//
+// Read it top to bottom: options (the kit's CLI_PREC, plus --stop-at and --save-params, read here), then lesson
+// 03's loop (ddp_run_open / ddp_run_epochs / ddp_run_report) with its hooks set to this lesson's:
+//
+//   make_model      the model for local batch / --accumulate samples (the memory accumulation saves)
+//   step            mixed_step (TODO 5, mixed.c), which rounds through the policy (TODO 2) and the formats (1)
+//   evaluate        the test split with the input rounded as in training
+//   check_replicas  what must agree across ranks: the master weights, the model's weights, the BN statistics
+//   after_epoch     the precision report: loss scale, skipped steps, fp16 gradient underflow
+// and the learning rate of the global batch (TODO 6) set before the loop builds its schedule.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit/check.h"
+#include "kit/ckpt.h"
+#include "kit/cli.h"
+#include "kit/data.h"
+#include "kit/device.h"
+#include "kit/dist.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/train.h"
+#include "lesson.h"
+
+#ifndef AUTOGRADER
+
+// ---------------------------------------------------------------- this lesson's options
+
+typedef struct {
+    int stop_at;              // stop after this many optimizer steps (0: never)
+    const char *save_params;  // write the master weights, momentum and BN statistics here at the end
+} PrecOptions;
+
+static void prec_usage(FILE *out) {
+    fprintf(out, "lesson 10 options (besides the kit's --precision, --loss-scale, --scale-window, --master,\n"
+                 "--allreduce, --accumulate, --lr-rule, --lr-ref-batch):\n"
+                 "  --stop-at N          stop after N optimizer steps (to compare one step of two runs)\n"
+                 "  --save-params FILE   at the end, rank 0 writes the fp32 master weights, the momentum and the BN\n"
+                 "                       statistics to FILE (lesson 04's format: build/tests/ckpt_compare A B)\n");
+}
+
+// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
+// kit's. --help prints both usages.
+static PrecOptions prec_parse(int *argc, char **argv) {
+    PrecOptions po = {0};
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--stop-at") == 0) {
+            char *end;
+            long x = v ? strtol(v, &end, 10) : -1;
+            if (!v || *v == '\0' || *end != '\0' || x < 0 || x > 0x7fffffff) {
+                fprintf(stderr, "error: --stop-at takes a number of steps (0: never): '%s'\n", v ? v : "(missing)");
+                prec_usage(stderr);
+                exit(2);
+            }
+            po.stop_at = (int)x, i++;
+        } else if (strcmp(a, "--save-params") == 0) {
+            if (!v || *v == '\0') {
+                fprintf(stderr, "error: --save-params takes a file name\n");
+                prec_usage(stderr);
+                exit(2);
+            }
+            po.save_params = v, i++;
+        } else {
+            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) prec_usage(stdout);
+            argv[out++] = argv[i];
+        }
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return po;
+}
+
+// ---------------------------------------------------------------- the hooks into lesson 03's loop
+
+typedef struct {
+    const PrecOptions *po;
+    Mixed *mx;
+    LowpStats run_stats;               // the weight gradients' rounding counts of the whole run, all ranks
+    double stalled, moved;             // updates with a nonzero gradient that left a master weight unchanged / not
+    float *before, *after, *grad;      // (n_params) host copies for that count
+    bool count_stalled;
+} PrecRun;
+
+// The model for one micro-batch: the local batch split into --accumulate parts, one after the other.
+static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
+    (void)ctx;
+    int K = r->o->accumulate > 0 ? r->o->accumulate : 1;
+    if (r->local_batch % K != 0)
+        die("--batch-size %d over %d rank(s) is a local batch of %d, which does not split into --accumulate %d "
+            "micro-batches\n  HINT: a --batch-size that is a multiple of ranks x accumulate (%d)", r->o->batch_size,
+            pg_world(r->pg), r->local_batch, K, pg_world(r->pg) * K);
+    return model_create(cfg, pg_device(r->pg), r->local_batch / K, r->o->seed);
+}
+
+// Which master weights with a nonzero gradient did the update leave as they were? (the updates lost to a bf16
+// master). Host copies before and after the step: counted on the CPU, and on a GPU only with --master bf16.
+static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
+    PrecRun *pr = ctx;
+    Mixed *mx = pr->mx;
+    size_t n = mx->model->n_params;
+    Device d = mx->model->device;
+    long long skipped = mx->scaler.skipped;
+    if (pr->count_stalled) device_copy_from(d, pr->before, mx->master, n * sizeof(float));
+    Metrics m = mixed_step(mx, b, &r->opt, r->o->label_smoothing);
+    if (pr->count_stalled && mx->scaler.skipped == skipped) {
+        device_copy_from(d, pr->after, mx->master, n * sizeof(float));
+        device_copy_from(d, pr->grad, mx->master_grad, n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            if (pr->grad[i] != 0.0f) {
+                if (pr->after[i] == pr->before[i]) pr->stalled++;
+                else pr->moved++;
+            }
+    }
+    return m;
+}
+
+static bool after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
+    PrecRun *pr = ctx;
+    (void)b, (void)batch;
+    return pr->po->stop_at > 0 && r->run.step >= pr->po->stop_at;
+}
+
+// The test split through the model's (rounded) weights, its input rounded as in training, in pieces of the
+// model's size (the loader's batches are the local batch; the model holds local batch / --accumulate).
+static Metrics evaluate(void *ctx, DdpRun *r) {
+    PrecRun *pr = ctx;
+    Model *m = pr->mx->model;
+    Device d = m->device;
+    const int k = m->cfg.classes;
+    const size_t image = (size_t)m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
+    Metrics acc = {0, 0, 0};
+    Loader *L = r->data.test_loader;
+    loader_start_epoch(L, 0, 0);
+    const Batch *b;
+    while ((b = loader_next(L, NULL)) != NULL) {
+        for (int at = 0; at < b->n; at += m->max_batch) {
+            int n = b->n - at < m->max_batch ? b->n - at : m->max_batch;
+            device_copy_to(d, m->input, b->x + (size_t)at * image, (size_t)n * image * sizeof(float));
+            device_copy_to(d, m->labels, b->y + at, (size_t)n * sizeof(int));
+            lowp_round_buffer(d, pr->mx->format, m->input, (size_t)n * image, NULL);
+            const float *logits = model_forward(m, m->input, n, false);
+            cross_entropy_forward(d, n, k, logits, m->labels, 0.0f, m->loss);
+            argmax_rows(d, n, k, logits, m->pred);
+            device_copy_from(d, m->host_loss, m->loss, (size_t)n * sizeof(float));
+            device_copy_from(d, m->host_pred, m->pred, (size_t)n * sizeof(int));
+            for (int i = 0; i < n; i++) {
+                acc.loss_sum += m->host_loss[i];
+                acc.correct += m->host_pred[i] == b->y[at + i];
+            }
+            acc.count += n;
+        }
+    }
+    return ddp_global_metrics(r->pg, acc);
+}
+
+// Every rank must hold the same master (the update), the same model weights (rounded from it) and, after rank
+// 0's broadcast, the same BN statistics: a bf16 all-reduce that left the ranks with different roundings, or a
+// skip decided on one rank only, shows here.
+static void check_replicas(void *ctx, DdpRun *r, const char *what) {
+    PrecRun *pr = ctx;
+    Model *m = pr->mx->model;
+    char name[128];
+    snprintf(name, sizeof name, "master weights, %s", what);
+    pg_check_identical(r->pg, pr->mx->master, m->n_params, name);
+    pg_check_identical(r->pg, m->params, m->n_params, what);
+    snprintf(name, sizeof name, "BN statistics, %s", what);
+    if (m->n_buffers) pg_check_identical(r->pg, m->buffers, m->n_buffers, name);
+}
+
+// The weight gradients' rounding counts since the last report, summed over the ranks, added to the run's.
+static LowpStats take_grad_stats(PrecRun *pr, ProcessGroup *pg) {
+    LowpStats *s = &pr->mx->grad_stats;
+    double v[3] = {(double)s->nonzero, (double)s->underflow, (double)s->overflow};
+    pg_allreduce_sum_double_host(pg, v, 3);
+    *s = (LowpStats){0, 0, 0};
+    LowpStats e = {(size_t)v[0], (size_t)v[1], (size_t)v[2]};
+    pr->run_stats.nonzero += e.nonzero, pr->run_stats.underflow += e.underflow, pr->run_stats.overflow += e.overflow;
+    return e;
+}
+
+static double share(size_t part, size_t whole) { return whole ? (double)part / (double)whole : 0.0; }
+
+static bool after_epoch(void *ctx, DdpRun *r) {
+    PrecRun *pr = ctx;
+    const Mixed *mx = pr->mx;
+    LowpStats e = take_grad_stats(pr, r->pg);
+    if (r->is_main && mx->format != LOWP_FP32)
+        printf("  precision: loss scale %g, %lld step(s) skipped so far; %s weight gradients this epoch: %.4f%% "
+               "underflowed to 0, %.4f%% overflowed (of %zu nonzero)\n", mx->scaler.scale, mx->scaler.skipped,
+               lowp_name(mx->format), 100.0 * share(e.underflow, e.nonzero), 100.0 * share(e.overflow, e.nonzero),
+               e.nonzero);
+    return false;
+}
+
+// ---------------------------------------------------------------- the report
+
+static void print_setup(const Mixed *mx, const DdpRun *r, const TrainOptions *o, float lr) {
+    const char *f = lowp_name(mx->format);
+    if (mx->format == LOWP_FP32) printf("precision: fp32 everywhere (nothing rounded)");
+    else
+        printf("precision: conv and linear in %s (inputs and weights %s, sums fp32), bn/relu/pools/add in fp32, "
+               "every activation and gradient stored %s", f, f, f);
+    printf("; master weights %s; all-reduce %s", lowp_name(mx->master_format), lowp_name(mx->wire));
+    if (mx->scaler.dynamic)
+        printf("; loss scale dynamic from %g (x%g after %d good steps, x%g on an overflow)\n", mx->scaler.scale,
+               mx->scaler.growth, mx->scaler.growth_interval, mx->scaler.backoff);
+    else printf("; loss scale %g (static)\n", mx->scaler.scale);
+    printf("batch: global %d = %d rank(s) x %d micro-batch(es) x %d samples (the model holds %d)\n", o->batch_size,
+           pg_world(r->pg), mx->accumulate, r->local_batch / mx->accumulate, mx->model->max_batch);
+    if (lr != o->lr)
+        printf("lr: %s rule: --lr %g x global batch %d / --lr-ref-batch %d = %g (the schedule's peak)\n", o->lr_rule,
+               o->lr, o->batch_size, o->lr_ref_batch, lr);
+}
+
+// Rank 0 writes the master weights (with the momentum and BN statistics) in lesson 04's format.
+static void save_params(PrecRun *pr, DdpRun *r, const TrainOptions *o, const char *path) {
+    Model *m = pr->mx->model;
+    if (!r->is_main) return;
+    device_copy(m->device, m->params, pr->mx->master, m->n_params * sizeof(float));  // the training is over
+    CkptState st;
+    memset(&st, 0, sizeof st);
+    st.model = m->cfg;
+    snprintf(st.dataset, sizeof st.dataset, "%s", o->dataset);
+    st.world = pg_world(r->pg), st.global_batch = o->batch_size, st.steps_per_epoch = r->steps_per_epoch;
+    st.epochs = o->epochs, st.epoch = r->run.epoch, st.batch_in_epoch = r->run.batch_in_epoch, st.step = r->run.step;
+    st.seed = o->seed, st.peak_lr = r->sched.peak_lr, st.final_lr = r->sched.final_lr;
+    st.warmup_steps = r->sched.warmup_steps, st.total_steps = r->sched.total_steps, st.decay = (int)r->sched.decay;
+    st.momentum = o->momentum, st.weight_decay = o->weight_decay, st.nesterov = o->nesterov;
+    char err[1024];
+    if (ckpt_save(path, m, &st, err, sizeof err) != 0) die("--save-params: %s", err);
+    printf("saved: %s (master weights after step %lld)\n", path, r->run.step);
+}
+
+static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po) {
+    // TODO 6 is applied here, once: the schedule (warmup, decay) is built from this peak.
+    TrainOptions scaled = *o;
+    scaled.lr = lr_for_batch(o->lr_rule, o->lr, o->batch_size, o->lr_ref_batch);
+    PrecRun pr = {.po = po};
+    TrainHooks hooks = {.ctx = &pr, .make_model = make_model, .step = step, .after_step = after_step,
+                        .after_epoch = after_epoch, .evaluate = evaluate, .check_replicas = check_replicas};
+    DdpRun r;
+    ddp_run_open(&r, pg, &scaled, &hooks);
+    pr.mx = mixed_create(pg, r.ddp.model, &scaled);  // after rank 0's broadcast: every master starts equal
+    size_t n = r.ddp.model->n_params;
+    pr.count_stalled = pg_device(pg) == DEVICE_CPU || pr.mx->master_format != LOWP_FP32;
+    if (pr.count_stalled) {
+        pr.before = xmalloc(n * sizeof(float) + 1);
+        pr.after = xmalloc(n * sizeof(float) + 1);
+        pr.grad = xmalloc(n * sizeof(float) + 1);
+    }
+    if (r.is_main) print_setup(pr.mx, &r, o, scaled.lr);
+    ddp_run_epochs(&r);
+    r.ddp.compute_seconds = pr.mx->compute_seconds, r.ddp.comm_seconds = pr.mx->comm_seconds;
+    take_grad_stats(&pr, pg);  // the part of an epoch a --stop-at cut short
+    const LowpStats *s = &pr.run_stats;
+    if (r.is_main && pr.count_stalled && pr.stalled + pr.moved > 0)
+        printf("precision: %.4f%% of the master weights' updates with a nonzero gradient left the weight unchanged "
+               "(%.0f of %.0f; master %s)\n", 100.0 * pr.stalled / (pr.stalled + pr.moved), pr.stalled,
+               pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
+    char extra[256];
+    snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
+             "underflow=%.3g", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
+             pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped, share(s->underflow, s->nonzero));
+    ddp_run_report(&r, extra);
+    if (po->save_params) save_params(&pr, &r, &scaled, po->save_params);
+    mixed_free(pr.mx);
+    free(pr.before), free(pr.after), free(pr.grad);
+    model_free(ddp_run_close(&r));
+    return 0;
+}
+
+// ---------------------------------------------------------------- main
+
+int main(int argc, char **argv) {
+    PrecOptions po = prec_parse(&argc, argv);
+    TrainOptions o;
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_PREC);  // lesson 03's options plus --precision ... --lr-ref-batch
+    cli_apply_dataset_defaults(&o);
+    Device dev;
+    device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
+    ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
+    int rc = train(pg, &o, &po);
+    pg_finalize(pg);
+    return rc;
+}
+#endif  // AUTOGRADER
