@@ -236,6 +236,66 @@ HELP_TARGETS += test-bench-tools
 test-bench-tools:
 	@python3 tests/bench/test_cpu_share.py
 
+# ---- lesson 10's benchmarks (bench/README.md, "Lesson 10: low precision and large batches").
+#
+#   make bench-lowp       real bf16 GEMMs: oneDNN's bf16 matmul against OpenBLAS sgemm (CPU), cuBLAS bf16 / fp16
+#                         tensor cores against sgemm and TF32 (GPU, when there is one) -> bench/results-lowp.md
+#   make bench-autocast   PyTorch autocast on the kit's fmnist net and ResNet-9: images/s and peak memory, fp32
+#                         against bf16 (CPU; + tf32, bf16, fp16 + GradScaler on a GPU) -> bench/results-autocast.md
+#   make bench-precision  lesson 10's program on Fashion-MNIST under each precision -> bench/results-precision.md
+#   make bench-batch      lesson 10's program at global batch 64..4096 under each lr rule -> bench/results-batch.md
+#   make plot-batch       bench/results-batch.csv -> bench/figures/batch.png (gnuplot)
+# PRECISION_ARGS / BATCH_ARGS / AUTOCAST_ARGS / LOWP_ARGS pass options on (e.g. BATCH_ARGS="--epochs 1").
+
+# oneDNN (Debian: libdnnl-dev) for the CPU's bf16 matmul; only this benchmark uses it.
+HAVE_DNNL := $(call try_link,#include <oneapi/dnnl/dnnl.h>,dnnl_version(),-ldnnl)
+GEMM_LOWP_CPU := $(BUILD)/bench/gemm_lowp_cpu
+GEMM_LOWP := $(BUILD)/bench/gemm_lowp
+LESSON10_TRAIN := $(BUILD)/solutions/10-precision/train
+HELP_TARGETS += bench-lowp bench-autocast bench-precision bench-batch plot-batch test-precision-bench
+.PHONY: bench-lowp bench-autocast bench-precision bench-batch plot-batch test-precision-bench
+
+ifeq ($(HAVE_DNNL),yes)
+$(GEMM_LOWP_CPU): bench/gemm_lowp_cpu.c bench/gemm_shapes.h $(KIT_LIB)
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) -ldnnl $(LDLIBS)
+ALL_TARGETS += $(GEMM_LOWP_CPU)
+endif
+# A real GPU build only: the emulator has no tensor cores to time.
+ifneq ($(EMU),1)
+ifneq ($(HAVE_CUDA),)
+# Only the kit's check.o (CHECK macros): a GPU machine builds it in seconds without the rest of the kit.
+$(GEMM_LOWP): bench/gemm_lowp.cu bench/gemm_shapes.h $(BUILD)/kit/check.o
+	@mkdir -p $(dir $@)
+	$(say) NVCC $@
+	$(Q)$(NVCC) $(NVCCFLAGS) $< $(BUILD)/kit/check.o -o $@ -L$(CUDA_LIBDIR) -Xlinker -rpath,$(CUDA_LIBDIR) -lcublas
+ALL_TARGETS += $(GEMM_LOWP)
+endif
+endif
+
+bench-lowp: $(if $(filter yes,$(HAVE_DNNL)),$(GEMM_LOWP_CPU)) $(if $(and $(HAVE_CUDA),$(filter-out 1,$(EMU))),$(GEMM_LOWP))
+	@bench/run-lowp.sh $(BUILD) bench/results-lowp.md $(LOWP_ARGS)
+
+bench-autocast:
+	@python3 -c "import torch" 2>/dev/null || { echo "bench-autocast: skipped: no PyTorch in python3 (pip install torch)"; exit 0; }; \
+	  python3 bench/torch_autocast.py --out bench/results-autocast.md $(AUTOCAST_ARGS)
+
+# Lesson 10's program is built when the lesson is there (solutions/10-precision) and Open MPI is found;
+# bench/precision_runs.py says "skipped" without it.
+bench-precision: $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
+	python3 bench/precision_runs.py accuracy --train $(LESSON10_TRAIN) $(PRECISION_ARGS)
+bench-batch: $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
+	python3 bench/precision_runs.py batch --train $(LESSON10_TRAIN) $(BATCH_ARGS)
+plot-batch:
+	@python3 bench/precision_runs.py plot
+
+# The scripts above in their quick modes (seconds; nothing measured): they still run and write their tables.
+TEST_TARGETS += test-precision-bench
+test-precision-bench: $(if $(filter yes,$(HAVE_DNNL)),$(GEMM_LOWP_CPU)) \
+                      $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
+	@bench/quick-precision.sh $(BUILD)
+
 # ---------------------------------------------------------------- check-setup and slide figures (instructor guide)
 .PHONY: check-setup test-check-setup
 check-setup:            # what this machine has and lacks for each lesson; exit 0 when lesson 01 can run

@@ -23,6 +23,9 @@
 #              overlapped with compute (kit/loader.c) or not, beside PyTorch copying or prefetching;
 #              lesson 03 (1 rank) with the overlap and with KIT_OVERLAP=0: the time split and images/s;
 #              lesson 06's latency and throughput on the GPU (ResNet-9; `make bench-inference` is CPU-only)
+#   precision  lesson 10's speed side: cuBLAS bf16 / fp16 tensor-core GEMMs against sgemm and TF32
+#              (bench/gemm_lowp.cu) and PyTorch autocast on the kit's nets, fp32 / tf32 / bf16 / fp16 + GradScaler
+#              (bench/torch_autocast.py --device cuda); about a minute
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -43,7 +46,7 @@ cd "$(dirname "$0")/.."
 # test runs, and the grader's guard then reports the kit's files changed (the test ERRORs). Nothing here needs
 # the cache.
 export PYTHONDONTWRITEBYTECODE=1
-all_steps=(build cpu parity sanitize dist lessons tests fashion bench)
+all_steps=(build cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -265,6 +268,10 @@ for s in "${steps[@]}"; do
       run infer-latency 1 90 sh -c '"$0" --dataset synthetic --model resnet9 --batch-size 16 --stop-at 2 --device cpu \
         --checkpoint "$2/r9.ckpt" >/dev/null && "$1" --dataset synthetic --model resnet9 --checkpoint "$2/r9.ckpt" --device cuda --latency' \
         "$train04" "$train06" "$logdir" ;;
+    precision)
+      run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
+      run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
+        --out "$logdir/results-autocast-gpu.md" ;;
   esac
 done
 
