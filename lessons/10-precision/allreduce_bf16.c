@@ -3,8 +3,8 @@
 //   TODO 4  allreduce_bf16_avg: a ring all-reduce whose messages are bf16, its sums in fp32
 //
 // The gradient all-reduce moves 2 (W-1)/W x 4 bytes per parameter on every rank's link each step (a ring); in
-// bf16 half that. What it costs: every message is rounded to bf16 (8 bits of mantissa, a relative error up to
-// 2^-9 per hop). The SUMS are not: each rank adds what it receives to its own fp32 values, so the error is one
+// bf16 half that. What it costs: every message is rounded to bf16 (8 significant bits: a relative error up to
+// 2^-8 per hop). The SUMS are not: each rank adds what it receives to its own fp32 values, so the error is one
 // rounding per hop, not one per addition of a 16-bit accumulator.
 // PyTorch: from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 //          model.register_comm_hook(state, bf16_compress_hook)
