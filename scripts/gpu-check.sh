@@ -198,6 +198,7 @@ train06=build/solutions/06-inference/train
 train07=build/solutions/07-scale-out/train
 train08=build/solutions/08-pipeline/train
 train09=build/solutions/09-zero/train
+train10=build/solutions/10-precision/train
 lessons=scripts/gpu-check-lessons.sh
 tiny=(--model tiny --epochs 1)   # the runs tests/emu-lessons.sh compares, with its tolerances
 # PyTorch runs with the LD_LIBRARY_PATH it had before the bundle (the kit's programs carry an RPATH).
@@ -251,7 +252,12 @@ for s in "${steps[@]}"; do
       # Lesson 09: stage 3 with recomputation (every collective of the lesson: reduce-scatter, all-gather of each
       # unit's window) on 1 NCCL rank, then on 2 MPI ranks sharing the GPU; both against the CPU run.
       run lesson09-nccl1 1 60 $lessons compare mpi:1 "$train09" "${tiny[@]}" --zero 3 --recompute -- --backend nccl
-      run lesson09-mpi2 1 60 $lessons compare mpi:2 "$train09" "${tiny[@]}" --zero 3 --recompute -- --backend mpi ;;
+      run lesson09-mpi2 1 60 $lessons compare mpi:2 "$train09" "${tiny[@]}" --zero 3 --recompute -- --backend mpi
+      # Lesson 10: bf16 through the kit's rounding kernels on 1 NCCL rank; fp16 with the loss scaler, the bf16 ring
+      # (staged through the host) and accumulation on 2 MPI ranks sharing the GPU; both against the CPU run.
+      run lesson10-nccl1 1 60 $lessons compare mpi:1 "$train10" "${tiny[@]}" --precision bf16 -- --backend nccl
+      run lesson10-mpi2 1 60 $lessons compare mpi:2 "$train10" "${tiny[@]}" --precision fp16 --allreduce bf16 \
+        --accumulate 2 -- --backend mpi ;;
     tests)
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done
       run test-torchrun 0 300 env LD_LIBRARY_PATH="$orig_ld" make test-torchrun ;;
