@@ -9,7 +9,8 @@
 # program is the single-device part of both, and its kernel has a test of its own in test-emu; lesson 06's
 # inference from a checkpoint; lesson 08's pipeline in one process with stage 0 on the CPU and stage 1 on the
 # emulated GPU, the activations and their gradients copied across the cut between the two, at the end; lesson
-# 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, for 15 steps: see its own paragraph below).
+# 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, and lesson 10's fp16 + bf16 all-reduce + accumulation on
+# 2 ranks, for 15 steps: see their own paragraphs below).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -97,7 +98,9 @@ fi
 z09_stop=15
 z09=(--model tiny --width 8 --epochs 1 --warmup-epochs 0 --lr 0.2 --zero 3 --recompute --stop-at $z09_stop)
 compare=$cpu/tests/ckpt_compare
-# check_stopped LABEL CPU_COMMAND... -- EMU_COMMAND...   (each gets --consolidate FILE appended)
+# check_stopped LABEL CPU_COMMAND... -- EMU_COMMAND...   (each gets $save_opt FILE appended: the option that
+# writes the whole model as a lesson 04 checkpoint)
+save_opt=--consolidate
 check_stopped() {
   local label=$1; shift
   local -a cpu_cmd=() emu_cmd=()
@@ -105,9 +108,9 @@ check_stopped() {
   shift; emu_cmd=("$@")
   local dir want got start secs verdict
   dir=$(mktemp -d)
-  want=$(KIT_PROGRESS=plain "${cpu_cmd[@]}" --consolidate "$dir/cpu.ckpt" 2>&1 | grep " step $z09_stop/")
+  want=$(KIT_PROGRESS=plain "${cpu_cmd[@]}" "$save_opt" "$dir/cpu.ckpt" 2>&1 | grep " step $z09_stop/")
   start=$(date +%s)
-  got=$(KIT_PROGRESS=plain "${emu_cmd[@]}" --consolidate "$dir/emu.ckpt" 2>&1 | grep " step $z09_stop/")
+  got=$(KIT_PROGRESS=plain "${emu_cmd[@]}" "$save_opt" "$dir/emu.ckpt" 2>&1 | grep " step $z09_stop/")
   secs=$(( $(date +%s) - start ))
   if [ -z "$want" ] || [ -z "$got" ] || [ ! -s "$dir/cpu.ckpt" ] || [ ! -s "$dir/emu.ckpt" ]; then
     echo "FAIL $label: no progress line at step $z09_stop or no consolidated model (cpu: '${want:-none}', cuda-emu: '${got:-none}')"
@@ -172,5 +175,17 @@ if [ -n "$l09" ]; then
   check_stopped "lesson 09 on 2 ranks, --zero 3 --recompute, MPI backend, emulated GPUs" \
     scripts/launch.sh 2 "$cpu/solutions/09-zero/train" --device cpu "${z09[@]}" -- \
     scripts/launch.sh 2 "$emu/solutions/09-zero/train" --device cuda-emu "${z09[@]}" || status=1
+fi
+# Lesson 10 on 2 ranks: fp16 through the kit's rounding kernel at every layer (the model's round hook), the loss
+# scaler's inf count on the device, 2 micro-batches accumulated, and the bf16 ring staged through the host; the
+# same 15 steps and tolerances as lesson 09's (16-bit rounding can turn a last-bit difference of the two paths'
+# sums into one 16-bit step of a value, 2^-11 of it: within the 1e-3 of the largest parameter), --save-params
+# writing the fp32 master weights.
+if [ -x "$cpu/solutions/10-precision/train" ] && [ -x "$emu/solutions/10-precision/train" ] && [ -x "$compare" ]; then
+  z10=(--model tiny --width 8 --epochs 1 --warmup-epochs 0 --lr 0.2 --precision fp16 --allreduce bf16 --accumulate 2
+       --stop-at $z09_stop)
+  save_opt=--save-params check_stopped "lesson 10 on 2 ranks, fp16 + bf16 all-reduce + 2 micro-batches, emulated GPUs" \
+    scripts/launch.sh 2 "$cpu/solutions/10-precision/train" --device cpu "${z10[@]}" -- \
+    scripts/launch.sh 2 "$emu/solutions/10-precision/train" --device cuda-emu "${z10[@]}" || status=1
 fi
 exit $status
