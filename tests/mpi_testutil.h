@@ -71,4 +71,16 @@ static inline double max_over_ranks(ProcessGroup *pg, double x) {
 // call the same collectives and leave the test together.
 static inline bool all_ranks(ProcessGroup *pg, bool ok) { return max_over_ranks(pg, ok ? 0.0 : 1.0) == 0.0; }
 
+// The MPI communicator of a process group: a test's references talk to MPI directly, over a communicator of
+// their own with the same ranks, so that their messages can never meet the learner's. The color: the group's
+// lowest world rank (a minimum over the group); ranked as in the group.
+static inline MPI_Comm reference_comm(ProcessGroup *pg) {
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm comm;
+    double low = -max_over_ranks(pg, -(double)wr);
+    MPI_Comm_split(MPI_COMM_WORLD, (int)low, pg_rank(pg), &comm);
+    return comm;
+}
+
 #endif  // TESTS_MPI_TESTUTIL_H

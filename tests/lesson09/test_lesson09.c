@@ -88,18 +88,6 @@ static void test_shard_layout(void **state) {
 
 // ---------------------------------------------------------------- TODO 1b, 1c: reduce-scatter and all-gather
 
-// The MPI communicator of a process group: the test's references talk to MPI directly, over a communicator of
-// their own with the same ranks, so that their messages can never meet the learner's.
-static MPI_Comm reference_comm(ProcessGroup *pg) {
-    int wr = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
-    MPI_Comm comm;
-    // The color: the group's lowest world rank (a minimum over the group); ranked as in the group.
-    double low = -max_over_ranks(pg, -(double)wr);
-    MPI_Comm_split(MPI_COMM_WORLD, (int)low, pg_rank(pg), &comm);
-    return comm;
-}
-
 // Rank r's full buffer of length n, the same formula on every rank, values of mixed sign and size (so that the
 // order of the additions matters to the last bit, as with real gradients).
 static void fill_rank(float *x, size_t n, int rank, uint64_t seed) {

@@ -735,16 +735,6 @@ static void test_found_inf_agreed(void **state) {
 
 // ---------------------------------------------------------------- TODO 4: the bf16 all-reduce
 
-// The MPI communicator of a process group for the test's own references (its messages never meet the learner's).
-static MPI_Comm reference_comm(ProcessGroup *pg) {
-    int wr = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
-    MPI_Comm comm;
-    double low = -max_over_ranks(pg, -(double)wr);
-    MPI_Comm_split(MPI_COMM_WORLD, (int)low, pg_rank(pg), &comm);
-    return comm;
-}
-
 static void fill_rank(float *x, size_t n, int rank, uint64_t seed) {
     fill_uniform(x, n, -1.0f, 1.0f, seed * 131 + (uint64_t)rank);
     for (size_t i = 0; i < n; i += 7) x[i] *= 1000.0f;
