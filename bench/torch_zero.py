@@ -39,6 +39,7 @@ per rank, the largest rank) | peak_rss | rss_growth (when=peak).
 import argparse
 import csv
 import datetime
+import gc
 import json
 import os
 import sys
@@ -156,6 +157,13 @@ def worker(a):
         print(json.dumps({"impl": a.impl, "model": a.model, "world": world, "local_batch": a.local_batch,
                           "steps": a.steps, "seconds": seconds, "images": a.steps * a.local_batch * world,
                           "units": n_units, "per_rank": every, "torch": torch.__version__}), flush=True)
+    # DDP's reducer (under ZeroRedundancyOptimizer) and FSDP keep threads and hooks on the process group: free them
+    # while the group is alive, on every rank together. Left to the interpreter's exit, after the group is gone,
+    # a thread still joinable is destroyed and the process aborts ("terminate called without an active
+    # exception"), one run in three here.
+    del net, opt, model
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
