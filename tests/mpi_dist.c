@@ -5,6 +5,9 @@
 // Cases that must pass (exit 0, rank 0 prints "PASS <case>"):
 //   collectives   all-reduce sum/avg (blocking and several in flight), broadcast from every root,
 //                 all-gather, barrier, host doubles, on 1, 7 and 1000003 floats
+//   pieces        all-reduces above 2^20 floats, which go to MPI in pieces: exact sums, the same bits as the
+//                 same data all-reduced in parts that go whole, and another all-reduce started while the
+//                 pieces move at different moments on different ranks
 //   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
 //   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
 //   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
@@ -14,7 +17,7 @@
 //   p2p           point-to-point messages around a ring, several in flight, matched by tag, 1 to 1000003 floats
 //   split         sub-groups (even / odd ranks): their all-reduce, ranks and messages
 //   traffic       pg_traffic counts exactly the bytes and calls handed to the backend, per group
-//   all           the eight above in one launch
+//   all           the nine above in one launch
 // Cases that must FAIL fast with a message (the script checks exit status, time and text):
 //   check-fail    pg_check_identical on buffers that differ on the last rank
 //   kill          the last rank SIGKILLs itself in the middle of an all-reduce
@@ -177,6 +180,78 @@ static void case_collectives(void) {
         pg_barrier(pg);
     }
     check_double_host();
+}
+
+// ---------------------------------------------------------------- pieced all-reduces
+
+// The process group hands an all-reduce above this many floats to MPI in pieces (kit/dist.c, PIECE_FLOATS).
+enum { PIECE = 1 << 20 };
+
+// A pieced all-reduce of random floats == the same data all-reduced in parts that each go whole, bit for bit
+// (the order of the additions must not depend on the message's length), and identical on every rank.
+static void check_pieced_bits(size_t n) {
+    float *whole = xmalloc(n * sizeof(float)), *parts = xmalloc(n * sizeof(float));
+    Rng r = rng_make(4321, (uint64_t)pg_rank(pg));
+    for (size_t i = 0; i < n; i++) whole[i] = parts[i] = rng_normal(&r);
+    float *d = to_device(whole, n), *e = to_device(parts, n);
+    pg_allreduce_sum(pg, d, n);
+    const size_t cuts[] = {0, PIECE / 3, PIECE / 3 + PIECE - 5, n};  // each part at most one piece
+    for (int k = 0; k < 3; k++) pg_allreduce_sum(pg, e + cuts[k], cuts[k + 1] - cuts[k]);
+    from_device(whole, d, n);
+    from_device(parts, e, n);
+    for (size_t i = 0; i < n; i++)
+        EXPECT(memcmp(&whole[i], &parts[i], sizeof(float)) == 0, "pieced all-reduce of %zu: [%zu] = %.9g, in parts %.9g",
+               n, i, whole[i], parts[i]);
+    EXPECT(pg_identical(pg, d, n), "a pieced all-reduce of %zu floats differs across ranks", n);
+    device_free(dev, d);
+    device_free(dev, e);
+    free(whole);
+    free(parts);
+}
+
+// A pieced all-reduce's later pieces start whenever its earlier ones complete, which each rank sees at its own
+// moment. Here rank 0 lets A's pieces run (pg_progress) before it starts B, while the other ranks start B at
+// once and only move A on in their waits: the starts of A's pieces and of B then interleave differently on
+// different ranks, and must still meet their own peers.
+static void check_pieced_order(void) {
+    const size_t na = 2 * PIECE + 3, nb = 1000;
+    int rank = pg_rank(pg), world = pg_world(pg);
+    float *ha = xmalloc(na * sizeof(float)), *hb = xmalloc(nb * sizeof(float));
+    for (size_t i = 0; i < na; i++) ha[i] = value_at(rank, i);
+    for (size_t i = 0; i < nb; i++) hb[i] = value_at(rank + 1, i);
+    float *a = to_device(ha, na), *b = to_device(hb, nb);
+    PgRequest qa = pg_iallreduce(pg, a, na, PG_SUM);
+    if (rank == 0) {
+        for (int k = 0; k < 2000; k++) {
+            pg_progress(pg);
+            usleep(100);
+        }
+    }
+    PgRequest qb = pg_iallreduce(pg, b, nb, PG_SUM);
+    pg_wait(pg, qa);
+    pg_wait(pg, qb);
+    from_device(ha, a, na);
+    from_device(hb, b, nb);
+    for (size_t i = 0; i < na; i++) {
+        float want = 0;
+        for (int r = 0; r < world; r++) want += value_at(r, i);
+        EXPECT(ha[i] == want, "pieced all-reduce with another started meanwhile: [%zu] = %g, want %g", i, ha[i], want);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        float want = 0;
+        for (int r = 0; r < world; r++) want += value_at(r + 1, i);
+        EXPECT(hb[i] == want, "the all-reduce started during a pieced one: [%zu] = %g, want %g", i, hb[i], want);
+    }
+    device_free(dev, a);
+    device_free(dev, b);
+    free(ha);
+    free(hb);
+}
+
+static void case_pieces(void) {
+    check_allreduce(2 * PIECE + PIECE / 2 + 1);  // sum and avg, exact
+    check_pieced_bits(2 * PIECE + 7);
+    check_pieced_order();
 }
 
 // ---------------------------------------------------------------- buckets
@@ -657,6 +732,7 @@ int main(int argc, char **argv) {
     bool all = strcmp(which, "all") == 0;
     if (all) {
         case_collectives();
+        case_pieces();
         case_buckets();
         case_model();
         case_hash();
@@ -665,6 +741,7 @@ int main(int argc, char **argv) {
         case_split();
         case_traffic();
     } else if (strcmp(which, "collectives") == 0) case_collectives();
+    else if (strcmp(which, "pieces") == 0) case_pieces();
     else if (strcmp(which, "model") == 0) case_model();
     else if (strcmp(which, "buckets") == 0) case_buckets();
     else if (strcmp(which, "hash") == 0) case_hash();
