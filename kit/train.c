@@ -166,6 +166,13 @@ void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test
     }
 }
 
+void trainlog_epoch_cut(TrainLog *log) {
+    progress_end(&log->bar);
+    log->train_seconds += time_now() - log->epoch_start;
+    log->images += log->local.count;
+    if (log->local.count) log->last_loss = log->local.loss_sum / (double)log->local.count;
+}
+
 void trainlog_final(TrainLog *log, const char *extra) {
     if (!log->enabled) return;
     double total = time_now() - log->run_start, t = log->train_seconds;

@@ -101,6 +101,9 @@ void trainlog_step(TrainLog *log, int batch_index, const Metrics *batch, double 
 // train: the epoch's training metrics (summed over ranks, when there are several); test: the evaluation.
 // Prints the epoch line and appends the CSV row (epoch, losses, accuracies, images/s, lr).
 void trainlog_epoch_end(TrainLog *log, const Metrics *train, const Metrics *test, float lr);
+// An epoch cut short by a stop on request (a signal, --stop-at): its steps count in the final line's time and
+// images, and the final line's train_loss is this process's mean over them (there is no epoch line).
+void trainlog_epoch_cut(TrainLog *log);
 // Prints the time split and `final: dataset=... device=... epochs=... train_loss=... test_acc=...
 // images_per_s=... seconds=...`, followed by `extra` ("devices=2"; NULL for nothing).
 void trainlog_final(TrainLog *log, const char *extra);

@@ -257,7 +257,10 @@ bool ddp_run_epoch(DdpRun *r) {
         trainlog_step(&r->log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
         run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
         run->step++;
-        if (r->hooks.after_step && r->hooks.after_step(r->hooks.ctx, r, b, &batch)) return false;
+        if (r->hooks.after_step && r->hooks.after_step(r->hooks.ctx, r, b, &batch)) {
+            trainlog_epoch_cut(&r->log);  // the final line reports the steps of this cut epoch
+            return false;
+        }
     }
 
     // The replicas must still be equal. Comparing hashes costs one tiny all-gather and catches a missed

@@ -78,6 +78,16 @@ else
   echo "skip ${verdict_prefix}accumulation against more ranks: no ckpt_compare given"
 fi
 
+# ---- a run stopped inside its first epoch (--stop-at) reports the steps it trained: the final line's train_loss
+# is their mean loss (a fresh 10-class model starts near ln 10 = 2.30, so above 1 after 3 steps), its images/s
+# their speed; both were 0 when only a finished epoch counted
+if run 1 "$train" --model tiny --stop-at 3; then
+  loss=$(final_field train_loss); speed=$(final_field images_per_s)
+  if awk -v l="$loss" -v s="$speed" 'BEGIN { exit !(l != "" && l > 1.0 && l < 5.0 && s > 0) }'; then
+    ok "--stop-at 3 inside epoch 1: final train_loss $loss, images_per_s $speed"
+  else bad "--stop-at 3 inside epoch 1: final train_loss '$loss', images_per_s '$speed' (want the 3 steps' mean loss, about 2.3, and their speed)"; show "$log"; fi
+else bad "--stop-at 3: exit status $?"; show "$log"; fi
+
 # ---- fp16 with dynamic loss scaling trains
 if run 2 "$train" --model tiny --precision fp16 --loss-scale dynamic --scale-window 20; then
   loss=$(final_field train_loss)
