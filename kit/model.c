@@ -735,9 +735,31 @@ static BatchNormDims bn_dims(const Layer *l, int n) {
     return d;
 }
 
-// Layer i of an eval-mode forward (BN with its running statistics) of n images: what model_forward(train = false)
-// runs for each layer in turn.
-void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
+// The batch norm layer l of a forward: in training the batch's statistics (fused with the ReLU after it where
+// plan_memory fused them, or lesson 05's replacement), in eval mode the running ones.
+static void forward_bn(Model *m, const Layer *l, int n, const float *in, float *out, bool train) {
+    const Device d = m->device;
+    BatchNormDims bd = bn_dims(l, n);
+    const float *gamma = view_ptr(m->params, m, l->weight), *beta = view_ptr(m->params, m, l->bias_view);
+    float *run_mean = m->buffers + m->buffer_views[l->running].offset;
+    float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
+    if (!train) {
+        batchnorm_forward_eval(d, &bd, in, gamma, beta, run_mean, run_var, out);
+        return;
+    }
+    float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
+    const BatchNormLayerOps *ops = bn_replacement(m);
+    if (l->fused_relu)  // the ReLU after it is done here (plan_memory)
+        batchnorm_relu_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var, bn_sync(m),
+                                     m->work);
+    else if (ops)  // lesson 05: the learner's SyncBN
+        ops->forward_train(ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var);
+    else
+        batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var, bn_sync(m), m->work);
+}
+
+// Layer i of a forward of n images, in training or eval mode: what model_forward runs for each layer in turn.
+static void forward_layer(Model *m, int i, const float *x, int n, bool train) {
     const Layer *l = &m->layers[i];
     const float *in = act_ptr(m, l->in, x);
     float *out = act_ptr(m, i, x);
@@ -746,23 +768,22 @@ void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
     const size_t count = (size_t)n * l->c * l->h * l->w;
     const Device d = m->device;
     switch (l->kind) {
-    case LAYER_CONV: {  // an inference model's prepared filters: conv2d_forward's result up to rounding, sooner
+    case LAYER_CONV: {
         Conv2dDims cd = conv_dims(m, l, n);
-        const bool has = m->prepared && conv2d_prepared_floats(d, &cd);
-        const float *prepared = has ? m->prepared + m->prepared_offset[i] : NULL;
-        conv2d_forward_prepared(d, &cd, in, view_ptr(m->params, m, l->weight), prepared,
-                                view_ptr(m->params, m, l->bias_view), out, m->work);
+        const float *weight = view_ptr(m->params, m, l->weight), *bias = view_ptr(m->params, m, l->bias_view);
+        if (train) {
+            conv2d_forward(d, &cd, in, weight, bias, out, m->work);
+        } else {  // an inference model's prepared filters: conv2d_forward's result up to rounding, sooner
+            const bool has = m->prepared && conv2d_prepared_floats(d, &cd);
+            conv2d_forward_prepared(d, &cd, in, weight, has ? m->prepared + m->prepared_offset[i] : NULL, bias, out,
+                                    m->work);
+        }
         break;
     }
-    case LAYER_BN: {
-        BatchNormDims bd = bn_dims(l, n);
-        const float *run_mean = m->buffers + m->buffer_views[l->running].offset;
-        const float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
-        batchnorm_forward_eval(d, &bd, in, view_ptr(m->params, m, l->weight), view_ptr(m->params, m, l->bias_view),
-                               run_mean, run_var, out);
+    case LAYER_BN: forward_bn(m, l, n, in, out, train); break;
+    case LAYER_RELU:
+        if (!(train && relu_fused(m, l))) relu_forward(d, count, in, out);  // in may be out: in place
         break;
-    }
-    case LAYER_RELU: relu_forward(d, count, in, out); break;  // in may be out: in place
     case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
     case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
     case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
@@ -771,71 +792,20 @@ void model_forward_layer_eval(Model *m, int i, const float *x, int n) {
                        view_ptr(m->params, m, l->bias_view), out);
         break;
     }
+    // A fused BN wrote its ReLU's output into the ReLU's (in-place) slot: the hook sees that buffer for the BN
+    // and again for the ReLU, whose forward was done there. Rounding commutes with max(., 0), so the numbers
+    // are those of rounding the BN's output and then the ReLU's.
     round_at(m, i, ROUND_OUTPUT, out, count);
 }
+
+void model_forward_layer_eval(Model *m, int i, const float *x, int n) { forward_layer(m, i, x, n, false); }
 
 const float *model_forward(Model *m, const float *x, int n, bool train) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     model_require(m, MODEL_PARAMS | MODEL_ACTS, train ? "model_forward (train)" : "model_forward (eval)");
     CHECK(!train || m->grads != NULL || (m->released & MODEL_GRADS), "forward in training mode on an inference-only model (model_create_inference): "
           "pass train = false (eval mode: BN uses its running statistics)");
-    if (!train) {
-        for (int i = 0; i < m->n_layers; i++) model_forward_layer_eval(m, i, x, n);
-        return act_ptr(m, m->n_layers - 1, x);
-    }
-    Device d = m->device;
-    for (int i = 0; i < m->n_layers; i++) {
-        const Layer *l = &m->layers[i];
-        const float *in = act_ptr(m, l->in, x);
-        float *out = act_ptr(m, i, x);
-        int c, h, w;
-        act_shape(m, l->in, &c, &h, &w);
-        size_t count = (size_t)n * l->c * l->h * l->w;
-        switch (l->kind) {
-        case LAYER_CONV: {
-            Conv2dDims cd = conv_dims(m, l, n);
-            conv2d_forward(d, &cd, in, view_ptr(m->params, m, l->weight), view_ptr(m->params, m, l->bias_view),
-                           out, m->work);
-            break;
-        }
-        case LAYER_BN: {
-            BatchNormDims bd = bn_dims(l, n);
-            const float *gamma = view_ptr(m->params, m, l->weight), *beta = view_ptr(m->params, m, l->bias_view);
-            float *run_mean = m->buffers + m->buffer_views[l->running].offset;
-            float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
-            if (train && l->fused_relu) {  // the ReLU after it is done here (plan_memory)
-                float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-                batchnorm_relu_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
-                                             bn_sync(m), m->work);
-            } else if (train) {
-                float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-                const BatchNormLayerOps *ops = bn_replacement(m);
-                if (ops)  // lesson 05: the learner's SyncBN
-                    ops->forward_train(ops->ctx, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var);
-                else
-                    batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var,
-                                            bn_sync(m), m->work);
-            } else {
-                batchnorm_forward_eval(d, &bd, in, gamma, beta, run_mean, run_var, out);
-            }
-            break;
-        }
-        case LAYER_RELU:
-            if (!(train && relu_fused(m, l))) relu_forward(d, count, in, out);  // in may be out: in place
-            break;
-        case LAYER_MAXPOOL: maxpool2_forward(d, n, c, h, w, in, out); break;
-        case LAYER_ADD: add_forward(d, count, in, act_ptr(m, l->in2, x), out); break;
-        case LAYER_AVGPOOL: avgpool_forward(d, n, c, h * w, in, out); break;
-        case LAYER_LINEAR:
-            linear_forward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight),
-                           view_ptr(m->params, m, l->bias_view), out);
-            break;
-        }
-        // A fused BN wrote its ReLU's output into the ReLU's (in-place) slot: the hook sees that buffer for the BN
-        // and again for the ReLU, whose forward was done there. Rounding commutes with max(., 0), so the numbers
-        // are those of rounding the BN's output and then the ReLU's.
-        round_at(m, i, ROUND_OUTPUT, out, count);
-    }
+    for (int i = 0; i < m->n_layers; i++) forward_layer(m, i, x, n, train);
     return act_ptr(m, m->n_layers - 1, x);
 }
 
