@@ -187,7 +187,7 @@ ifneq ($(EMU_LESSON01),)
 ifeq ($(HAVE_MPI),yes)
 	@echo "== the process group's collectives in flight on emulated device buffers (MPI staging through the host)"
 	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/mpi_dist
-	@for c in reduce-scatter traffic; do ASAN_OPTIONS=detect_leaks=0 scripts/launch.sh 3 $(EMU_BUILD)/tests/mpi_dist $$c \
+	@for c in reduce-scatter traffic pieces; do ASAN_OPTIONS=detect_leaks=0 scripts/launch.sh 3 $(EMU_BUILD)/tests/mpi_dist $$c \
 	  --device cuda-emu --backend mpi --timeout 60 | grep '^PASS' || { echo "test-emu: mpi_dist $$c FAILS on cuda-emu"; exit 1; }; done
 endif
 	@echo "test-emu: ok"
