@@ -250,7 +250,9 @@ static void check_pieced_order(void) {
 
 static void case_pieces(void) {
     check_allreduce(2 * PIECE + PIECE / 2 + 1);  // sum and avg, exact
-    check_pieced_bits(2 * PIECE + 7);
+    // MPI only: the pieces are the kit's, and NCCL's ring sums an element in an order that depends on where it
+    // falls in the message (on more than 2 GPUs whole and parts may differ in the last bits, as NCCL allows).
+    if (pg_backend(pg) == PG_BACKEND_MPI) check_pieced_bits(2 * PIECE + 7);
     check_pieced_order();
 }
 
