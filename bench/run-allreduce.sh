@@ -36,7 +36,9 @@ trap 'rm -f "$tmp" "$body" "$sharelog"' EXIT
   echo "## MPI backend, $np ranks, host buffers"
   echo
   echo "The last two columns are plain Open MPI on the same buffers: blocking MPI_Allreduce, and MPI_Iallreduce"
-  echo "+ MPI_Wait. busbw vs the last column is the cost of the kit's timeout-watching poll loop; the last two"
+  echo "+ MPI_Wait. Up to 4 MB, busbw vs the last column is the cost of the kit's timeout-watching poll loop; above,"
+  echo "the kit hands MPI its buffer in 4 MB pieces, one after the other, which keeps Open MPI's scratch and sums in"
+  echo "the caches (kit/README.md, \"The all-reduce algorithm\"): there it beats both plain calls. The last two"
   echo "columns differ by Open MPI's algorithms (pg_init selects libnbc's ring for the non-blocking one on 2 ranks; see below)."
   measured "$np ranks, sizes" scripts/launch.sh "$np" "$bin" --backend mpi --device cpu --raw | grep -v '^process group'
 } >"$body"
