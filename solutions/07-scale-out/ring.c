@@ -46,11 +46,12 @@ static size_t piece_len(size_t len, size_t p) {
     return p >= len ? 0 : len - p < RING_PIECE ? len - p : RING_PIECE;
 }
 
-// mine += got, n floats, 4 at a time: GCC at -O2 vectorises a loop of unknown length only when asked (omp
-// simd; the kit builds with -fopenmp), and only with one exit and no aliasing (restrict).
+// mine += got, n floats. GCC at -O2 vectorises a loop only when its trip count is a known multiple of the
+// vector width (4 floats) and it has one exit and no aliasing (restrict): so the bulk first, then the 0-3 left.
 static void add_piece(float *restrict mine, const float *restrict got, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) mine[i] += got[i];
+    size_t bulk = n & ~(size_t)3;  // n rounded down to a multiple of 4
+    for (size_t i = 0; i < bulk; i++) mine[i] += got[i];
+    for (size_t i = bulk; i < n; i++) mine[i] += got[i];
 }
 
 // END SOLUTION
