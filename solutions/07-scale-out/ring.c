@@ -71,8 +71,8 @@ int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen) {
     // BEGIN SOLUTION
     int world = ring->world, rank = ring->rank;
     if (world == 1 || n == 0) return 0;
-    // Cache-line aligned, as the kit's tensors (device_alloc) and PyTorch's are: the kernel copied its socket
-    // data into it about 1.5x faster than into a malloc'd buffer, which starts 16 bytes into a line.
+    // Cache-line aligned, as the kit's tensors (device_alloc) and PyTorch's are: the kernel's socket copies into
+    // a malloc'd buffer, which starts 16 bytes into a line, made the whole ring about 1.4x slower here.
     if (!ring->scratch) ring->scratch = CHECK_ALLOC(aligned_alloc(64, RING_PIECE * sizeof(float)));
     float *piece = ring->scratch;  // (RING_PIECE) kept until ring_close
     char why[256];
