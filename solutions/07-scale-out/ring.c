@@ -86,8 +86,8 @@ int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen) {
         // waits for; each received piece is added while it is still in the cache.
         for (size_t p = 0; (p < sl || p < rl) && rc == 0; p += RING_PIECE) {
             size_t sp = piece_len(sl, p), rp = piece_len(rl, p);
-            if (sock_sendrecv(ring->next_fd, buf + so + p, sp * sizeof(float), ring->prev_fd, piece, rp * sizeof(float),
-                              deadline, why, sizeof why) < 0)
+            if (sock_sendrecv(ring->next_fd, buf + so + p, sp * sizeof(float), ring->prev_fd, piece,
+                              rp * sizeof(float), deadline, why, sizeof why) < 0)
                 rc = check_reason(err, errlen, "rank %d: reduce-scatter step %d of %d: %s", rank, s + 1, world - 1, why);
             else
                 add_piece(buf + ro + p, piece, rp);
