@@ -40,7 +40,9 @@ static void chunk_range(size_t n, int world, int c, size_t *off, size_t *len) {
 //   happens to two neighbours that both send first); every chunk lies inside buf for any n, n < world
 //   included (chunk_range above); a chunk received in the reduce-scatter is added to your own part of the
 //   sum, never written over it; a failed step (a peer died) ends the call with -1 and the phase, the step
-//   and the reason in err, within the ring's timeout. world == 1: nothing to do.
+//   and the reason in err, within the ring's timeout. world == 1: nothing to do. Optional, for speed once it
+//   works: receive the reduce-scatter's chunks in pieces into ring->scratch, adding each as it arrives (README
+//   section 5).
 // NCCL: ncclAllReduce with NCCL_ALGO=Ring;  Open MPI: coll_tuned_allreduce_algorithm 4 ("ring")
 int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen) {
     (void)ring, (void)buf, (void)n, (void)chunk_range;
@@ -83,4 +85,6 @@ void ring_close(Ring *ring) {
     if (ring->next_fd >= 0) close(ring->next_fd);
     if (ring->prev_fd >= 0) close(ring->prev_fd);
     ring->next_fd = ring->prev_fd = -1;
+    free(ring->scratch);
+    ring->scratch = NULL;
 }

@@ -42,6 +42,7 @@ typedef struct {
     int rank, world;
     int next_fd, prev_fd;  // -1 when world == 1
     double timeout_s;
+    float *scratch;        // a buffer ring_allreduce may keep from call to call (NULL: none yet); ring_close frees it
 } Ring;
 
 // ---------------------------------------------------------------- what you write (bootstrap.c)
@@ -73,7 +74,7 @@ int ring_allreduce(Ring *ring, float *buf, size_t n, char *err, size_t errlen);
 // ---------------------------------------------------------------- given
 
 // Connects the ring through the store: every rank publishes its listener's address (TODO 3), connects to the
-// next rank and accepts the previous. Returns 0 or -1 (err). ring_close frees its sockets.
+// next rank and accepts the previous. Returns 0 or -1 (err). ring_close frees its sockets and scratch.
 int ring_connect(Store *s, Ring *ring, char *err, size_t errlen);
 void ring_close(Ring *ring);
 
