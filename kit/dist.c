@@ -83,8 +83,8 @@ typedef struct PgWork {
     PgOp op;
     MPI_Request req;
     float *data;        // an all-reduce's (n) floats as MPI sees them: buf, or `host` when staged
-    size_t started;     // how many of them the pieces started so far cover (see piece_start)
-    MPI_Comm piece_comm; // this slot's own duplicate for pieced all-reduces, made at first need (MPI_COMM_NULL)
+    size_t piece;       // floats per MPI call: n (whole), or PIECE_FLOATS for a blocking call's pieces
+    size_t started;     // how many of the n floats the calls started so far cover (see piece_start)
     float *host;        // (host_cap) pinned staging
     size_t host_cap;
 #ifdef KIT_NCCL
@@ -486,7 +486,6 @@ static void comm_adopt(ProcessGroup *pg) {
     pg->note_buf = xcalloc((size_t)pg->world, sizeof *pg->note_buf);
     pg->note_req = xmalloc((size_t)pg->world * sizeof *pg->note_req);
     for (int r = 0; r < pg->world; r++) pg->note_req[r] = MPI_REQUEST_NULL;
-    for (int i = 0; i < PG_MAX_INFLIGHT; i++) pg->slots[i].piece_comm = MPI_COMM_NULL;
 }
 
 ProcessGroup *pg_init(int *argc, char ***argv, const char *backend, Device dev, double timeout_s) {
@@ -657,8 +656,6 @@ void pg_finalize(ProcessGroup *pg) {
     free(pg->seen);
     free(pg->note_buf);
     free(pg->note_req);
-    for (int i = 0; i < PG_MAX_INFLIGHT; i++)
-        if (pg->slots[i].piece_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&pg->slots[i].piece_comm));
     MPI_CHECK(MPI_Comm_free(&pg->note_comm));
     MPI_CHECK(MPI_Comm_free(&pg->comm));
     bool world_group = !pg->is_sub;
@@ -668,38 +665,28 @@ void pg_finalize(ProcessGroup *pg) {
 
 // ---------------------------------------------------------------- all-reduce
 
-// An all-reduce larger than PIECE_FLOATS goes to MPI in pieces of that size, one after the other: each piece's
-// scratch (Open MPI's ring allocates half the message per call) and its sums then stay in the caches, where a whole
-// 64 MB message runs at the speed of memory and faults its fresh scratch in on every call. On 2 ranks here that
-// is 4.0 against 1.6 GB/s at 64 MB and 4.8 against 3.8 at 16 MB; up to 8 MB one piece or two cost the same
-// (kit/README.md, "The all-reduce algorithm"). Pieces do not change the sums: every float is still added in
-// the order the algorithm gives its position, which does not depend on the message's length.
+// A blocking all-reduce larger than PIECE_FLOATS goes to MPI in pieces of that size, one after the other: each
+// piece's scratch (Open MPI's ring allocates half the message per call) and its sums then stay in the caches,
+// where a whole 64 MB message runs at the speed of memory and faults its fresh scratch in on every call. On 2
+// ranks here: 3.9 against 1.6 GB/s at 64 MB, 4.0 against 3.3 at 16 MB; up to 8 MB one piece or two cost the same
+// (kit/README.md, "The all-reduce algorithm"). Non-blocking all-reduces (the buckets during backward) go whole:
+// Open MPI moves them only at pg_progress calls, a few protocol rounds per message, so one large message gets
+// further during backward than a chain of pieces would (measured: pieced buckets left 3x the communication
+// exposed after backward). Pieces do not change the sums: an element's additions in libnbc's tree and in the
+// 2-rank ring do not depend on the message's length.
 enum { PIECE_FLOATS = 1 << 20 };  // 4 MB
 
-// Where slot s's pieces go. A piece after the first starts when the one before completes, which each rank sees
-// at its own moment (in pg_progress or in a wait); on the group's communicator that could order it before a
-// collective started later on one rank and after it on another. On a communicator of the slot's own, only the
-// slot's pieces are ordered, and each rank starts them in the same order. Made when the slot first carries a
-// pieced message, at the same call on every rank (slots are taken and freed in program order).
-static MPI_Comm piece_comm(ProcessGroup *pg, Slot *s) {
-    if (s->n <= PIECE_FLOATS) return pg->comm;
-    if (s->piece_comm == MPI_COMM_NULL) {
-        MPI_Request req;
-        MPI_CHECK(MPI_Comm_idup(pg->comm, &s->piece_comm, &req));
-        mpi_wait(pg, &req, "all-reduce", s->n, "floats");  // the setup is part of the first pieced all-reduce
-    }
-    return s->piece_comm;
-}
-
-// Starts slot s's next piece (the first: also when n == 0, so that every call is one MPI collective at least).
+// Starts slot s's next MPI call: `piece` floats from `started` on (the first: also when n == 0, so that every
+// all-reduce is one MPI collective at least).
 static void piece_start(ProcessGroup *pg, Slot *s) {
-    size_t len = s->n - s->started < PIECE_FLOATS ? s->n - s->started : PIECE_FLOATS;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, s->data + s->started, (int)len, MPI_FLOAT, MPI_SUM, piece_comm(pg, s),
+    size_t len = s->n - s->started < s->piece ? s->n - s->started : s->piece;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, s->data + s->started, mpi_count(len), MPI_FLOAT, MPI_SUM, pg->comm,
                              &s->req));
     s->started += len;
 }
 
-// Tests slot s's collective; an all-reduce's finished piece starts the next. True when the last one is done.
+// Tests slot s's collective; a blocking all-reduce's finished piece starts the next (inside that call's wait, so
+// every rank starts its pieces at the same point of its sequence of collectives). True when the last is done.
 static bool slot_advance(ProcessGroup *pg, void *slot) {
     Slot *s = slot;
     int done = 0;
@@ -717,7 +704,8 @@ static int slot_take(ProcessGroup *pg) {
     return i;
 }
 
-PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
+// pg_iallreduce, with `piece` floats per MPI call (see PIECE_FLOATS).
+static PgRequest allreduce_start(ProcessGroup *pg, float *buf, size_t n, PgOp op, size_t piece) {
     int i = slot_take(pg);
     count_coll(pg, n * sizeof(float));
     Slot *s = &pg->slots[i];
@@ -746,9 +734,14 @@ PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
         return (PgRequest){i};
     }
     s->data = data;
+    s->piece = piece;
     s->started = 0;
     piece_start(pg, s);
     return (PgRequest){i};
+}
+
+PgRequest pg_iallreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
+    return allreduce_start(pg, buf, n, op, n);
 }
 
 PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *recv, size_t n) {
@@ -831,7 +824,9 @@ void pg_work_wait(ProcessGroup *pg, PgWork *w, const char *what) {
     slot_finish(pg, w, what ? what : "reduce-scatter");
 }
 
-static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) { pg_wait(pg, pg_iallreduce(pg, buf, n, op)); }
+static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
+    pg_wait(pg, allreduce_start(pg, buf, n, op, n > PIECE_FLOATS ? PIECE_FLOATS : n));
+}
 
 // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress thread): a bucket started
 // during backward would otherwise sit still until pg_wait. One test of every collective in flight lets it move.

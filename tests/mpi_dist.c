@@ -5,9 +5,9 @@
 // Cases that must pass (exit 0, rank 0 prints "PASS <case>"):
 //   collectives   all-reduce sum/avg (blocking and several in flight), broadcast from every root,
 //                 all-gather, barrier, host doubles, on 1, 7 and 1000003 floats
-//   pieces        all-reduces above 2^20 floats, which go to MPI in pieces: exact sums, the same bits as the
-//                 same data all-reduced in parts that go whole, and another all-reduce started while the
-//                 pieces move at different moments on different ranks
+//   pieces        blocking all-reduces above 2^20 floats, which go to MPI in pieces: exact sums, the same bits
+//                 as the same data all-reduced in parts that go whole; a large non-blocking all-reduce moved
+//                 on at different moments on different ranks while another starts
 //   buckets       bucketed all-reduce == one flat all-reduce, bit for bit, whatever the marking order
 //   hash          pg_identical sees equal buffers as equal and a one-bit difference (and -0.0) as not
 //   model         the model's backward hook drives the buckets: same gradients as one flat all-reduce
@@ -184,10 +184,11 @@ static void case_collectives(void) {
 
 // ---------------------------------------------------------------- pieced all-reduces
 
-// The process group hands an all-reduce above this many floats to MPI in pieces (kit/dist.c, PIECE_FLOATS).
+// The process group hands a blocking all-reduce above this many floats to MPI in pieces (kit/dist.c,
+// PIECE_FLOATS); non-blocking ones go whole.
 enum { PIECE = 1 << 20 };
 
-// A pieced all-reduce of random floats == the same data all-reduced in parts that each go whole, bit for bit
+// A pieced (blocking) all-reduce of random floats == the same data all-reduced in parts that each go whole, bit for bit
 // (the order of the additions must not depend on the message's length), and identical on every rank.
 static void check_pieced_bits(size_t n) {
     float *whole = xmalloc(n * sizeof(float)), *parts = xmalloc(n * sizeof(float));
@@ -209,11 +210,12 @@ static void check_pieced_bits(size_t n) {
     free(parts);
 }
 
-// A pieced all-reduce's later pieces start whenever its earlier ones complete, which each rank sees at its own
-// moment. Here rank 0 lets A's pieces run (pg_progress) before it starts B, while the other ranks start B at
-// once and only move A on in their waits: the starts of A's pieces and of B then interleave differently on
-// different ranks, and must still meet their own peers.
-static void check_pieced_order(void) {
+// A large non-blocking all-reduce A, moved on by pg_progress on rank 0 only before it starts B, while the other
+// ranks start B at once and move A only in their waits. Whatever MPI calls A takes must be started at the same
+// point of every rank's sequence of collectives: were A chained in pieces, each started when the one before
+// completes (which each rank sees at its own moment), its pieces and B would interleave differently on
+// different ranks and MPI would pair the wrong calls (libnbc aborts).
+static void check_large_inflight_order(void) {
     const size_t na = 2 * PIECE + 3, nb = 1000;
     int rank = pg_rank(pg), world = pg_world(pg);
     float *ha = xmalloc(na * sizeof(float)), *hb = xmalloc(nb * sizeof(float));
@@ -235,12 +237,12 @@ static void check_pieced_order(void) {
     for (size_t i = 0; i < na; i++) {
         float want = 0;
         for (int r = 0; r < world; r++) want += value_at(r, i);
-        EXPECT(ha[i] == want, "pieced all-reduce with another started meanwhile: [%zu] = %g, want %g", i, ha[i], want);
+        EXPECT(ha[i] == want, "large all-reduce in flight with another started meanwhile: [%zu] = %g, want %g", i, ha[i], want);
     }
     for (size_t i = 0; i < nb; i++) {
         float want = 0;
         for (int r = 0; r < world; r++) want += value_at(r + 1, i);
-        EXPECT(hb[i] == want, "the all-reduce started during a pieced one: [%zu] = %g, want %g", i, hb[i], want);
+        EXPECT(hb[i] == want, "the all-reduce started during a large one in flight: [%zu] = %g, want %g", i, hb[i], want);
     }
     device_free(dev, a);
     device_free(dev, b);
@@ -253,7 +255,7 @@ static void case_pieces(void) {
     // MPI only: the pieces are the kit's, and NCCL's ring sums an element in an order that depends on where it
     // falls in the message (on more than 2 GPUs whole and parts may differ in the last bits, as NCCL allows).
     if (pg_backend(pg) == PG_BACKEND_MPI) check_pieced_bits(2 * PIECE + 7);
-    check_pieced_order();
+    check_large_inflight_order();
 }
 
 // ---------------------------------------------------------------- buckets
