@@ -14,8 +14,10 @@
 #include "tests/grading.h"
 #include "tests/mpi_testutil.h"
 
+#include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_received (glibc's netinet/tcp.h lacks it)
 #include <math.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -614,6 +616,56 @@ static void test_ring_large_no_deadlock(void **state) {
     if (!ok) fail_msg("rank %d of %d: %s", rank, world, what[0] ? what : "(another rank failed)");
 }
 
+// The bytes the kernel has received on a TCP socket since it was opened (TCP_INFO, Linux 4.1 on); -1 when this
+// kernel does not report them.
+static long long tcp_bytes_received(int fd) {
+    struct tcp_info info;
+    socklen_t len = sizeof info;
+    memset(&info, 0, sizeof info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof info.tcpi_bytes_received)
+        return -1;
+    return (long long)info.tcpi_bytes_received;
+}
+
+// The ring's traffic: each of the N chunks crosses N - 1 links in the reduce-scatter and N - 1 in the all-gather,
+// so the ranks together receive 2 (N - 1) x the buffer, whatever the chunks' sizes: 2 (N - 1) / N of it per rank,
+// the figure that makes a ring scale. Counted by the kernel on each rank's socket from the previous rank, so
+// any way of sending counts. A ring that sends more is right but slow: an extra step, whole buffers instead of
+// chunks. A few bytes per step of the learner's own (a length header) are allowed.
+static void test_ring_sends_two_n(void **state) {
+    (void)state;
+    int rank = mpi_rank(), world = mpi_world();
+    if (world < 2) skip();
+    Ring ring;
+    Store *s = ring_up(&ring, "ring-traffic");
+    const size_t n = 100003;  // uneven chunks
+    float *buf = malloc(n * sizeof *buf);
+    for (size_t i = 0; i < n; i++) buf[i] = (float)((int)((i * 13 + (size_t)rank * 101) % 97) - 40);
+    char err[512] = "";
+    long long before = tcp_bytes_received(ring.prev_fd);
+    MPI_Barrier(MPI_COMM_WORLD);  // every rank counted before any sends: the previous rank must not start early
+    bool ran = ring_allreduce(&ring, buf, n, err, sizeof err) == 0;
+    long long after = tcp_bytes_received(ring.prev_fd);
+    long long mine = before < 0 || after < 0 ? -1 : after - before, total = 0, unknown = 0, one = mine < 0;
+    MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&one, &unknown, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    bool all_ran = all_ok(ran);
+    free(buf);
+    ring_close(&ring);
+    store_close(s);
+    if (!all_ran) fail_msg("rank %d of %d: ring_allreduce failed: %s", rank, world, err[0] ? err : "(on another rank)");
+    if (unknown) skip();  // this kernel does not count a socket's bytes (TCP_INFO before Linux 4.1)
+    const long long want = 2LL * (world - 1) * (long long)(n * sizeof(float));
+    const long long slack = 2LL * (world - 1) * world * 64;  // 64 bytes per rank and step
+    if (total < want || total > want + slack)
+        fail_msg("the ranks together received %lld bytes over the ring for an all-reduce of %zu floats on %d ranks; "
+                 "a ring moves 2 (N - 1) x the buffer in all: %lld bytes (%.2f x the buffer here against %d). %s",
+                 total, n, world, want, (double)total / (double)(n * sizeof(float)), 2 * (world - 1),
+                 total > want ? "More: does a phase take N steps instead of N - 1, or a step send more than one chunk?"
+                              : "Less: does every chunk go around the whole ring in both phases?");
+}
+
 // ---------------------------------------------------------------- TODO 1-4: the program, started both ways
 
 static TrainOptions small_run(void) {
@@ -691,6 +743,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ring_stays_in_buffer),
         cmocka_unit_test(test_ring_dead_peer),
         cmocka_unit_test(test_ring_large_no_deadlock),
+        cmocka_unit_test(test_ring_sends_two_n),
         cmocka_unit_test(test_store_launch_trains_like_mpirun),
     };
     return grading_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
