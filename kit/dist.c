@@ -704,17 +704,23 @@ static int slot_take(ProcessGroup *pg) {
     return i;
 }
 
-// pg_iallreduce, with `piece` floats per MPI call (see PIECE_FLOATS).
-static PgRequest allreduce_start(ProcessGroup *pg, float *buf, size_t n, PgOp op, size_t piece) {
-    int i = slot_take(pg);
-    count_coll(pg, n * sizeof(float));
-    Slot *s = &pg->slots[i];
+// Takes a free slot for a collective of `bytes` in all, with its result in buf (n floats), and counts it.
+static Slot *slot_open(ProcessGroup *pg, float *buf, size_t n, PgOp op, bool scatter, size_t bytes) {
+    Slot *s = &pg->slots[slot_take(pg)];
+    count_coll(pg, bytes);
     s->busy = true;
-    s->scatter = false;
+    s->scatter = scatter;
     s->buf = buf;
     s->n = n;
     s->op = op;
     s->staged = staged(pg);
+    return s;
+}
+
+// pg_iallreduce, with `piece` floats per MPI call (see PIECE_FLOATS).
+static PgRequest allreduce_start(ProcessGroup *pg, float *buf, size_t n, PgOp op, size_t piece) {
+    Slot *s = slot_open(pg, buf, n, op, false, n * sizeof(float));
+    const int i = (int)(s - pg->slots);
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         nccl_after_compute(pg);
@@ -750,14 +756,7 @@ PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *
            "a reduce-scatter on the socket backend");
     const size_t total = n * (size_t)pg->world;
     mpi_count(total);
-    Slot *s = &pg->slots[slot_take(pg)];
-    count_coll(pg, total * sizeof(float));
-    s->busy = true;
-    s->scatter = true;
-    s->buf = recv;
-    s->n = n;
-    s->op = PG_SUM;
-    s->staged = staged(pg);
+    Slot *s = slot_open(pg, recv, n, PG_SUM, true, total * sizeof(float));
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         nccl_after_compute(pg);
