@@ -678,7 +678,9 @@ static void case_p2p_failure(const char *which) {
 // ---------------------------------------------------------------- failures (the script checks them)
 
 static void case_failure(const char *which) {
-    const size_t n = 1 << 22;  // 16 MB: big enough to be mid-transfer when a rank vanishes
+    // 4 MB: big enough to be mid-transfer when a rank vanishes, and one MPI call whether blocking or not (a
+    // blocking all-reduce above 4 MB goes in pieces, which the killed rank's pg_iallreduce would not match).
+    const size_t n = 1 << 20;
     float *h = xcalloc(n, sizeof(float));
     float *d = to_device(h, n);
     pg_allreduce_sum(pg, d, 1000);  // everyone connected and working first
