@@ -89,8 +89,10 @@ double pg_timeout(const ProcessGroup *pg);
 void pg_abort(ProcessGroup *pg, const char *msg) __attribute__((noreturn));
 
 // ---------------------------------------------------------------- collectives (blocking, with timeout)
-// Every rank must call the same collectives in the same order with the same sizes. On MPI, an all-reduce above
-// 4 MB goes as 4 MB pieces one after another: the same sums, about twice as fast at 64 MB (kit/README.md).
+// Every rank must call the same collectives in the same order with the same sizes, blocking or not alike (as in
+// MPI: on MPI a blocking all-reduce above 4 MB goes as 4 MB pieces one after another, which another rank's
+// pg_iallreduce of the same buffer would not match). The pieces give the same sums, about twice as fast at 64 MB
+// (kit/README.md).
 void pg_allreduce_sum(ProcessGroup *pg, float *buf, size_t n);  // (n) in place: sum over ranks
 void pg_allreduce_avg(ProcessGroup *pg, float *buf, size_t n);  // (n) in place: mean over ranks
 // Host doubles, whatever the backend (always over MPI): SyncBN statistics (lesson 05) and metrics.
