@@ -77,14 +77,21 @@ void batchnorm_backward(Device d, const BatchNormDims *s, const float *x, const 
     batchnorm_backward_cpu(s, x, gamma, mean, invstd, dy, dx, dgamma, dbeta, sync, work);
 }
 
-// Fused BN + ReLU: the CPU only (the model does not fuse on CUDA, where BN and ReLU stay two kernels).
+// Fused BN + ReLU: one pass over the activations each way, on both devices (kit/model.c fuses a BN whose sole
+// consumer is a ReLU).
 void batchnorm_relu_forward_train(Device d, const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work) {
-    CHECK(d == DEVICE_CPU, "batchnorm_relu_forward_train is CPU-only: use batchnorm_forward_train + relu_forward");
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) { batchnorm_relu_forward_train_cuda(s, x, gamma, beta, y, mean, invstd, running_mean, running_var, sync, work); return; }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     batchnorm_relu_forward_train_cpu(s, x, gamma, beta, y, mean, invstd, running_mean, running_var, sync, work);
 }
 
 void batchnorm_relu_backward(Device d, const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd, const float *y, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work) {
-    CHECK(d == DEVICE_CPU, "batchnorm_relu_backward is CPU-only: use relu_backward + batchnorm_backward");
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) { batchnorm_relu_backward_cuda(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work); return; }
+#endif
+    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     batchnorm_relu_backward_cpu(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work);
 }
 

@@ -51,6 +51,8 @@ size_t batchnorm_work_floats_cuda(const BatchNormDims *s);
 void batchnorm_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
 void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, const float *running_mean, const float *running_var, float *y);
 void batchnorm_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
+void batchnorm_relu_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
+void batchnorm_relu_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd, const float *y, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
 void relu_forward_cuda(size_t n, const float *x, float *y);
 void relu_backward_cuda(size_t n, const float *y, const float *dy, float *dx);
 void add_forward_cuda(size_t n, const float *a, const float *b, float *y);

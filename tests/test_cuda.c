@@ -102,10 +102,20 @@ static void conv_budget_for_chunk(const Conv2dDims *s, int chunk) {
 
 // ---------------------------------------------------------------- conv2d
 
+// Small integers in [-3, 3] in place of x's values: products and sums of them are exact in float (every
+// partial sum below stays far under 2^24), so any summation order gives the same bits. No -0.0f (+ 0.0f):
+// a gradient starting at -0 keeps its sign on one device (adding nothing) and loses it on the other
+// (adding a sum of no taps, +0), which is no difference of value.
+static void round_to_ints(float *x, size_t n) {
+    for (size_t i = 0; x && i < n; i++) x[i] = rintf(3.0f * x[i]) + 0.0f;
+}
+
 // Forward and backward of one conv shape on both devices. Gradients start from the same random values
 // on both, so the comparison also checks that backward ADDS to them; `grads` selects which are wanted
-// (bit 0: dx, bit 1: dw, bit 2: db), the others are NULL.
-static void conv_case(Conv2dDims s, bool bias, int grads, uint64_t seed) {
+// (bit 0: dx, bit 1: dw, bit 2: db), the others are NULL. ints: every input a small integer (round_to_ints),
+// so the two devices must agree EXACTLY: what is left to differ is where the values go (im2col, col2im and
+// the layout kernels around the GEMMs, which only move data), and there any difference at all is a bug.
+static void conv_case_ints(Conv2dDims s, bool bias, int grads, uint64_t seed, bool ints) {
     size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r;
     size_t ny = (size_t)s.n * s.k * conv2d_out_h(&s) * conv2d_out_w(&s);
     float *x = hvec(nx, -1, 1, seed), *w = hvec(nw, -1, 1, seed + 1), *b = bias ? hvec(s.k, -1, 1, seed + 2) : NULL;
@@ -113,6 +123,12 @@ static void conv_case(Conv2dDims s, bool bias, int grads, uint64_t seed) {
     float *dx = (grads & 1) ? hvec(nx, -1, 1, seed + 4) : NULL;
     float *dw = (grads & 2) ? hvec(nw, -1, 1, seed + 5) : NULL;
     float *db = (grads & 4) ? hvec(s.k, -1, 1, seed + 6) : NULL;
+    if (ints) {
+        round_to_ints(x, nx), round_to_ints(w, nw), round_to_ints(b, bias ? (size_t)s.k : 0);
+        round_to_ints(dy, ny), round_to_ints(dx, dx ? nx : 0), round_to_ints(dw, dw ? nw : 0);
+        round_to_ints(db, db ? (size_t)s.k : 0);
+    }
+    const double tol = ints ? EXACT : TOL_SUM;
     float *gx = gpu_of(x, nx), *gw = gpu_of(w, nw), *gb = gpu_of(b, s.k), *gdy = gpu_of(dy, ny);
     float *gdx = gpu_of(dx, nx), *gdw = gpu_of(dw, nw), *gdb = gpu_of(db, s.k);
     float *gy = device_alloc(GPU, ny * sizeof(float));
@@ -121,20 +137,22 @@ static void conv_case(Conv2dDims s, bool bias, int grads, uint64_t seed) {
 
     conv2d_forward(CPU, &s, x, w, b, y, work);
     conv2d_forward(GPU, &s, gx, gw, gb, gy, gwork);
-    assert_gpu_close(gy, y, ny, TOL_SUM);  // sums of C*R*R products (up to 5*25 here)
+    assert_gpu_close(gy, y, ny, tol);  // sums of C*R*R products (up to 5*25 here)
 
     conv2d_backward(CPU, &s, x, w, dy, dx, dw, db, work);
     conv2d_backward(GPU, &s, gx, gw, gdy, gdx, gdw, gdb, gwork);
     // dx: sums of K*R*R products; dw: sums over N*P*Q products; db: over N*P*Q values.
-    if (dx) assert_gpu_close(gdx, dx, nx, TOL_SUM);
-    if (dw) assert_gpu_close(gdw, dw, nw, TOL_SUM);
-    if (db) assert_gpu_close(gdb, db, (size_t)s.k, TOL_SUM);
+    if (dx) assert_gpu_close(gdx, dx, nx, tol);
+    if (dw) assert_gpu_close(gdw, dw, nw, tol);
+    if (db) assert_gpu_close(gdb, db, (size_t)s.k, tol);
 
     float *hp[] = {x, w, b, dy, dx, dw, db, y, work};
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
     float *dp[] = {gx, gw, gb, gdy, gdx, gdw, gdb, gy, gwork};
     for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
 }
+
+static void conv_case(Conv2dDims s, bool bias, int grads, uint64_t seed) { conv_case_ints(s, bias, grads, seed, false); }
 
 static void test_conv_3x3_pad1(void **state) {
     skip_without_gpu();
@@ -168,6 +186,30 @@ static void test_conv_chunks(void **state) {
     size_t pq = (size_t)conv2d_out_h(&s) * conv2d_out_w(&s);
     assert_int_equal(conv2d_work_floats(GPU, &s), 2 * pq * (3 * 9 + 4));  // the budget is respected
     conv_case(s, true, 7, 90);
+    cuda_conv_set_work_budget(0);
+#endif
+}
+
+// The index kernels (im2col, col2im, the layouts around the GEMMs) move data only: with integer inputs the
+// GPU equals the CPU bit for bit, over strides 1-3, paddings 0-2, kernels 1-5, non-square and odd planes,
+// an output of one pixel, and several chunks (the last one short).
+static void test_conv_exact_layouts(void **state) {
+    skip_without_gpu();
+    const Conv2dDims shapes[] = {
+        {.n = 3, .c = 5, .h = 9, .w = 7, .k = 4, .r = 3, .stride = 1, .pad = 1},
+        {.n = 2, .c = 3, .h = 11, .w = 8, .k = 6, .r = 3, .stride = 2, .pad = 0},
+        {.n = 2, .c = 3, .h = 11, .w = 13, .k = 5, .r = 3, .stride = 2, .pad = 1},
+        {.n = 2, .c = 2, .h = 10, .w = 9, .k = 3, .r = 5, .stride = 3, .pad = 2},
+        {.n = 3, .c = 4, .h = 7, .w = 5, .k = 2, .r = 1, .stride = 2, .pad = 0},
+        {.n = 2, .c = 6, .h = 3, .w = 3, .k = 3, .r = 3, .stride = 1, .pad = 0},  // P = Q = 1
+        {.n = 2, .c = 3, .h = 4, .w = 6, .k = 3, .r = 2, .stride = 1, .pad = 1},  // an even kernel
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        conv_case_ints(shapes[i], true, 7, 1000 + 10 * (uint64_t)i, true);
+#ifdef KIT_CUDA
+    Conv2dDims s = {.n = 5, .c = 3, .h = 8, .w = 6, .k = 4, .r = 3, .stride = 2, .pad = 1};
+    conv_budget_for_chunk(&s, 2);
+    conv_case_ints(s, true, 7, 1100, true);
     cuda_conv_set_work_budget(0);
 #endif
 }
@@ -822,6 +864,7 @@ int main(void) {
         cmocka_unit_test(test_conv_1x1_and_5x5),
         cmocka_unit_test(test_conv_null_grads),
         cmocka_unit_test(test_conv_chunks),
+        cmocka_unit_test(test_conv_exact_layouts),
         cmocka_unit_test(test_bn_small),
         cmocka_unit_test(test_bn_sliced),
         cmocka_unit_test(test_bn_sync_hook),

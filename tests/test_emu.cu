@@ -17,6 +17,7 @@ extern "C" {  // cmocka's header has no C++ guard
 #include <unistd.h>
 
 #include "kit/cuda_check.h"
+#include "kit/cuda/cuda_internal.h"
 
 // Every (block, thread) of a 3-D grid of 3-D blocks adds 1 to its own counter, and records its indices.
 __global__ void count_kernel(int *count, uint3 *where) {
@@ -133,6 +134,43 @@ static void test_bit_casts(void **state) {
     assert_true(*count == want);  // above 2^32: the sum needs all 64 bits
     assert_true(want > 0xFFFFFFFFull);
     cudaFree(x), cudaFree(back), cudaFree(bits), cudaFree(count);
+}
+
+// KitDiv (kit/cuda/cuda_internal.h), the division the index kernels use in place of `/`: equal to `/` for every
+// divisor kind (1, powers of two and their neighbours, small odd ones, random ones up to 2^31 - 1) at the
+// dividends where a wrong magic number shows first (around multiples of d, and near 2^31), and at random ones.
+static void test_kit_div(void **state) {
+    (void)state;
+    uint64_t rng = 12345;
+    auto next = [&rng]() {  // xorshift64: any spread of values will do
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        return rng;
+    };
+    unsigned divisors[400];
+    int nd = 0;
+    for (unsigned d = 1; d <= 64; d++) divisors[nd++] = d;
+    for (int s = 1; s < 31; s++) {
+        divisors[nd++] = (1u << s) - 1, divisors[nd++] = 1u << s, divisors[nd++] = (1u << s) + 1;
+    }
+    divisors[nd++] = 0x7FFFFFFFu;
+    while (nd < 400) divisors[nd++] = 1 + (unsigned)(next() % 0x7FFFFFFFu);
+    const unsigned top = 0x7FFFFFFFu;  // dividends below 2^31
+    for (int k = 0; k < nd; k++) {
+        const unsigned d = divisors[k];
+        const KitDiv v = kit_div_make(d);
+        unsigned probes[64];
+        int np = 0;
+        probes[np++] = 0, probes[np++] = 1, probes[np++] = top, probes[np++] = top - 1, probes[np++] = top - d + 1;
+        for (unsigned m = 1; m <= 4; m++)
+            if ((unsigned long long)m * d <= top) probes[np++] = m * d - 1, probes[np++] = m * d;
+        const unsigned last = top / d * d;  // the largest multiple of d below 2^31
+        probes[np++] = last, probes[np++] = last - 1;
+        while (np < 64) probes[np++] = (unsigned)(next() % ((unsigned long long)top + 1));
+        for (int p = 0; p < np; p++) {
+            if (probes[p] > top) continue;
+            if (kit_div(probes[p], v) != probes[p] / d) fail_msg("kit_div(%u, %u) = %u, want %u", probes[p], d, kit_div(probes[p], v), probes[p] / d);
+        }
+    }
 }
 
 // Launches a GPU refuses are refused here too, through cudaGetLastError (which then resets).
@@ -344,6 +382,7 @@ int main(void) {
         cmocka_unit_test(test_barrier_orders_and_its_absence_shows),
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_bit_casts),
+        cmocka_unit_test(test_kit_div),
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
         cmocka_unit_test(test_divergent_barrier_stops),

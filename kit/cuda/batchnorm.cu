@@ -9,6 +9,7 @@
 //   coef     (3, C)      floats: per-channel coefficients of the input gradient (backward)
 // The per-element formulas are the CPU's (kit/ops_cpu.c), written the same way, so the two devices
 // differ only by summation order.
+#include <limits.h>
 #include <stdint.h>
 
 #include "kit/cuda/cuda_internal.h"
@@ -31,6 +32,9 @@ int bn_slices(const BatchNormDims *s) {
 void bn_check(const BatchNormDims *s) {
     CHECK(s->n >= 1 && s->c >= 1 && s->hw >= 1, "batchnorm: n, c and hw must be positive");
     CHECK(s->eps > 0.0f, "batchnorm: eps must be positive (PyTorch's default is 1e-5)");
+    // The kernels index one channel's values (N * HW) and one image (C * HW) in 32 bits (cuda_internal.h).
+    CHECK((size_t)s->n * s->hw <= INT_MAX && (size_t)s->c * s->hw <= INT_MAX,
+          "batchnorm: more than 2^31 values per channel or per image; use a smaller batch or image");
 }
 
 size_t bn_work_doubles(const BatchNormDims *s, int slices) {
@@ -57,31 +61,37 @@ BnWork bn_work(const BatchNormDims *s, float *work) {
     return w;
 }
 
-// The elements of slice `slice` of a channel: flat index j over (N, HW), from j0 to j1.
+// The elements of slice `slice` of a channel: flat index j over (N, HW), from j0 to j1 (< 2^31: bn_check).
 struct Slice {
-    size_t j0, j1;
+    unsigned j0, j1;
 };
-__device__ inline Slice slice_range(size_t per_channel, int slices, int slice) {
-    size_t len = (per_channel + slices - 1) / slices;
-    size_t j0 = (size_t)slice * len;
-    size_t j1 = j0 + len < per_channel ? j0 + len : per_channel;
+__device__ inline Slice slice_range(unsigned per_channel, int slices, int slice) {
+    unsigned len = (per_channel + slices - 1) / slices;  // once per block
+    unsigned j0 = (unsigned)slice * len;
+    unsigned j1 = j0 + len < per_channel ? j0 + len : per_channel;
     return Slice{j0 < per_channel ? j0 : per_channel, j1};
 }
 
-// Offset of element j (over N, HW) of channel c in an (N, C, HW) tensor.
-__device__ inline size_t bn_index(size_t j, int c, int channels, int hw) {
-    size_t n = j / hw;
-    return (n * channels + c) * hw + (j - n * hw);
+// Offset of element j (over N, HW) of channel c in an (N, C, HW) tensor; div_hw divides by HW.
+__device__ inline size_t bn_index(unsigned j, int c, int channels, int hw, KitDiv div_hw) {
+    unsigned n = kit_div(j, div_hw);
+    return ((size_t)n * channels + c) * hw + (j - n * (unsigned)hw);
 }
 
+// Fused BN + ReLU: the gradient reaching BN's output through the ReLU, what relu_backward adds into a
+// zeroed buffer (+0.0f where masked; 0.0f + dy turns a -0.0f into +0.0f, as that addition does), so fused
+// and plain agree bit for bit.
+__device__ inline float bn_relu_grad(float relu_y, float dy) { return relu_y > 0.0f ? 0.0f + dy : 0.0f; }
+
 // grid (C, S): partials[0][c][s] = sum x, partials[1][c][s] = sum x^2 over the slice.
-__global__ void bn_stats_partial_kernel(BatchNormDims s, int slices, const float *x, double *partials) {
+__global__ void bn_stats_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const float *x,
+                                        double *partials) {
     __shared__ double shared[KIT_BLOCK];
     int c = blockIdx.x, sl = blockIdx.y;
-    Slice r = slice_range((size_t)s.n * s.hw, slices, sl);
+    Slice r = slice_range((unsigned)s.n * (unsigned)s.hw, slices, sl);
     double sum = 0.0, sq = 0.0;
-    for (size_t j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
-        double v = x[bn_index(j, c, s.c, s.hw)];
+    for (unsigned j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
+        double v = x[bn_index(j, c, s.c, s.hw, div_hw)];
         sum += v;
         sq += v * v;
     }
@@ -94,16 +104,18 @@ __global__ void bn_stats_partial_kernel(BatchNormDims s, int slices, const float
 }
 
 // grid (C, S): partials[0] = sum dy, partials[1] = sum dy * (x - mean) (times invstd in bn_reduce).
-__global__ void bn_grad_partial_kernel(BatchNormDims s, int slices, const float *x, const float *mean,
-                                       const float *dy, double *partials) {
+// relu_y != NULL (fused BN + ReLU): dy is the ReLU's output gradient, masked on the fly (bn_relu_grad).
+__global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const float *x,
+                                       const float *mean, const float *dy, const float *relu_y,
+                                       double *partials) {
     __shared__ double shared[KIT_BLOCK];
     int c = blockIdx.x, sl = blockIdx.y;
-    Slice r = slice_range((size_t)s.n * s.hw, slices, sl);
+    Slice r = slice_range((unsigned)s.n * (unsigned)s.hw, slices, sl);
     double m = mean[c];
     double sdy = 0.0, sdxh = 0.0;
-    for (size_t j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
-        size_t k = bn_index(j, c, s.c, s.hw);
-        double g = dy[k];
+    for (unsigned j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
+        size_t k = bn_index(j, c, s.c, s.hw, div_hw);
+        double g = relu_y ? bn_relu_grad(relu_y[k], dy[k]) : dy[k];
         sdy += g;
         sdxh += g * ((double)x[k] - m);
     }
@@ -163,24 +175,38 @@ __global__ void bn_finalize_kernel(BatchNormDims s, const double *stats, float *
     }
 }
 
-// y = gamma * (x - mean) * invstd + beta, as y = x * a + b per channel (the CPU's form).
-__global__ void bn_normalize_kernel(BatchNormDims s, const float *x, const float *gamma, const float *beta,
-                                    const float *mean, const float *invstd, float *y) {
-    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
-        int c = (int)((i / s.hw) % s.c);
-        float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
-        y[i] = x[i] * a + b;
+// The per-element kernels below run on a 2-D grid: x over the C * HW elements of one image, y over the
+// images. A thread finds its channel once (one KitDiv) and its coefficients once, then loops over images.
+
+// y = gamma * (x - mean) * invstd + beta, as y = x * a + b per channel (the CPU's form); relu: y = max(y, 0)
+// in the same pass (fused BN + ReLU), the value relu_forward would compute.
+__global__ void bn_normalize_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *gamma,
+                                    const float *beta, const float *mean, const float *invstd, int relu,
+                                    float *y) {
+    const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
+    KIT_LOOP_X(i, chw) {
+        const unsigned c = kit_div(i, div_hw);
+        const float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
+        KIT_LOOP_Y(n, s.n) {
+            const size_t k = (size_t)n * chw + i;
+            const float v = x[k] * a + b;
+            y[k] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
     }
 }
 
 // Eval: the same with the running statistics (a in double, as the CPU).
-__global__ void bn_eval_kernel(BatchNormDims s, const float *x, const float *gamma, const float *beta,
-                               const float *running_mean, const float *running_var, float *y) {
-    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
-        int c = (int)((i / s.hw) % s.c);
-        float a = (float)(gamma[c] / sqrt((double)running_var[c] + (double)s.eps));
-        float b = beta[c] - running_mean[c] * a;
-        y[i] = x[i] * a + b;
+__global__ void bn_eval_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *gamma,
+                               const float *beta, const float *running_mean, const float *running_var, float *y) {
+    const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
+    KIT_LOOP_X(i, chw) {
+        const unsigned c = kit_div(i, div_hw);
+        const float a = (float)(gamma[c] / sqrt((double)running_var[c] + (double)s.eps));
+        const float b = beta[c] - running_mean[c] * a;
+        KIT_LOOP_Y(n, s.n) {
+            const size_t k = (size_t)n * chw + i;
+            y[k] = x[k] * a + b;
+        }
     }
 }
 
@@ -210,11 +236,22 @@ __global__ void bn_input_coef_kernel(int channels, const float *gamma, const flo
     }
 }
 
-__global__ void bn_input_grad_kernel(BatchNormDims s, const float *x, const float *dy, const float *coef,
-                                     float *dx) {
-    KIT_GRID_LOOP(i, (size_t)s.n * s.c * s.hw) {
-        int c = (int)((i / s.hw) % s.c);
-        dx[i] += coef[c] * dy[i] + coef[s.c + c] * x[i] + coef[2 * s.c + c];
+// relu_y != NULL: fused BN + ReLU (dy is the ReLU's output gradient, masked here); dx may then be dy itself,
+// and is OVERWRITTEN: 0.0f + (...) is what adding into a zeroed buffer gives (each element is read before
+// its own thread writes it).
+__global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *dy,
+                                     const float *relu_y, const float *coef, float *dx) {
+    const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
+    const bool overwrite = relu_y && dx == dy;
+    KIT_LOOP_X(i, chw) {
+        const unsigned c = kit_div(i, div_hw);
+        const float a = coef[c], b = coef[s.c + c], d = coef[2 * s.c + c];
+        KIT_LOOP_Y(n, s.n) {
+            const size_t k = (size_t)n * chw + i;
+            const float g = relu_y ? bn_relu_grad(relu_y[k], dy[k]) : dy[k];
+            const float before = overwrite ? 0.0f : dx[k];
+            dx[k] = before + (a * g + b * x[k] + d);
+        }
     }
 }
 
@@ -222,6 +259,59 @@ __global__ void bn_input_grad_kernel(BatchNormDims s, const float *x, const floa
 void bn_reduce(const BatchNormDims *s, const BnWork &w, const float *invstd) {
     KIT_LAUNCH(bn_reduce_kernel, (size_t)2 * s->c, s->c, w.slices, (double)s->n * s->hw, w.partials, invstd,
                w.stats);
+}
+
+// Batch statistics (through the sync hook when set), running statistics, then y; relu: the fused ReLU.
+void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, bool relu,
+                      float *y, float *mean, float *invstd, float *running_mean, float *running_var,
+                      const BatchNormSync *sync, float *work) {
+    bn_check(s);
+    KIT_CHECK_PTR(x);
+    KIT_CHECK_PTR(gamma);
+    KIT_CHECK_PTR(beta);
+    KIT_CHECK_PTR(y);
+    KIT_CHECK_PTR(mean);
+    KIT_CHECK_PTR(invstd);
+    BnWork w = bn_work(s, work);
+    const KitDiv div_hw = kit_div_make(s->hw);
+    dim3 grid((unsigned)s->c, (unsigned)w.slices);
+    CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, w.partials);
+    CUDA_CHECK_LAUNCH();
+    bn_reduce(s, w, NULL);
+    double count = bn_sync_stats(s, sync, w.stats);
+    // PyTorch refuses this too: the unbiased variance of a single value is undefined.
+    CHECK(count > 1.0, "batchnorm in training mode needs more than one value per channel "
+                       "(a batch of 1 with 1x1 feature maps?)");
+    KIT_LAUNCH(bn_finalize_kernel, (size_t)s->c, *s, w.stats, mean, invstd, running_mean, running_var);
+    KIT_LAUNCH_2D(bn_normalize_kernel, (size_t)s->c * s->hw, s->n, *s, div_hw, x, gamma, beta, mean, invstd,
+                  (int)relu, y);
+}
+
+// relu_y != NULL: fused BN + ReLU (dy is the gradient of the ReLU's output relu_y; dx may be dy).
+void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd,
+                 const float *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta,
+                 const BatchNormSync *sync, float *work) {
+    bn_check(s);
+    if (!dx && !dgamma && !dbeta) return;
+    KIT_CHECK_PTR(x);
+    KIT_CHECK_PTR(gamma);
+    KIT_CHECK_PTR(mean);
+    KIT_CHECK_PTR(invstd);
+    KIT_CHECK_PTR(dy);
+    BnWork w = bn_work(s, work);
+    const KitDiv div_hw = kit_div_make(s->hw);
+    dim3 grid((unsigned)s->c, (unsigned)w.slices);
+    CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, mean, dy,
+                                                                            relu_y, w.partials);
+    CUDA_CHECK_LAUNCH();
+    bn_reduce(s, w, invstd);
+    if (dgamma || dbeta) KIT_LAUNCH(bn_param_grad_kernel, (size_t)s->c, s->c, w.stats, dgamma, dbeta);
+    // No input gradient wanted: nothing global to compute, so no hook call (the same on every rank, as
+    // every rank runs the same layers; the CPU does the same).
+    if (!dx) return;
+    bn_sync_stats(s, sync, w.stats);
+    KIT_LAUNCH(bn_input_coef_kernel, (size_t)s->c, s->c, gamma, mean, invstd, w.stats, w.coef);
+    KIT_LAUNCH_2D(bn_input_grad_kernel, (size_t)s->c * s->hw, s->n, *s, div_hw, x, dy, relu_y, w.coef, dx);
 }
 
 }  // namespace
@@ -236,24 +326,14 @@ extern "C" void batchnorm_forward_train_cuda(const BatchNormDims *s, const float
                                              const float *beta, float *y, float *mean, float *invstd,
                                              float *running_mean, float *running_var,
                                              const BatchNormSync *sync, float *work) {
-    bn_check(s);
-    KIT_CHECK_PTR(x);
-    KIT_CHECK_PTR(gamma);
-    KIT_CHECK_PTR(beta);
-    KIT_CHECK_PTR(y);
-    KIT_CHECK_PTR(mean);
-    KIT_CHECK_PTR(invstd);
-    BnWork w = bn_work(s, work);
-    dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, w.slices, x, w.partials);
-    CUDA_CHECK_LAUNCH();
-    bn_reduce(s, w, NULL);
-    double count = bn_sync_stats(s, sync, w.stats);
-    // PyTorch refuses this too: the unbiased variance of a single value is undefined.
-    CHECK(count > 1.0, "batchnorm in training mode needs more than one value per channel "
-                       "(a batch of 1 with 1x1 feature maps?)");
-    KIT_LAUNCH(bn_finalize_kernel, (size_t)s->c, *s, w.stats, mean, invstd, running_mean, running_var);
-    KIT_LAUNCH(bn_normalize_kernel, (size_t)s->n * s->c * s->hw, *s, x, gamma, beta, mean, invstd, y);
+    bn_forward_train(s, x, gamma, beta, false, y, mean, invstd, running_mean, running_var, sync, work);
+}
+
+extern "C" void batchnorm_relu_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                                  const float *beta, float *y, float *mean, float *invstd,
+                                                  float *running_mean, float *running_var,
+                                                  const BatchNormSync *sync, float *work) {
+    bn_forward_train(s, x, gamma, beta, true, y, mean, invstd, running_mean, running_var, sync, work);
 }
 
 extern "C" void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma,
@@ -264,29 +344,20 @@ extern "C" void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float 
     KIT_CHECK_PTR(beta);
     KIT_CHECK_PTR(running_mean);
     KIT_CHECK_PTR(running_var);
-    KIT_LAUNCH(bn_eval_kernel, (size_t)s->n * s->c * s->hw, *s, x, gamma, beta, running_mean, running_var, y);
+    KIT_LAUNCH_2D(bn_eval_kernel, (size_t)s->c * s->hw, s->n, *s, kit_div_make(s->hw), x, gamma, beta, running_mean,
+                  running_var, y);
 }
 
 extern "C" void batchnorm_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma,
                                         const float *mean, const float *invstd, const float *dy, float *dx,
                                         float *dgamma, float *dbeta, const BatchNormSync *sync, float *work) {
-    bn_check(s);
-    if (!dx && !dgamma && !dbeta) return;
-    KIT_CHECK_PTR(x);
-    KIT_CHECK_PTR(gamma);
-    KIT_CHECK_PTR(mean);
-    KIT_CHECK_PTR(invstd);
-    KIT_CHECK_PTR(dy);
-    BnWork w = bn_work(s, work);
-    dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, w.slices, x, mean, dy, w.partials);
-    CUDA_CHECK_LAUNCH();
-    bn_reduce(s, w, invstd);
-    if (dgamma || dbeta) KIT_LAUNCH(bn_param_grad_kernel, (size_t)s->c, s->c, w.stats, dgamma, dbeta);
-    // No input gradient wanted: nothing global to compute, so no hook call (the same on every rank, as
-    // every rank runs the same layers; the CPU does the same).
-    if (!dx) return;
-    bn_sync_stats(s, sync, w.stats);
-    KIT_LAUNCH(bn_input_coef_kernel, (size_t)s->c, s->c, gamma, mean, invstd, w.stats, w.coef);
-    KIT_LAUNCH(bn_input_grad_kernel, (size_t)s->n * s->c * s->hw, *s, x, dy, w.coef, dx);
+    bn_backward(s, x, gamma, mean, invstd, NULL, dy, dx, dgamma, dbeta, sync, work);
+}
+
+extern "C" void batchnorm_relu_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                             const float *mean, const float *invstd, const float *y,
+                                             const float *dy, float *dx, float *dgamma, float *dbeta,
+                                             const BatchNormSync *sync, float *work) {
+    KIT_CHECK_PTR(y);
+    bn_backward(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work);
 }

@@ -21,6 +21,10 @@ struct ConvPlan {
     int p, q, pq;   // output height, width, and their product
     int crr;        // C * R * R: rows of cols
     int chunk;      // images per GEMM
+    int hw;         // H * W: one input plane
+    // Dividers for the index kernels (cuda_internal.h): by P*Q (column -> image), Q (-> output row),
+    // W (input position -> input row), C (plane -> image) and the stride (col2im's first kernel row).
+    KitDiv div_pq, div_q, div_w, div_c, div_stride;
 };
 
 // The plan depends only on the dims and the budget, and the chunk never grows when n shrinks, so a
@@ -47,7 +51,18 @@ ConvPlan conv_plan(const Conv2dDims *s) {
     CHECK((size_t)pl.crr * pl.pq <= INT_MAX,
           "conv2d: one image's im2col matrix exceeds 2^31 elements; lower the image size or channels");
     if (chunk > (size_t)INT_MAX / (size_t)pl.pq) chunk = (size_t)INT_MAX / (size_t)pl.pq;
+    // The index kernels count a chunk's planes (nc * C) in 32 bits, and positions within a plane too.
+    if (chunk > (size_t)INT_MAX / (size_t)s->c) chunk = (size_t)INT_MAX / (size_t)s->c;
+    CHECK((size_t)s->h * s->w <= INT_MAX && (size_t)s->h + 2 * (size_t)s->pad <= INT_MAX / 2 &&
+              (size_t)s->w + 2 * (size_t)s->pad <= INT_MAX / 2,
+          "conv2d: an input plane exceeds 2^31 elements; lower the image size");
     pl.chunk = (int)chunk;
+    pl.hw = s->h * s->w;
+    pl.div_pq = kit_div_make(pl.pq);
+    pl.div_q = kit_div_make(pl.q);
+    pl.div_w = kit_div_make(s->w);
+    pl.div_c = kit_div_make(s->c);
+    pl.div_stride = kit_div_make(s->stride);
     return pl;
 }
 
@@ -68,79 +83,97 @@ ConvChunk conv_chunk(const Conv2dDims *s, const ConvPlan &pl, int n0, float *wor
 }
 
 // cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image).
+// Grid: x over the chunk's L columns (n, p, q), y over input channels. A thread finds (n, p, q) once, with
+// two KitDivs, then writes the R*R rows of each of its channels: consecutive threads write consecutive
+// columns (coalesced) and, at stride 1, read consecutive input columns.
 __global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x, float *cols) {
-    size_t L = (size_t)nc * pl.pq;
-    KIT_GRID_LOOP(i, (size_t)pl.crr * L) {
-        int crr = (int)(i / L);
-        size_t col = i % L;
-        int n = (int)(col / pl.pq), pq = (int)(col % pl.pq);
-        int c = crr / (s.r * s.r), r = (crr / s.r) % s.r, t = crr % s.r;
-        int ih = (pq / pl.q) * s.stride - s.pad + r;
-        int iw = (pq % pl.q) * s.stride - s.pad + t;
-        float v = 0.0f;
-        if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w) v = x[(((size_t)n * s.c + c) * s.h + ih) * s.w + iw];
-        cols[i] = v;
+    const unsigned L = (unsigned)nc * (unsigned)pl.pq;  // <= INT_MAX: conv_plan
+    const int rr = s.r * s.r;
+    KIT_LOOP_X(col, L) {
+        const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
+        const unsigned p = kit_div(pq, pl.div_q);
+        const int ih0 = (int)p * s.stride - s.pad, iw0 = (int)(pq - p * (unsigned)pl.q) * s.stride - s.pad;
+        KIT_LOOP_Y(c, s.c) {
+            const float *plane = x + ((size_t)n * s.c + c) * (size_t)pl.hw;
+            float *dst = cols + (size_t)c * rr * L + col;  // row (c, 0, 0); each (r, t) is the next row
+            for (int r = 0; r < s.r; r++) {
+                const int ih = ih0 + r;
+                const bool row_in = ih >= 0 && ih < s.h;
+                for (int t = 0; t < s.r; t++, dst += L) {
+                    const int iw = iw0 + t;
+                    *dst = row_in && iw >= 0 && iw < s.w ? plane[ih * s.w + iw] : 0.0f;
+                }
+            }
+        }
     }
 }
 
 // dx[n][c][ih][iw] += sum of dcols over every (r, t) whose output position reads (ih, iw).
 // A gather (one thread per input element) rather than a scatter, so no two threads write one element.
+// Grid: x over the positions of a plane, y over the chunk's nc * C planes. Output row p reads input row ih
+// with kernel row r when ih + pad - r = p * stride: those r are r0, r0 + stride, ... with
+// r0 = (ih + pad) % stride, and p falls by one at each step. So one KitDiv per dimension and thread
+// replaces the division per kernel tap; the taps are summed in the same order as always (r, then t,
+// ascending), so the result is the same bit for bit.
 __global__ void col2im_add_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *dcols, float *dx) {
-    size_t L = (size_t)nc * pl.pq;
-    KIT_GRID_LOOP(i, (size_t)nc * s.c * s.h * s.w) {
-        int iw = (int)(i % s.w);
-        int ih = (int)((i / s.w) % s.h);
-        int c = (int)((i / ((size_t)s.w * s.h)) % s.c);
-        int n = (int)(i / ((size_t)s.w * s.h * s.c));
-        float sum = 0.0f;
-        for (int r = 0; r < s.r; r++) {
-            int tp = ih + s.pad - r;  // = p * stride for the output row p that reads ih with kernel row r
-            if (tp < 0 || tp % s.stride) continue;
-            int p = tp / s.stride;
-            if (p >= pl.p) continue;
-            for (int t = 0; t < s.r; t++) {
-                int tq = iw + s.pad - t;
-                if (tq < 0 || tq % s.stride) continue;
-                int q = tq / s.stride;
-                if (q >= pl.q) continue;
-                sum += dcols[(size_t)((c * s.r + r) * s.r + t) * L + (size_t)n * pl.pq + p * pl.q + q];
+    const size_t L = (size_t)nc * pl.pq;
+    const unsigned planes = (unsigned)nc * (unsigned)s.c;  // <= INT_MAX: conv_plan
+    const unsigned stride = (unsigned)s.stride;
+    KIT_LOOP_X(i, pl.hw) {
+        const unsigned ih = kit_div(i, pl.div_w), iw = i - ih * (unsigned)s.w;
+        const unsigned th = ih + s.pad, tw = iw + s.pad;
+        const unsigned ph = kit_div(th, pl.div_stride), qw = kit_div(tw, pl.div_stride);  // p, q for r0, t0
+        const int r0 = (int)(th - ph * stride), t0 = (int)(tw - qw * stride);
+        KIT_LOOP_Y(plane, planes) {
+            const unsigned n = kit_div(plane, pl.div_c), c = plane - n * (unsigned)s.c;
+            const float *src = dcols + (size_t)c * s.r * s.r * L + (size_t)n * pl.pq;
+            float sum = 0.0f;
+            int p = (int)ph;
+            for (int r = r0; r < s.r && p >= 0; r += s.stride, p--) {
+                if (p >= pl.p) continue;
+                int q = (int)qw;
+                for (int t = t0; t < s.r && q >= 0; t += s.stride, q--) {
+                    if (q >= pl.q) continue;
+                    sum += src[(size_t)(r * s.r + t) * L + p * pl.q + q];
+                }
             }
+            dx[(size_t)plane * pl.hw + i] += sum;
         }
-        dx[i] += sum;
     }
 }
 
 // y[n0 + n][k][pq] = tmp[k][n][pq] + b[k]   (b may be NULL)
+// Grid: x over the chunk's L columns, y over output channels: reads and writes both run along pq.
 __global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *tmp, const float *b,
                                    float *y) {
-    size_t L = (size_t)nc * pl.pq;
-    KIT_GRID_LOOP(i, (size_t)nc * k_out * pl.pq) {
-        int pq = (int)(i % pl.pq);
-        int k = (int)((i / pl.pq) % k_out);
-        size_t n = i / ((size_t)pl.pq * k_out);
-        y[i] = tmp[(size_t)k * L + n * pl.pq + pq] + (b ? b[k] : 0.0f);
+    const unsigned L = (unsigned)nc * (unsigned)pl.pq;
+    KIT_LOOP_X(col, L) {
+        const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
+        KIT_LOOP_Y(k, k_out) {
+            y[((size_t)n * k_out + k) * pl.pq + pq] = tmp[(size_t)k * L + col] + (b ? b[k] : 0.0f);
+        }
     }
 }
 
-// tmp[k][n][pq] = dy[n0 + n][k][pq]
+// tmp[k][n][pq] = dy[n0 + n][k][pq]; the same grid as conv_output_kernel.
 __global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const float *dy, float *tmp) {
-    size_t L = (size_t)nc * pl.pq;
-    KIT_GRID_LOOP(i, (size_t)k_out * L) {
-        size_t k = i / L, col = i % L;
-        size_t n = col / pl.pq, pq = col % pl.pq;
-        tmp[i] = dy[(n * k_out + k) * pl.pq + pq];
+    const unsigned L = (unsigned)nc * (unsigned)pl.pq;
+    KIT_LOOP_X(col, L) {
+        const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
+        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = dy[((size_t)n * k_out + k) * pl.pq + pq]; }
     }
 }
 
 // db[k] += sum over every image and pixel of dy[n][k][pq]. One block per channel, double accumulator.
-__global__ void conv_bias_grad_kernel(int n_img, int k_out, int pq, const float *dy, float *db) {
+// j runs over (n, pq) in 32 bits (the caller checked N * PQ < 2^31), split with a KitDiv.
+__global__ void conv_bias_grad_kernel(int n_img, int k_out, int pq, KitDiv div_pq, const float *dy, float *db) {
     __shared__ double shared[KIT_BLOCK];
     int k = blockIdx.x;
-    size_t total = (size_t)n_img * pq;
+    const unsigned total = (unsigned)n_img * (unsigned)pq;
     double s = 0.0;
-    for (size_t j = threadIdx.x; j < total; j += blockDim.x) {
-        size_t n = j / pq, i = j % pq;
-        s += dy[(n * k_out + k) * pq + i];
+    for (unsigned j = threadIdx.x; j < total; j += blockDim.x) {
+        const unsigned n = kit_div(j, div_pq), i = j - n * (unsigned)pq;
+        s += dy[((size_t)n * k_out + k) * pq + i];
     }
     s = kit_block_sum(s, shared);
     if (threadIdx.x == 0) db[k] += (float)s;
@@ -167,11 +200,11 @@ extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const f
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
         float *cols = c.cols, *tmp = c.tmp;
-        KIT_LAUNCH(im2col_kernel, (size_t)pl.crr * L, *s, pl, nc, x + n0 * in_image, cols);
+        KIT_LAUNCH_2D(im2col_kernel, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
         // Row-major: tmp (K, L) = w (K, CRR) @ cols (CRR, L).
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, L, s->k, pl.crr, &one, cols, L, w, pl.crr,
                                  &zero, tmp, L));
-        KIT_LAUNCH(conv_output_kernel, (size_t)nc * out_image, s->k, pl, nc, tmp, b, y + n0 * out_image);
+        KIT_LAUNCH_2D(conv_output_kernel, L, s->k, s->k, pl, nc, tmp, b, y + n0 * out_image);
     }
 }
 
@@ -179,8 +212,12 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
                                      float *dx, float *dw, float *db, float *work) {
     ConvPlan pl = conv_plan(s);
     KIT_CHECK_PTR(dy);
-    if (db) CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, dy, db);
-    if (db) CUDA_CHECK_LAUNCH();
+    if (db) {
+        CHECK((size_t)s->n * pl.pq <= INT_MAX, "conv2d: the bias gradient sums over more than 2^31 values "
+                                               "per channel; use a smaller batch");
+        CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, pl.div_pq, dy, db);
+        CUDA_CHECK_LAUNCH();
+    }
     if (!dx && !dw) return;
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
@@ -192,9 +229,9 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
         float *cols = c.cols, *tmp = c.tmp;
-        KIT_LAUNCH(conv_dy_gather_kernel, (size_t)s->k * L, s->k, pl, nc, dy + n0 * out_image, tmp);
+        KIT_LAUNCH_2D(conv_dy_gather_kernel, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
         if (dw) {
-            KIT_LAUNCH(im2col_kernel, (size_t)pl.crr * L, *s, pl, nc, x + n0 * in_image, cols);
+            KIT_LAUNCH_2D(im2col_kernel, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
             // Row-major: dw (K, CRR) += tmp (K, L) @ cols^T (L, CRR): the sum over the chunk's images.
             CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, pl.crr, s->k, L, &one, cols, L, tmp, L,
                                      &one, dw, pl.crr));
@@ -204,7 +241,7 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
             // GEMM above has finished reading: both are queued in order on the one compute stream.
             CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, L, pl.crr, s->k, &one, tmp, L, w, pl.crr,
                                      &zero, cols, L));
-            KIT_LAUNCH(col2im_add_kernel, (size_t)nc * in_image, *s, pl, nc, cols, dx + n0 * in_image);
+            KIT_LAUNCH_2D(col2im_add_kernel, pl.hw, (size_t)nc * s->c, *s, pl, nc, cols, dx + n0 * in_image);
         }
     }
 }
@@ -212,9 +249,12 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
 // ---------------------------------------------------------------- linear
 namespace {
 
-// y[i][o] += b[o]
-__global__ void linear_bias_kernel(size_t total, int out, const float *b, float *y) {
-    KIT_GRID_LOOP(i, total) { y[i] += b[i % out]; }
+// y[i][o] += b[o]. Grid: x over the features, y over the rows (no modulo per element).
+__global__ void linear_bias_kernel(int n, int out, const float *b, float *y) {
+    KIT_LOOP_X(o, out) {
+        const float bo = b[o];
+        KIT_LOOP_Y(i, n) { y[(size_t)i * out + o] += bo; }
+    }
 }
 
 // db[o] += sum over rows of dy[i][o]; one thread per output feature, rows in order, double accumulator.
@@ -242,7 +282,7 @@ extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, cons
     // Row-major: y (N, OUT) = x (N, IN) @ w^T (IN, OUT).
     CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in, &zero, y,
                              out));
-    if (b) KIT_LAUNCH(linear_bias_kernel, (size_t)n * out, (size_t)n * out, out, b, y);
+    if (b) KIT_LAUNCH_2D(linear_bias_kernel, out, n, n, out, b, y);
 }
 
 extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, const float *w, const float *dy,

@@ -38,6 +38,66 @@ static inline unsigned kit_grid(size_t n) {
         }                                                                                  \
     } while (0)
 
+// ---------------------------------------------------------------- index arithmetic without division
+// An index kernel turns a flat thread index into coordinates (image, channel, row, column). A 64-bit `/` or
+// `%` is a long software routine on a GPU (tens of instructions, more than the load and store it places), a
+// 32-bit one still about twenty. The kit's index kernels therefore
+//   - use 32-bit indices within one image or one chunk, where the plan has checked that they fit (int),
+//     and 64-bit only for the base offset of an image or row (a multiply, never a division);
+//   - map the grid's y dimension to images or channels (kit_grid_2d), so most coordinates are loop counters;
+//   - divide by the remaining runtime constants (P*Q, Q, W, H*W, stride) with KitDiv: a multiply-high,
+//     an add and a shift, from a magic number made once on the host.
+//
+// KitDiv: n / d for every 0 <= n < 2^31 and 1 <= d < 2^31 (Granlund and Montgomery, "Division by invariant
+// integers using multiplication", PLDI 1994). With s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1,
+// the 33-bit multiplier M = 2^32 + m is floor(2^(32+s) / d) + 1 = (2^(32+s) + e) / d with 0 < e <= d <= 2^s.
+// Then n * M / 2^(32+s) = n / d + n e / (d 2^(32+s)), and the extra term is below 1/d because
+// n e < 2^31 2^s < 2^(32+s): it never carries floor(n / d) past the next integer. kit_div computes
+// floor(n M / 2^(32+s)) as (mulhi(n, m) + n) >> s; mulhi(n, m) <= n < 2^31 keeps the sum in 32 bits.
+// tests/test_emu.cu checks it against `/` on the edge cases of many divisors.
+struct KitDiv {
+    unsigned d, m, s;
+};
+
+static inline KitDiv kit_div_make(long long d) {
+    CHECK(d >= 1 && d <= 0x7FFFFFFF, "kit_div_make: the divisor must be in [1, 2^31)");
+    KitDiv v;
+    v.d = (unsigned)d;
+    v.s = 0;
+    while ((1ull << v.s) < (unsigned long long)d) v.s++;
+    v.m = (unsigned)(((1ull << 32) * ((1ull << v.s) - (unsigned long long)d)) / (unsigned long long)d + 1);
+    return v;
+}
+
+// n / v.d for n < 2^31. (The 64-bit product's high half is one mul.hi.u32 under nvcc.)
+__host__ __device__ inline unsigned kit_div(unsigned n, KitDiv v) {
+    unsigned hi = (unsigned)(((unsigned long long)n * v.m) >> 32);
+    return (hi + n) >> v.s;
+}
+
+// A 2-D grid: x covers nx items in blocks of KIT_BLOCK threads (capped like kit_grid: kernels loop over x),
+// y covers ny rows (images, channels), at most 65535 of them (CUDA's limit; kernels loop over y too).
+static inline dim3 kit_grid_2d(size_t nx, size_t ny) {
+    return dim3(kit_grid(nx), (unsigned)(ny < 1 ? 1 : ny > 65535 ? 65535 : ny));
+}
+
+// The grid-stride loops of a 2-D kernel, in 32-bit unsigned indices (the launch checked that n < 2^31).
+#define KIT_LOOP_X(i, n) \
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n); i += blockDim.x * gridDim.x)
+#define KIT_LOOP_Y(j, n) for (unsigned j = blockIdx.y; j < (unsigned)(n); j += gridDim.y)
+
+// Launches a 2-D kernel (kit_grid_2d) over nx by ny items on the compute stream; nothing for an empty range.
+#define KIT_LAUNCH_2D(kernel, nx, ny, ...)                                                           \
+    do {                                                                                             \
+        size_t kit_nx_ = (size_t)(nx), kit_ny_ = (size_t)(ny);                                       \
+        CHECK(kit_nx_ <= 0x7FFFFFFF && kit_ny_ <= 0x7FFFFFFF, #kernel ": more than 2^31 items in one " \
+              "dimension (the kit's index kernels use 32-bit indices)");                             \
+        if (kit_nx_ > 0 && kit_ny_ > 0) {                                                            \
+            CUDA_LAUNCH(kernel, kit_grid_2d(kit_nx_, kit_ny_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__); \
+            CUDA_CHECK_LAUNCH();                                                                     \
+        }                                                                                            \
+    } while (0)
+
 // Sum of one double per thread over a block of KIT_BLOCK threads, in a fixed order (a tree), so the
 // result is the same on every run: the kit never uses floating-point atomics, which is what makes
 // training runs on one GPU reproducible bit for bit (lesson 04). `shared` holds KIT_BLOCK doubles.

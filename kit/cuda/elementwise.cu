@@ -1,5 +1,7 @@
 // kit/cuda/elementwise.cu: ReLU, residual add, scaling, SGD, max-pool and average-pool on the GPU.
 // One thread per output element (grid-stride loops), each writing only its own element: no races.
+#include <limits.h>
+
 #include "kit/cuda/cuda_internal.h"
 #include "kit/ops_impl.h"
 
@@ -78,44 +80,69 @@ __device__ inline int maxpool2_argmax(const float *plane, int w, int p, int q) {
     return best;
 }
 
-// One thread per output element; (n, c) planes are contiguous, so plane index = i / (ph * pw).
-__global__ void maxpool2_forward_kernel(size_t total, int h, int w, int ph, int pw, const float *x,
-                                        float *y) {
-    KIT_GRID_LOOP(i, total) {
-        size_t plane = i / ((size_t)ph * pw);
-        int pq = (int)(i % ((size_t)ph * pw));
-        const float *xp = x + plane * (size_t)h * w;
-        y[i] = xp[maxpool2_argmax(xp, w, pq / pw, pq % pw)];
+// The geometry of a pool: a 32-bit index i over one image's C * PH * PW outputs gives its channel and window.
+struct PoolGeom {
+    int h, w, pw, plane_out;   // input height and width; output width; PH * PW
+    unsigned per_image;        // C * PH * PW
+    size_t in_image;           // C * H * W
+    KitDiv div_plane, div_pw;  // by PH * PW (-> channel), by PW (-> output row)
+};
+
+// Offset of output i's input plane within its image, and its (p, q), with two KitDivs.
+__device__ inline size_t pool_window(const PoolGeom &g, unsigned i, int *p, int *q) {
+    const unsigned c = kit_div(i, g.div_plane), pq = i - c * (unsigned)g.plane_out;
+    const unsigned row = kit_div(pq, g.div_pw);
+    *p = (int)row;
+    *q = (int)(pq - row * (unsigned)g.pw);
+    return (size_t)c * g.h * g.w;
+}
+
+// Grid: x over one image's outputs, y over images.
+__global__ void maxpool2_forward_kernel(int n_img, PoolGeom g, const float *x, float *y) {
+    KIT_LOOP_X(i, g.per_image) {
+        int p, q;
+        const size_t plane = pool_window(g, i, &p, &q);
+        KIT_LOOP_Y(n, n_img) {
+            const float *xp = x + (size_t)n * g.in_image + plane;
+            y[(size_t)n * g.per_image + i] = xp[maxpool2_argmax(xp, g.w, p, q)];
+        }
     }
 }
 
 // Windows do not overlap (stride 2 = size 2), so each input element receives from at most one thread.
-__global__ void maxpool2_backward_kernel(size_t total, int h, int w, int ph, int pw, const float *x,
-                                         const float *dy, float *dx) {
-    KIT_GRID_LOOP(i, total) {
-        size_t plane = i / ((size_t)ph * pw);
-        int pq = (int)(i % ((size_t)ph * pw));
-        size_t base = plane * (size_t)h * w;
-        dx[base + maxpool2_argmax(x + base, w, pq / pw, pq % pw)] += dy[i];
+__global__ void maxpool2_backward_kernel(int n_img, PoolGeom g, const float *x, const float *dy, float *dx) {
+    KIT_LOOP_X(i, g.per_image) {
+        int p, q;
+        const size_t plane = pool_window(g, i, &p, &q);
+        KIT_LOOP_Y(n, n_img) {
+            const size_t base = (size_t)n * g.in_image + plane;
+            dx[base + maxpool2_argmax(x + base, g.w, p, q)] += dy[(size_t)n * g.per_image + i];
+        }
     }
 }
 
-static void maxpool2_check(int n, int c, int h, int w) {
+static PoolGeom maxpool2_geom(int n, int c, int h, int w) {
     CHECK(n > 0 && c > 0 && h >= 2 && w >= 2, "maxpool2: needs n, c > 0 and an input of at least 2x2");
+    CHECK((size_t)c * h * w <= INT_MAX, "maxpool2: one image exceeds 2^31 elements (32-bit indices)");
+    PoolGeom g;
+    g.h = h, g.w = w, g.pw = w / 2, g.plane_out = (h / 2) * (w / 2);
+    g.per_image = (unsigned)c * (unsigned)g.plane_out;
+    g.in_image = (size_t)c * h * w;
+    g.div_plane = kit_div_make(g.plane_out);
+    g.div_pw = kit_div_make(g.pw);
+    return g;
 }
 
 extern "C" void maxpool2_forward_cuda(int n, int c, int h, int w, const float *x, float *y) {
-    maxpool2_check(n, c, h, w);
-    size_t total = (size_t)n * c * (h / 2) * (w / 2);
-    KIT_LAUNCH(maxpool2_forward_kernel, total, total, h, w, h / 2, w / 2, x, y);
+    PoolGeom g = maxpool2_geom(n, c, h, w);
+    KIT_LAUNCH_2D(maxpool2_forward_kernel, g.per_image, n, n, g, x, y);
 }
 
 extern "C" void maxpool2_backward_cuda(int n, int c, int h, int w, const float *x, const float *y,
                                        const float *dy, float *dx) {
-    maxpool2_check(n, c, h, w);
+    PoolGeom g = maxpool2_geom(n, c, h, w);
     if (!dx) return;
-    size_t total = (size_t)n * c * (h / 2) * (w / 2);
-    KIT_LAUNCH(maxpool2_backward_kernel, total, total, h, w, h / 2, w / 2, x, dy, dx);
+    KIT_LAUNCH_2D(maxpool2_backward_kernel, g.per_image, n, n, g, x, dy, dx);
 }
 
 // ---------------------------------------------------------------- global average pool
@@ -130,8 +157,13 @@ __global__ void avgpool_forward_kernel(size_t rows, int hw, const float *x, floa
     }
 }
 
-__global__ void avgpool_backward_kernel(size_t total, int hw, const float *dy, float *dx) {
-    KIT_GRID_LOOP(i, total) { dx[i] += dy[i / hw] / (float)hw; }
+// Grid: x over the (c, pixel) of one image, y over images; one KitDiv finds the channel.
+__global__ void avgpool_backward_kernel(int n_img, int c, int hw, KitDiv div_hw, const float *dy, float *dx) {
+    const unsigned chw = (unsigned)c * (unsigned)hw;
+    KIT_LOOP_X(i, chw) {
+        const unsigned ch = kit_div(i, div_hw);
+        KIT_LOOP_Y(n, n_img) { dx[(size_t)n * chw + i] += dy[(size_t)n * c + ch] / (float)hw; }
+    }
 }
 
 extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float *y) {
@@ -143,8 +175,8 @@ extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float
 extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, float *dx) {
     CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
     if (!dx) return;
-    size_t total = (size_t)n * c * hw;
-    KIT_LAUNCH(avgpool_backward_kernel, total, total, hw, dy, dx);
+    CHECK((size_t)c * hw <= INT_MAX, "avgpool: one image exceeds 2^31 elements (32-bit indices)");
+    KIT_LAUNCH_2D(avgpool_backward_kernel, (size_t)c * hw, n, n, c, hw, kit_div_make(hw), dy, dx);
 }
 
 // ---------------------------------------------------------------- low precision (round_lowp, lesson 10)
