@@ -239,7 +239,7 @@ static void plan_layers(Model *m) {
 // ---------------------------------------------------------------- memory plan
 //
 // Activations are most of a training run's memory, so the plan shares them: in-place ReLU, fused BN + ReLU on
-// the CPU, gradient slots reused once dead, a fused BN's dx over its ReLU's dy. None of it changes a number;
+// both devices, gradient slots reused once dead, a fused BN's dx over its ReLU's dy. None of it changes a number;
 // kit/README.md ("The model's memory plan") gives the four rules and why each is safe.
 
 // Which layers read activation i in forward: its consumers, counted, and the last one.
@@ -302,9 +302,9 @@ static void plan_memory(Model *m) {
         const bool in_place = uses == 1 && output_unread_by_own_backward(m->layers[l->in].kind);
         if (in_place) {
             l->act_offset = m->layers[l->in].act_offset;
-            // Fused BN + ReLU is the kit's own CPU batch norm: not with a replacement one (model_set_bn_ops).
-            m->layers[l->in].fused_relu = m->device == DEVICE_CPU && m->layers[l->in].kind == LAYER_BN &&
-                                          !bn_replacement(m);
+            // Fused BN + ReLU is the kit's own batch norm (CPU and CUDA): not with a replacement one
+            // (model_set_bn_ops, CPU only).
+            m->layers[l->in].fused_relu = m->layers[l->in].kind == LAYER_BN && !bn_replacement(m);
             continue;
         }
         l->act_offset = act;

@@ -100,7 +100,7 @@ typedef struct Model Model;
 // rounds it in place (round_lowp), so the kit's float32 ops then compute what low-precision kernels would.
 typedef enum {
     // After layer `layer`'s forward wrote its output, (n, c, h, w) floats, in training AND eval forwards. For a
-    // BN with a fused ReLU (the CPU's batchnorm_relu_forward_train), called for the BN and then for the ReLU,
+    // BN with a fused ReLU (batchnorm_relu_forward_train), called for the BN and then for the ReLU,
     // on the same buffer.
     ROUND_OUTPUT,
     // Before layer `layer`'s backward reads dy, the gradient of its output, once every consumer has added its

@@ -64,7 +64,7 @@ void batchnorm_backward(Device d, const BatchNormDims *s, const float *x, const 
                         const float *mean, const float *invstd, const float *dy, float *dx,
                         float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
 
-// Batch norm followed by ReLU, as one op (CPU only; kit/model.c fuses a BN whose sole consumer is a ReLU).
+// Batch norm followed by ReLU, as one op (kit/model.c fuses a BN whose sole consumer is a ReLU, on either device).
 // Forward: y = max(batchnorm(x), 0), the BN output never stored; the same sync hook calls as batchnorm_*.
 // Backward: dy is the gradient of the ReLU's OUTPUT y (the forward's y), masked by y > 0 on the fly.
 // dx may be dy itself: then dx is OVERWRITTEN with the input gradient (what adding into zeros gives), which

@@ -369,6 +369,94 @@ static void test_bn_sync_hook(void **state) {
     bn_case_free(&b);
 }
 
+// Fused BN + ReLU on the GPU (batchnorm_relu_*, what kit/model.c runs for a BN whose sole consumer is a ReLU)
+// against the plain GPU path it replaces: batchnorm_forward_train + relu_forward in place; relu_backward into a
+// zeroed buffer + batchnorm_backward. The same kernels do the same float operations in the same order, so
+// the two must agree BIT FOR BIT, also in place (dx == dy, overwritten) and with the sync hook, which the
+// fused op calls exactly as often with the same counts. Against the CPU's fused op: bn_compare's tolerances.
+static void bn_relu_compare(int n, int c, int hw, bool with_sync, uint64_t seed) {
+    BnCase b = bn_case(n, c, hw, seed);
+    const BatchNormDims *s = &b.s;
+    const size_t C = (size_t)c, nx = b.nx;
+    for (size_t i = 0; i < nx; i += 7) b.dy[i] = -0.0f;  // the plain path turns these into +0.0f
+    float *rm = hvec(C, -0.2f, 0.2f, seed + 5), *rv = hvec(C, 0.5f, 2, seed + 6), *dx = hvec(nx, -1, 1, seed + 7);
+    float *zeros = xcalloc(nx, sizeof(float));
+    HookLog lp = {0, 0}, lf = {0, 0};
+    BatchNormSync sp = {hook_double, &lp}, sf = {hook_double, &lf};
+    float *gx = gpu_of(b.x, nx), *gg = gpu_of(b.gamma, C), *gbeta = gpu_of(b.beta, C), *gdy = gpu_of(b.dy, nx);
+    float *work_p = device_alloc(GPU, batchnorm_work_floats(GPU, s) * sizeof(float));
+    float *work_f = device_alloc(GPU, batchnorm_work_floats(GPU, s) * sizeof(float));
+    // Plain, then fused; each with its own running stats, saved stats and gradients.
+    float *rm_p = gpu_of(rm, C), *rv_p = gpu_of(rv, C), *rm_f = gpu_of(rm, C), *rv_f = gpu_of(rv, C);
+    float *y_p = device_alloc(GPU, nx * sizeof(float)), *y_f = device_alloc(GPU, nx * sizeof(float));
+    float *mean_p = device_alloc(GPU, C * sizeof(float)), *inv_p = device_alloc(GPU, C * sizeof(float));
+    float *mean_f = device_alloc(GPU, C * sizeof(float)), *inv_f = device_alloc(GPU, C * sizeof(float));
+    batchnorm_forward_train(GPU, s, gx, gg, gbeta, y_p, mean_p, inv_p, rm_p, rv_p, with_sync ? &sp : NULL, work_p);
+    relu_forward(GPU, nx, y_p, y_p);
+    batchnorm_relu_forward_train(GPU, s, gx, gg, gbeta, y_f, mean_f, inv_f, rm_f, rv_f, with_sync ? &sf : NULL,
+                                 work_f);
+    float *hy = host_of(y_p, nx);
+    size_t cut = 0;
+    for (size_t i = 0; i < nx; i++) cut += hy[i] == 0.0f;
+    assert_true(cut > nx / 10 && cut < nx * 9 / 10);  // the ReLU really cuts
+    assert_gpu_close(y_f, hy, nx, EXACT);
+    float *hmean = host_of(mean_p, C), *hinv = host_of(inv_p, C), *hrm = host_of(rm_p, C), *hrv = host_of(rv_p, C);
+    assert_gpu_close(mean_f, hmean, C, EXACT);
+    assert_gpu_close(inv_f, hinv, C, EXACT);
+    assert_gpu_close(rm_f, hrm, C, EXACT);
+    assert_gpu_close(rv_f, hrv, C, EXACT);
+
+    // Backward, accumulating into the same non-zero dx, dgamma, dbeta on both paths.
+    float *dbn = gpu_of(zeros, nx);
+    relu_backward(GPU, nx, y_p, gdy, dbn);
+    float *dx_p = gpu_of(dx, nx), *dx_f = gpu_of(dx, nx), *dg_p = gpu_of(dx, C), *dg_f = gpu_of(dx, C);
+    float *db_p = gpu_of(dx + C, C), *db_f = gpu_of(dx + C, C);
+    batchnorm_backward(GPU, s, gx, gg, mean_p, inv_p, dbn, dx_p, dg_p, db_p, with_sync ? &sp : NULL, work_p);
+    batchnorm_relu_backward(GPU, s, gx, gg, mean_f, inv_f, y_f, gdy, dx_f, dg_f, db_f, with_sync ? &sf : NULL,
+                            work_f);
+    float *hdx = host_of(dx_p, nx), *hdg = host_of(dg_p, C), *hdb = host_of(db_p, C);
+    assert_gpu_close(dx_f, hdx, nx, EXACT);
+    assert_gpu_close(dg_f, hdg, C, EXACT);
+    assert_gpu_close(db_f, hdb, C, EXACT);
+    assert_int_equal(lf.calls, lp.calls);
+    assert_int_equal(lf.calls, with_sync ? 2 : 0);
+    assert_int_equal(lf.last_count, lp.last_count);
+
+    // In place (dx == dy, as the model runs it): overwritten with what the plain path adds into zeros.
+    float *dx0 = gpu_of(zeros, nx), *io = gpu_of(b.dy, nx);
+    batchnorm_backward(GPU, s, gx, gg, mean_p, inv_p, dbn, dx0, NULL, NULL, NULL, work_p);
+    batchnorm_relu_backward(GPU, s, gx, gg, mean_f, inv_f, y_f, io, io, NULL, NULL, NULL, work_f);
+    float *hdx0 = host_of(dx0, nx);
+    assert_gpu_close(io, hdx0, nx, EXACT);
+
+    // The CPU's fused op, without the hook (bn_compare's tolerances and reasons).
+    if (!with_sync) {
+        float *y = xmalloc(nx * sizeof(float)), *mean = xmalloc(C * sizeof(float)), *inv = xmalloc(C * sizeof(float));
+        float *work = xmalloc(batchnorm_work_floats(CPU, s) * sizeof(float)), *cdx = xmalloc(nx * sizeof(float));
+        memcpy(cdx, b.dy, nx * sizeof(float));
+        batchnorm_relu_forward_train(CPU, s, b.x, b.gamma, b.beta, y, mean, inv, rm, rv, NULL, work);
+        assert_gpu_close(y_f, y, nx, TOL_FMA);
+        batchnorm_relu_backward(CPU, s, b.x, b.gamma, mean, inv, y, cdx, cdx, NULL, NULL, NULL, work);
+        assert_gpu_close(io, cdx, nx, TOL_SUM);
+        free(y), free(mean), free(inv), free(work), free(cdx);
+    }
+
+    float *hp[] = {rm, rv, dx, zeros, hy, hmean, hinv, hrm, hrv, hdx, hdg, hdb, hdx0};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+    float *dp[] = {gx, gg, gbeta, gdy, work_p, work_f, rm_p, rv_p, rm_f, rv_f, y_p, y_f, mean_p, inv_p, mean_f,
+                   inv_f, dbn, dx_p, dx_f, dg_p, dg_f, db_p, db_f, dx0, io};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) device_free(GPU, dp[i]);
+    bn_case_free(&b);
+}
+
+static void test_bn_relu_fused(void **state) {
+    skip_without_gpu();
+    bn_relu_compare(4, 3, 25, false, 140);
+    bn_relu_compare(4, 3, 25, true, 150);
+    bn_relu_compare(64, 3, 300, false, 160);  // several slices per channel
+    bn_relu_compare(8, 16, 64, true, 170);
+}
+
 // ---------------------------------------------------------------- elementwise, pooling
 
 static void test_relu_add_scale(void **state) {
@@ -868,6 +956,7 @@ int main(void) {
         cmocka_unit_test(test_bn_small),
         cmocka_unit_test(test_bn_sliced),
         cmocka_unit_test(test_bn_sync_hook),
+        cmocka_unit_test(test_bn_relu_fused),
         cmocka_unit_test(test_relu_add_scale),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_avgpool),
