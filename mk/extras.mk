@@ -135,6 +135,8 @@ $(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)
 	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
 
 BENCH_CPU_ARGS ?=
+# bench_profile: the float32 step per kernel and per conv layer (scripts/gpu-check.sh profile; runs in EMU=1 too)
+ALL_TARGETS += $(if $(HAVE_CUDA),$(BUILD)/bench/bench_profile)
 ALL_TARGETS += $(BUILD)/bench/bench_cpu $(if $(HAVE_CUDA),$(BUILD)/bench/bench_gpu) \
                $(if $(filter yes,$(HAVE_MPI)),$(BUILD)/bench/bench_allreduce)
 HELP_TARGETS += bench-cpu bench-gpu bench-allreduce

@@ -23,6 +23,9 @@
 #              overlapped with compute (kit/loader.c) or not, beside PyTorch copying or prefetching;
 #              lesson 03 (1 rank) with the overlap and with KIT_OVERLAP=0: the time split and images/s;
 #              lesson 06's latency and throughput on the GPU (ResNet-9; `make bench-inference` is CPU-only)
+#   profile    the float32 step per kit kernel and per conv layer against the SGEMM ceiling
+#              (build/bench/bench_profile -> LOGDIR/results-profile-gpu.md); with Nsight Systems installed,
+#              the same under `nsys profile --stats=true` (every kernel, cuBLAS's too); about two minutes
 #   precision  lesson 10's speed side: cuBLAS bf16 / fp16 tensor-core GEMMs against sgemm and TF32
 #              (bench/gemm_lowp.cu) and PyTorch autocast on the kit's nets, fp32 / tf32 / bf16 / fp16 + GradScaler
 #              (bench/torch_autocast.py --device cuda); about a minute
@@ -48,6 +51,7 @@ cd "$(dirname "$0")/.."
 export PYTHONDONTWRITEBYTECODE=1
 all_steps=(build cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
+all_steps+=(profile)  # profile_step below
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
   case " ${all_steps[*]} " in *" $s "*) ;; *)
@@ -204,6 +208,20 @@ tiny=(--model tiny --epochs 1)   # the runs tests/emu-lessons.sh compares, with 
 # PyTorch runs with the LD_LIBRARY_PATH it had before the bundle (the kit's programs carry an RPATH).
 orig_ld=${GPU_BUNDLE_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
+# profile: where the float32 step spends its GPU time (bench/bench_profile.c), then Nsight Systems' own
+# per-kernel summary of a shorter run where nsys is installed (cuBLAS's kernels by name, which the kit's events
+# see only as the rest of the step).
+profile_step() {
+  local out="$logdir/results-profile-gpu.md"
+  run profile 1 150 sh -c 'make build/bench/bench_profile && build/bench/bench_profile > "$0" && cat "$0"' "$out"
+  if command -v nsys >/dev/null 2>&1; then
+    run profile-nsys 1 180 nsys profile --stats=true --force-overwrite true -o "$logdir/kit-profile" \
+      build/bench/bench_profile --steps 3
+  else
+    say "profile-nsys     SKIP (nsys not found: Nsight Systems is not installed here)"
+  fi
+}
+
 for s in "${steps[@]}"; do
   case $s in
     build)
@@ -274,6 +292,7 @@ for s in "${steps[@]}"; do
       run infer-latency 1 90 sh -c '"$0" --dataset synthetic --model resnet9 --batch-size 16 --stop-at 2 --device cpu \
         --checkpoint "$2/r9.ckpt" >/dev/null && "$1" --dataset synthetic --model resnet9 --checkpoint "$2/r9.ckpt" --device cuda --latency' \
         "$train04" "$train06" "$logdir" ;;
+    profile) profile_step ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \

@@ -275,8 +275,10 @@ void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma
     BnWork w = bn_work(s, work);
     const KitDiv div_hw = kit_div_make(s->hw);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, w.partials);
-    CUDA_CHECK_LAUNCH();
+    KIT_PROFILED(bn_stats_partial_kernel, {
+        CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, w.partials);
+        CUDA_CHECK_LAUNCH();
+    });
     bn_reduce(s, w, NULL);
     double count = bn_sync_stats(s, sync, w.stats);
     // PyTorch refuses this too: the unbiased variance of a single value is undefined.
@@ -301,9 +303,11 @@ void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, con
     BnWork w = bn_work(s, work);
     const KitDiv div_hw = kit_div_make(s->hw);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, mean, dy,
-                                                                            relu_y, w.partials);
-    CUDA_CHECK_LAUNCH();
+    KIT_PROFILED(bn_grad_partial_kernel, {
+        CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, mean, dy,
+                                                                                relu_y, w.partials);
+        CUDA_CHECK_LAUNCH();
+    });
     bn_reduce(s, w, invstd);
     if (dgamma || dbeta) KIT_LAUNCH(bn_param_grad_kernel, (size_t)s->c, s->c, w.stats, dgamma, dbeta);
     // No input gradient wanted: nothing global to compute, so no hook call (the same on every rank, as

@@ -215,8 +215,10 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
     if (db) {
         CHECK((size_t)s->n * pl.pq <= INT_MAX, "conv2d: the bias gradient sums over more than 2^31 values "
                                                "per channel; use a smaller batch");
-        CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, pl.div_pq, dy, db);
-        CUDA_CHECK_LAUNCH();
+        KIT_PROFILED(conv_bias_grad_kernel, {
+            CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, pl.div_pq, dy, db);
+            CUDA_CHECK_LAUNCH();
+        });
     }
     if (!dx && !dw) return;
     KIT_CHECK_PTR(x);

@@ -57,6 +57,24 @@ unsigned long long *cuda_device_counters(void);
 void cuda_conv_set_work_budget(size_t floats);
 size_t cuda_conv_work_budget(void);
 
+// Kernel profile (bench/bench_profile.c): between cuda_profile_start and cuda_profile_stop, every kit kernel
+// launched through KIT_LAUNCH / KIT_LAUNCH_2D / KIT_PROFILED (kit/cuda/cuda_internal.h) on this thread is
+// bracketed by two CUDA events on the compute stream, so its GPU time is measured alone. cuBLAS calls, memsets
+// and idle time are not kernels of the kit: they are what a step's time minus the kernels' leaves. The events
+// add host work per launch: time whole steps with the profile off. Off (the default), a launch pays one test.
+typedef struct {
+    const char *kernel;  // the kernel's name (a string literal: kept, never copied)
+    long calls;
+    double ms;  // their total GPU time
+} CudaProfileRow;
+void cuda_profile_start(void);
+// Waits for the recorded kernels, fills rows (at most max, largest total first) and returns how many kernels
+// there were; the profile is off afterwards.
+int cuda_profile_stop(CudaProfileRow *rows, int max);
+bool cuda_profile_on(void);
+void cuda_profile_before(const char *kernel);
+void cuda_profile_after(void);
+
 #ifdef __cplusplus
 }
 #endif

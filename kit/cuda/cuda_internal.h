@@ -27,14 +27,26 @@ static inline unsigned kit_grid(size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);        \
          i += (size_t)blockDim.x * gridDim.x)
 
+// The statements after `kernel` (its CUDA_LAUNCH and the check), timed alone under the kernel profile
+// (cuda_context.h). Variadic because the statements hold commas.
+#define KIT_PROFILED(kernel, ...)                                                          \
+    do {                                                                                   \
+        const bool kit_prof_ = cuda_profile_on();                                          \
+        if (kit_prof_) cuda_profile_before(#kernel);                                       \
+        __VA_ARGS__                                                                        \
+        if (kit_prof_) cuda_profile_after();                                               \
+    } while (0)
+
 // Launches a grid-stride kernel over n items on this thread's compute stream and checks the launch.
 // Nothing is launched for n == 0 (a grid of zero blocks is a launch error).
 #define KIT_LAUNCH(kernel, n, ...)                                                         \
     do {                                                                                   \
         size_t kit_n_ = (size_t)(n);                                                       \
         if (kit_n_ > 0) {                                                                  \
-            CUDA_LAUNCH(kernel, kit_grid(kit_n_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__);   \
-            CUDA_CHECK_LAUNCH();                                                           \
+            KIT_PROFILED(kernel, {                                                         \
+                CUDA_LAUNCH(kernel, kit_grid(kit_n_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__); \
+                CUDA_CHECK_LAUNCH();                                                       \
+            });                                                                            \
         }                                                                                  \
     } while (0)
 
@@ -93,8 +105,10 @@ static inline dim3 kit_grid_2d(size_t nx, size_t ny) {
         CHECK(kit_nx_ <= 0x7FFFFFFF && kit_ny_ <= 0x7FFFFFFF, #kernel ": more than 2^31 items in one " \
               "dimension (the kit's index kernels use 32-bit indices)");                             \
         if (kit_nx_ > 0 && kit_ny_ > 0) {                                                            \
-            CUDA_LAUNCH(kernel, kit_grid_2d(kit_nx_, kit_ny_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__); \
-            CUDA_CHECK_LAUNCH();                                                                     \
+            KIT_PROFILED(kernel, {                                                                   \
+                CUDA_LAUNCH(kernel, kit_grid_2d(kit_nx_, kit_ny_), KIT_BLOCK, 0, cuda_stream())(__VA_ARGS__); \
+                CUDA_CHECK_LAUNCH();                                                                 \
+            });                                                                                      \
         }                                                                                            \
     } while (0)
 

@@ -1,0 +1,256 @@
+// bench/bench_profile.c: where a float32 training step of the kit spends its GPU time, per kernel and per conv
+// layer, against the SGEMM ceiling: the profile that says what to make faster next (bench/GPU.md, "Profile").
+//
+//   bench_profile [--model resnet9] [--batch 512] [--steps 5] [--sgemm-n 8192] [--conv-budget-mb MB]
+//
+// Prints Markdown tables on stdout, all float32 with TF32 off:
+//   1. the step: images/s of the bare step (forward, loss, backward, SGD, no host synchronisation inside),
+//      and of train_forward_backward + optim_step (the lessons' step: it reads the batch's loss and predictions
+//      back, and the loss checks the labels on the host), whose difference is what those synchronisations cost;
+//   2. per kit kernel (cuda_profile_*, kit/cuda/cuda_context.h): calls and GPU ms per step, % of the step; the
+//      rest of the step is cuBLAS, memsets and idle time;
+//   3. per conv layer, forward and backward: the whole op (CUDA events), the kit's kernels inside it (im2col,
+//      col2im, the layout kernels), the rest (the SGEMMs), and the TFLOP/s of each against cuBLAS SGEMM on
+//      n^3 (--sgemm-n), the practical ceiling of a GEMM-based conv.
+// Without a usable GPU it prints "bench_profile: skipped: no GPU (why)" and exits 0. In the CUDA emulator
+// (make EMU=1) it runs, but every time is the emulator's host time: the tables only show that it works.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit/check.h"
+#include "kit/device.h"
+#include "kit/log.h"
+#include "kit/model.h"
+#include "kit/ops.h"
+#include "kit/optim.h"
+#include "kit/rng.h"
+#include "kit/train.h"
+#ifdef KIT_CUDA
+#include "kit/cuda/cuda_context.h"
+#include "kit/cuda_check.h"
+#endif
+
+#ifdef KIT_CUDA
+enum { MAX_ROWS = 64 };
+
+static const SgdConfig OPT = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+
+static float *gpu_random(size_t n, uint64_t seed) {
+    float *h = xmalloc(n * sizeof(float));
+    Rng r = rng_make(seed, 0);
+    for (size_t i = 0; i < n; i++) h[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    float *d = device_alloc(DEVICE_CUDA, n * sizeof(float));
+    device_copy_to(DEVICE_CUDA, d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+// The bare step: every op queued, nothing read back (bench_gpu.c's train_step).
+static void bare_step(Model *m, int batch) {
+    int k = m->cfg.classes;
+    const float *logits = model_forward(m, m->input, batch, true);
+    cross_entropy_forward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, m->loss);
+    device_memset_zero(DEVICE_CUDA, m->dlogits, (size_t)batch * k * sizeof(float));
+    cross_entropy_backward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
+    model_zero_grad(m);
+    model_backward(m, m->input, m->dlogits, batch);
+    optim_step(m, &OPT);
+}
+
+// The lessons' step on a batch already on the host (its copy included, as a lesson without the loader's
+// overlap pays it).
+static void lesson_step(Model *m, const Batch *b) {
+    train_forward_backward(m, b, 0.0f, 1.0f / (float)b->n);
+    optim_step(m, &OPT);
+}
+
+// Milliseconds per step over `steps` steps after 2 warm-up steps; lesson: the lessons' step, else the bare one.
+static double step_ms(Model *m, const Batch *b, int steps, bool lesson) {
+    for (int i = 0; i < 2; i++) lesson ? lesson_step(m, b) : bare_step(m, b->n);
+    device_synchronize(DEVICE_CUDA);
+    const double start = time_now();
+    for (int i = 0; i < steps; i++) lesson ? lesson_step(m, b) : bare_step(m, b->n);
+    device_synchronize(DEVICE_CUDA);
+    return (time_now() - start) / steps * 1e3;
+}
+
+// cuBLAS SGEMM on n x n x n, TF32 off: TFLOP/s.
+static double sgemm_ceiling(int n) {
+    size_t nn = (size_t)n * n;
+    float *a = gpu_random(nn, 4), *b = gpu_random(nn, 5), *c = device_alloc(DEVICE_CUDA, nn * sizeof(float));
+    const float one = 1.0f, zero = 0.0f;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 5;
+    for (int i = 0; i <= reps; i++) {
+        if (i == 1) CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+        CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
+    }
+    CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    device_free(DEVICE_CUDA, a), device_free(DEVICE_CUDA, b), device_free(DEVICE_CUDA, c);
+    return 2.0 * n * (double)n * n / (ms / reps * 1e-3) / 1e12;
+}
+
+// Table 2: the kit's kernels over `steps` bare steps.
+static void kernel_table(Model *m, int batch, int steps, double bare_ms) {
+    CudaProfileRow rows[MAX_ROWS];
+    bare_step(m, batch);
+    cuda_profile_start();
+    for (int i = 0; i < steps; i++) bare_step(m, batch);
+    int n = cuda_profile_stop(rows, MAX_ROWS);
+    printf("\n## The kit's kernels in one step (GPU time, %d steps profiled)\n\n", steps);
+    printf("| kernel | calls/step | ms/step | %% of step |\n|---|---:|---:|---:|\n");
+    double total = 0.0;
+    for (int i = 0; i < n && i < MAX_ROWS; i++) {
+        double ms = rows[i].ms / steps;
+        total += ms;
+        printf("| %s | %.0f | %.3f | %.1f |\n", rows[i].kernel, (double)rows[i].calls / steps, ms, 100.0 * ms / bare_ms);
+    }
+    printf("| **all kit kernels** | | %.3f | %.1f |\n", total, 100.0 * total / bare_ms);
+    printf("| rest: cuBLAS GEMMs, memsets, idle | | %.3f | %.1f |\n", bare_ms - total, 100.0 * (bare_ms - total) / bare_ms);
+}
+
+typedef struct {
+    double ms, kernels_ms;  // the whole op, and the kit's kernels inside it (per pass)
+} OpTime;
+
+// One conv pass (forward, or backward with dx and dw as training runs it before BN: no bias), `reps` times
+// after one warm-up: events around the whole, the kernel profile inside.
+static OpTime conv_time(const Conv2dDims *s, float *x, float *w, float *y, float *dy, float *dx, float *dw, float *work,
+                        bool backward, int reps) {
+    if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
+    else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+    for (int i = 0; i < reps; i++) {
+        if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
+        else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
+    }
+    CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CudaProfileRow rows[MAX_ROWS];
+    cuda_profile_start();
+    for (int i = 0; i < reps; i++) {
+        if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
+        else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
+    }
+    int n = cuda_profile_stop(rows, MAX_ROWS);
+    double kernels = 0.0;
+    for (int i = 0; i < n && i < MAX_ROWS; i++) kernels += rows[i].ms;
+    return (OpTime){.ms = ms / reps, .kernels_ms = kernels / reps};
+}
+
+// Table 3: every conv layer of the model at this batch.
+static void conv_table(const Model *m, int batch, double ceiling, int reps) {
+    printf("\n## Conv layers: the op, the kit's kernels in it, the rest (SGEMMs), against the ceiling (%.1f TFLOP/s)\n\n",
+           ceiling);
+    printf("| layer | C x H x W -> K | pass | op ms | kit kernels ms | SGEMM ms | op TFLOP/s | op %% of ceiling | "
+           "SGEMM %% of ceiling |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
+        if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
+        Conv2dDims s = {.n = batch, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize, .stride = l->stride,
+                        .pad = l->pad};
+        size_t nx = (size_t)batch * c * h * w, nw = (size_t)l->out_c * c * l->ksize * l->ksize;
+        size_t ny = (size_t)batch * l->out_c * conv2d_out_h(&s) * conv2d_out_w(&s);
+        float *x = gpu_random(nx, 1), *wt = gpu_random(nw, 2), *dy = gpu_random(ny, 3);
+        float *y = device_alloc(DEVICE_CUDA, ny * sizeof(float)), *dx = device_alloc(DEVICE_CUDA, nx * sizeof(float));
+        float *dw = device_alloc(DEVICE_CUDA, nw * sizeof(float));
+        float *work = device_alloc(DEVICE_CUDA, conv2d_work_floats(DEVICE_CUDA, &s) * sizeof(float));
+        device_memset_zero(DEVICE_CUDA, dx, nx * sizeof(float));
+        device_memset_zero(DEVICE_CUDA, dw, nw * sizeof(float));
+        const double flops = 2.0 * (double)ny * c * l->ksize * l->ksize;  // one GEMM's worth: 2 * MACs
+        for (int pass = 0; pass < 2; pass++) {
+            OpTime t = conv_time(&s, x, wt, y, dy, dx, dw, work, pass == 1, reps);
+            const double f = pass ? 2 * flops : flops;  // backward: the dx and the dw GEMMs
+            const double gemm_ms = t.ms - t.kernels_ms;
+            const double op_tf = f / (t.ms * 1e-3) / 1e12, gemm_tf = gemm_ms > 0 ? f / (gemm_ms * 1e-3) / 1e12 : 0.0;
+            printf("| %d | %d x %d x %d -> %d | %s | %.3f | %.3f | %.3f | %.1f | %.0f | %.0f |\n", m->first + i, c, h, w,
+                   l->out_c, pass ? "bwd" : "fwd", t.ms, t.kernels_ms, gemm_ms, op_tf, 100.0 * op_tf / ceiling,
+                   100.0 * gemm_tf / ceiling);
+        }
+        float *bufs[] = {x, wt, dy, y, dx, dw, work};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) device_free(DEVICE_CUDA, bufs[j]);
+    }
+}
+
+static void profile(const char *model, int batch, int steps, int sgemm_n) {
+    cuda_set_tf32(false);
+    ModelConfig cfg;
+    if (!model_config(&cfg, model, 0, 3, 32, 32, 10)) die("unknown model '%s' (known: %s)", model, model_names());
+    Model *m = model_create(&cfg, DEVICE_CUDA, batch, 1);
+    const size_t image = (size_t)3 * 32 * 32;
+    float *x = gpu_random((size_t)batch * image, 7);
+    device_copy(DEVICE_CUDA, m->input, x, (size_t)batch * image * sizeof(float));
+    device_free(DEVICE_CUDA, x);
+    // A host batch for the lessons' step: random images, labels 0..9 in turn.
+    Batch b = {.n = batch, .x = xmalloc((size_t)batch * image * sizeof(float)), .y = xmalloc((size_t)batch * sizeof(int)),
+               .index = 0, .loader = NULL};
+    Rng r = rng_make(8, 0);
+    for (size_t i = 0; i < (size_t)batch * image; i++) b.x[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < batch; i++) b.y[i] = i % cfg.classes;
+    device_copy_to(DEVICE_CUDA, m->labels, b.y, (size_t)batch * sizeof(int));
+
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("# Kit float32 profile: %s, %s, batch %d, TF32 off\n\n", prop.name, model, batch);
+#ifdef KIT_CUDA_EMU
+    printf("(CUDA emulator: every time below is the emulator's host time, not a GPU's)\n\n");
+#endif
+    const double ceiling = sgemm_ceiling(sgemm_n);
+    const double bare = step_ms(m, &b, steps, false), lesson = step_ms(m, &b, steps, true);
+    printf("| step | ms | images/s |\n|---|---:|---:|\n");
+    printf("| bare (nothing read back) | %.3f | %.0f |\n", bare, batch / (bare * 1e-3));
+    printf("| train_forward_backward + optim_step (copy in, loss and predictions out, label checks) | %.3f | %.0f |\n",
+           lesson, batch / (lesson * 1e-3));
+    printf("\ncuBLAS SGEMM %d^3 (the ceiling): %.1f TFLOP/s\n", sgemm_n, ceiling);
+    kernel_table(m, batch, steps, bare);
+    conv_table(m, batch, ceiling, steps);
+    free(b.x);
+    free(b.y);
+    model_free(m);
+}
+#endif
+
+int main(int argc, char **argv) {
+    const char *model = "resnet9";
+    int batch = 512, steps = 5, sgemm_n = 8192;
+    double budget_mb = 0.0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--sgemm-n") == 0 && i + 1 < argc) sgemm_n = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--conv-budget-mb") == 0 && i + 1 < argc) budget_mb = atof(argv[++i]);
+        else die("usage: %s [--model NAME] [--batch N] [--steps N] [--sgemm-n N] [--conv-budget-mb MB]", argv[0]);
+    }
+    if (batch < 1 || steps < 1 || sgemm_n < 1 || budget_mb < 0) die("--batch, --steps and --sgemm-n must be positive");
+    const char *why = NULL;
+    if (!device_cuda_usable(&why)) {
+        printf("bench_profile: skipped: no GPU (%s)\n", why);
+        return 0;
+    }
+#ifdef KIT_CUDA
+    // The conv scratch bounds the images per GEMM (cuda_context.h): a larger budget, fewer and larger GEMMs.
+    if (budget_mb > 0) cuda_conv_set_work_budget((size_t)(budget_mb * (1 << 20) / sizeof(float)));
+    profile(model, batch, steps, sgemm_n);
+#else
+    (void)model, (void)batch, (void)steps, (void)sgemm_n;
+#endif
+    return 0;
+}
