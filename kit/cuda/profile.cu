@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kit/cuda/cuda_internal.h"
+#include "kit/cuda_check.h"
+#include "kit/cuda/cuda_context.h"
 
 namespace {
 
