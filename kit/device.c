@@ -1,6 +1,8 @@
 // kit/device.c: device selection and memory (see device.h).
 #include "kit/device.h"
 
+#include "kit/ops.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +62,21 @@ bool device_cuda_usable(const char **why) {
 #endif
 }
 
+static bool g_tf32_requested;
+
+void device_request_tf32(bool on) { g_tf32_requested = on; }
+
+// --tf32 on the device just chosen (see device.h).
+static void device_apply_tf32(Device d) {
+    if (!g_tf32_requested) return;
+    if (d == DEVICE_CPU) {
+        fprintf(stderr, "error: --tf32 needs a CUDA device: TF32 is a format of NVIDIA's tensor cores (Ampere and "
+                        "later), and the CPU's GEMMs are float32 (OpenBLAS). Use --device cuda, or drop --tf32.\n");
+        exit(2);
+    }
+    ops_set_gemm_precision(d, GEMM_TF32);
+}
+
 bool device_parse(const char *arg, Device *out, bool quiet) {
     const char *why = NULL;
     if (strcmp(arg, "cpu") == 0) {
@@ -94,6 +111,7 @@ bool device_parse(const char *arg, Device *out, bool quiet) {
     } else {
         return false;
     }
+    device_apply_tf32(*out);
     return true;
 }
 

@@ -31,6 +31,10 @@ bool device_cuda_usable(const char **why);
 // "auto" picks CUDA when usable, else CPU, and prints one line saying which and why
 // (unless quiet). "cuda" when CUDA is not usable is a clear error (exit 1).
 bool device_parse(const char *arg, Device *out, bool quiet);
+// --tf32 (kit/cli.h): cli_parse records it here, and every later device_parse applies it to the device it
+// returns: a CUDA device gets TF32 convolution GEMMs (ops_set_gemm_precision(d, GEMM_TF32), for the whole
+// process), the CPU stops the program with the reason (exit status 2): TF32 is a tensor-core format.
+void device_request_tf32(bool on);
 
 // The GPU this thread uses (cudaSetDevice). No-op on CPU. Lessons with several
 // GPUs call it once per thread/rank before any allocation.
