@@ -31,37 +31,6 @@ void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float 
     conv2d_backward_cpu(s, x, w, dy, dx, dw, db, work);
 }
 
-void ops_set_gemm_precision(Device d, GemmPrecision p) {
-    CHECK(p == GEMM_FP32 || p == GEMM_TF32 || p == GEMM_BF16 || p == GEMM_FP16, "ops_set_gemm_precision: unknown");
-#ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) { gemm_precision_set_cuda(p); return; }
-#endif
-    CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
-    // The CPU's GEMMs are OpenBLAS's SGEMM: float32 only. Low precision on the CPU is lesson 10's emulation
-    // (the inputs rounded by round_lowp at the policy's points), and TF32 exists only on tensor cores.
-    CHECKF(p == GEMM_FP32, "the CPU runs its GEMMs in float32 only",
-           "asked for %s GEMMs on the CPU (TF32 is a tensor-core format: use --device cuda; bf16/fp16 on the CPU "
-           "are lesson 10's --precision, emulated by rounding)", gemm_precision_name(p));
-}
-
-GemmPrecision ops_gemm_precision(Device d) {
-#ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) return gemm_precision_cuda();
-#endif
-    (void)d;
-    return GEMM_FP32;
-}
-
-const char *gemm_precision_name(GemmPrecision p) {
-    switch (p) {
-    case GEMM_FP32: return "fp32";
-    case GEMM_TF32: return "tf32";
-    case GEMM_BF16: return "bf16";
-    case GEMM_FP16: return "fp16";
-    }
-    return "?";
-}
-
 // Prepared filters: the CPU only (a GPU's conv has nothing to prepare: 0 floats, and the plain forward).
 size_t conv2d_prepared_floats(Device d, const Conv2dDims *s) {
     return d == DEVICE_CPU ? conv2d_prepared_floats_cpu(s) : 0;

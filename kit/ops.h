@@ -47,18 +47,6 @@ void conv2d_forward_prepared(Device d, const Conv2dDims *s, const float *x, cons
 void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *dy,
                      float *dx, float *dw, float *db, float *work);
 
-// ---------------------------------------------------------------- GEMM precision (conv, linear)
-// The one switch for how conv and linear run their GEMMs on device d (GemmPrecision, kit/ops_dims.h), for the
-// whole process (every thread, every op; the ops read it at each call). The CPU computes in float32 only: a
-// CPU asked for anything but GEMM_FP32 stops with the reason (its low precision is lesson 10's emulation:
-// round_lowp at the policy's points). On CUDA, GEMM_BF16/FP16 round each GEMM input to the format (round to
-// nearest even, as round_lowp) as it stores it in 2 bytes; everything else (BN, the loss, the optimizer, the
-// activations between layers, the parameters) stays float32.
-void ops_set_gemm_precision(Device d, GemmPrecision p);
-GemmPrecision ops_gemm_precision(Device d);
-// "fp32", "tf32", "bf16", "fp16".
-const char *gemm_precision_name(GemmPrecision p);
-
 // ---------------------------------------------------------------- batch norm (2-D, per channel)
 // Training mode normalises with the batch statistics over (N, H, W) and updates the running
 // statistics: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.

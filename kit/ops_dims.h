@@ -45,14 +45,6 @@ typedef struct {
 // exponent bits, 10 mantissa bits, largest finite 65504, normals from 2^-14, subnormals down to 2^-24.
 typedef enum { LOWP_FP32, LOWP_BF16, LOWP_FP16 } LowpFormat;  // LOWP_FP32: nothing to round
 
-// The precision of the GEMMs of conv and linear on a CUDA device (ops_set_gemm_precision, kit/ops.h).
-//   GEMM_FP32  cublasSgemm: float32 inputs, products and sums (the default; what the tests compare to the CPU)
-//   GEMM_TF32  the CONVOLUTIONS' GEMMs on TF32 tensor cores (inputs read with 10 mantissa bits, float32 sums);
-//              linear stays float32: PyTorch's default (allow_tf32 on for cuDNN, off for matmul)
-//   GEMM_BF16, GEMM_FP16  conv and linear store their GEMM inputs (columns, weights, output gradients) in 2 bytes
-//              and run cublasGemmEx on tensor cores with float32 accumulation and float32 output
-typedef enum { GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16 } GemmPrecision;
-
 // Counted by round_lowp when asked. nonzero: x != 0 before; underflow: x != 0 and finite before, 0 after;
 // overflow: finite before, inf after.
 typedef struct {

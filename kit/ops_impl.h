@@ -45,8 +45,6 @@ size_t count_nonfinite_cpu(size_t n, const float *x);
 
 // ---- CUDA (kit/cuda/*.cu; compiled only when nvcc is found)
 size_t conv2d_work_floats_cuda(const Conv2dDims *s);
-void gemm_precision_set_cuda(GemmPrecision p);
-GemmPrecision gemm_precision_cuda(void);
 void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work);
 void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work);
 size_t batchnorm_work_floats_cuda(const BatchNormDims *s);

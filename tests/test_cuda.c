@@ -599,7 +599,7 @@ static void test_round_hook_same_points(void **state) {
 
 // ---------------------------------------------------------------- the real low-precision GEMMs (tensor cores)
 //
-// What is compared. The REAL path: ops_set_gemm_precision(GPU, bf16 or fp16); conv and linear get float32
+// What is compared. The REAL path: device_set_gemm_precision(GPU, bf16 or fp16); conv and linear get float32
 // x, w, dy and store each as a 16-bit GEMM input themselves (round to nearest even), then cublasGemmEx with
 // 16-bit A and B, float32 accumulation and a float32 C. The EMULATED path (lesson 10's, kit/ops.h round_lowp):
 // x, w and dy rounded to the format by round_lowp, then the float32 op (cublasSgemm). Both round the same
@@ -716,10 +716,10 @@ static void conv_lowp_case(GemmPrecision p, Conv2dDims s, int chunk, uint64_t se
         out[run][0] = device_alloc(GPU, ny * sizeof(float));
         out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw), out[run][3] = gpu_of(db0, s.k);
         float *work = device_alloc(GPU, conv2d_work_floats(GPU, &s) * sizeof(float));
-        ops_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
+        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
         conv2d_forward(GPU, &s, g[0], g[1], g[3], out[run][0], work);
         conv2d_backward(GPU, &s, g[0], g[1], g[2], out[run][1], out[run][2], out[run][3], work);
-        ops_set_gemm_precision(GPU, GEMM_FP32);
+        device_set_gemm_precision(GPU, GEMM_FP32);
         for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
         device_free(GPU, work);
     }
@@ -768,10 +768,10 @@ static void linear_lowp_case(GemmPrecision p, int n, int in_f, int out_f, uint64
         }
         out[run][0] = device_alloc(GPU, ny * sizeof(float));
         out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw);
-        ops_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
+        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
         linear_forward(GPU, n, in_f, out_f, g[0], g[1], g[3], out[run][0]);
         linear_backward(GPU, n, in_f, out_f, g[0], g[1], g[2], out[run][1], out[run][2], NULL);
-        ops_set_gemm_precision(GPU, GEMM_FP32);
+        device_set_gemm_precision(GPU, GEMM_FP32);
         for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
     }
     float *ax = copy_rounded(in[0], nx, f), *aw = copy_rounded(in[1], nw, f), *ady = copy_rounded(in[2], ny, f);
@@ -834,11 +834,11 @@ static void test_gemm_tf32(void **state) {
     float *y[2] = {device_alloc(GPU, (size_t)n * out_f * sizeof(float)),
                    device_alloc(GPU, (size_t)n * out_f * sizeof(float))};
     for (int t = 0; t < 2; t++) {
-        ops_set_gemm_precision(GPU, t ? GEMM_TF32 : GEMM_FP32);
-        assert_int_equal(ops_gemm_precision(GPU), t ? GEMM_TF32 : GEMM_FP32);
+        device_set_gemm_precision(GPU, t ? GEMM_TF32 : GEMM_FP32);
+        assert_int_equal(device_gemm_precision(GPU), t ? GEMM_TF32 : GEMM_FP32);
         linear_forward(GPU, n, in_f, out_f, gx, gw, NULL, y[t]);
     }
-    ops_set_gemm_precision(GPU, GEMM_FP32);
+    device_set_gemm_precision(GPU, GEMM_FP32);
     float *y_fp32 = host_of(y[0], (size_t)n * out_f);
     assert_gpu_close(y[1], y_fp32, (size_t)n * out_f, EXACT);
     free(x), free(w), free(y_fp32);
@@ -888,14 +888,14 @@ static void test_gemm_lowp_model_step(void **state) {
         device_copy_to(GPU, m[r]->input, x, nx * sizeof(float));
         device_copy_to(GPU, m[r]->labels, y, batch * sizeof(int));
         round_lowp(GPU, LOWP_BF16, nx, m[r]->input, NULL);
-        ops_set_gemm_precision(GPU, r ? GEMM_BF16 : GEMM_FP32);
+        device_set_gemm_precision(GPU, r ? GEMM_BF16 : GEMM_FP32);
         const float *logits = model_forward(m[r], m[r]->input, batch, true);
         device_memset_zero(GPU, m[r]->dlogits, (size_t)batch * 10 * sizeof(float));
         cross_entropy_backward(GPU, batch, 10, logits, m[r]->labels, 0.0f, 1.0f / batch, m[r]->dlogits);
         round_lowp(GPU, LOWP_BF16, (size_t)batch * 10, m[r]->dlogits, NULL);
         model_zero_grad(m[r]);
         model_backward(m[r], m[r]->input, m[r]->dlogits, batch);
-        ops_set_gemm_precision(GPU, GEMM_FP32);
+        device_set_gemm_precision(GPU, GEMM_FP32);
     }
     float *ref = host_of(m[0]->dlogits, (size_t)batch * 10);
     assert_gpu_close(m[1]->dlogits, ref, (size_t)batch * 10, tol);  // the forward's result, through the loss

@@ -11,7 +11,7 @@
 // With the images side by side in one matrix, one GEMM covers the whole chunk, and the weight
 // gradient's sum over images is the GEMM's own inner sum: no per-image partial results, no atomics.
 //
-// The GEMM precision (cuda_gemm_precision, set by ops_set_gemm_precision) decides how the GEMMs run:
+// The GEMM precision (device_gemm_precision, kit/device.h: the one switch) decides how the GEMMs run:
 //   fp32  cublasSgemm on float32 buffers (the default)
 //   tf32  the conv GEMMs through cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores; linear stays fp32,
 //         as PyTorch's default has it)
@@ -22,6 +22,7 @@
 //         conversion rounds to nearest even with kit/ops_dims.h's functions, the same bits round_lowp gives,
 //         so the emulated path (round_lowp, then float32) computes the same products.
 #include "kit/cuda/cuda_internal.h"
+#include "kit/device.h"
 #include "kit/ops_impl.h"
 
 #include <limits.h>
@@ -292,7 +293,7 @@ extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const f
     KIT_CHECK_PTR(y);
     KIT_CHECK_PTR(work);
     ConvPlan pl = conv_plan(s);
-    GemmPrecision p = cuda_gemm_precision();
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     if (p == GEMM_BF16) conv_forward_as<Bf16>(p, s, pl, x, w, b, y, work);
     else if (p == GEMM_FP16) conv_forward_as<Fp16>(p, s, pl, x, w, b, y, work);
     else conv_forward_as<float>(p, s, pl, x, w, b, y, work);
@@ -308,7 +309,7 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(work);
-    GemmPrecision p = cuda_gemm_precision();
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     if (p == GEMM_BF16) conv_backward_as<Bf16>(p, s, pl, x, w, dy, dx, dw, work);
     else if (p == GEMM_FP16) conv_backward_as<Fp16>(p, s, pl, x, w, dy, dx, dw, work);
     else conv_backward_as<float>(p, s, pl, x, w, dy, dx, dw, work);
@@ -356,7 +357,7 @@ LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const flo
 }
 
 LinearInputs linear_inputs(int n, int in, int out, const float *x, const float *w, const float *dy) {
-    GemmPrecision p = cuda_gemm_precision();
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, w, dy);
     if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, w, dy);
     return LinearInputs{GEMM_FP32, x, w, dy};

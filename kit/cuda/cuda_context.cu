@@ -4,7 +4,6 @@
 
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
-#include "kit/ops_impl.h"
 
 namespace {
 
@@ -46,8 +45,6 @@ struct ThreadState {
 
 thread_local ThreadState tls;
 
-// The GemmPrecision of every thread's conv and linear.
-std::atomic<int> g_gemm_precision{GEMM_FP32};
 // 0: the default budget.
 std::atomic<size_t> g_conv_budget{0};
 constexpr size_t kDefaultConvBudget = (size_t)1 << 26;
@@ -74,12 +71,6 @@ extern "C" {
 cudaStream_t cuda_stream(void) { return gpu_state().compute; }
 
 cublasHandle_t cuda_cublas(void) { return gpu_state().blas; }
-
-void cuda_set_gemm_precision(GemmPrecision p) { g_gemm_precision.store((int)p); }
-GemmPrecision cuda_gemm_precision(void) { return (GemmPrecision)g_gemm_precision.load(); }
-void cuda_set_tf32(bool on) { cuda_set_gemm_precision(on ? GEMM_TF32 : GEMM_FP32); }
-void gemm_precision_set_cuda(GemmPrecision p) { cuda_set_gemm_precision(p); }
-GemmPrecision gemm_precision_cuda(void) { return cuda_gemm_precision(); }
 
 void *cuda_device_scratch(size_t bytes) {
     GpuState &g = gpu_state();

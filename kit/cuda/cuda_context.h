@@ -22,8 +22,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "kit/ops_dims.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,14 +31,6 @@ cudaStream_t cuda_stream(void);
 // This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), in CUBLAS_DEFAULT_MATH: cublasSgemm
 // computes in float32; tensor cores are asked for per call, by cublasGemmEx's types (kit/cuda/conv.cu).
 cublasHandle_t cuda_cublas(void);
-
-// The GEMM precision of conv and linear (GemmPrecision, kit/ops_dims.h), for the whole process: every thread's
-// ops read it at each call. Default GEMM_FP32, so results are float32 and match the CPU within the tests'
-// tolerances. The kit sets it through ops_set_gemm_precision (kit/ops.h) and the --tf32 option (kit/cli.h).
-// cuda_set_tf32(on) is cuda_set_gemm_precision(on ? GEMM_TF32 : GEMM_FP32).
-void cuda_set_gemm_precision(GemmPrecision p);
-GemmPrecision cuda_gemm_precision(void);
-void cuda_set_tf32(bool on);
 
 // GPU scratch of at least `bytes` for this thread on its current GPU: where conv and linear put their 16-bit
 // GEMM inputs that the work buffer does not hold (the weights; linear's inputs). It grows when asked for more

@@ -108,13 +108,13 @@ static bool cpu_has_bf16(void) {
 }
 
 // Which path runs conv and linear under --precision, said on the program's first lines, and set: on a CUDA
-// device the kit's GEMMs take 16-bit inputs for real (ops_set_gemm_precision: tensor cores, float32 sums); on
+// device the kit's GEMMs take 16-bit inputs for real (device_set_gemm_precision: tensor cores, float32 sums); on
 // the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
 static void choose_gemm_path(const DdpRun *r, LowpFormat f) {
     Device d = pg_device(r->pg);
     if (f == LOWP_FP32) return;  // float32 everywhere (and --tf32, when given, is the kit's)
     const char *name = lowp_name(f);
-    if (d == DEVICE_CUDA) ops_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+    if (d == DEVICE_CUDA) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
     if (!r->is_main) return;
     if (d == DEVICE_CUDA && strcmp(device_name(d), "cuda-emu") == 0)
         printf("precision path: cuBLAS %s GEMMs in the CUDA emulator (the tensor-core path's numerics, not its "
