@@ -348,11 +348,13 @@ template <typename T>
 LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const float *x, const float *w,
                               const float *dy) {
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ndy = (size_t)n * out;
-    T *scratch = (T *)cuda_device_scratch((nx + nw + ndy) * sizeof(T));
+    // Each part starts on a 16-byte boundary (8 elements), where cuBLAS's tensor-core kernels want their operands.
+    size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8;
+    T *scratch = (T *)cuda_device_scratch((at_dy + ndy) * sizeof(T));
     LinearInputs r = {p, nullptr, nullptr, nullptr};
     if (x) r.x = gemm_input<T>(x, nx, scratch);
-    if (w) r.w = gemm_input<T>(w, nw, scratch + nx);
-    if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + nx + nw);
+    if (w) r.w = gemm_input<T>(w, nw, scratch + at_w);
+    if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + at_dy);
     return r;
 }
 
