@@ -4,7 +4,8 @@
 //
 // Measures, on GPU 0:
 //   1. training throughput (images/s) of the model: forward, loss, backward, SGD step, on a batch that
-//      already lives on the GPU (the data pipeline is not measured), in float32 and with TF32 GEMMs;
+//      already lives on the GPU (the data pipeline is not measured), in float32, with TF32 conv GEMMs (--tf32),
+//      and with bf16 and fp16 GEMMs (device_set_gemm_precision: 16-bit inputs on tensor cores);
 //   2. each conv layer's forward and backward as the kit runs them (im2col + cuBLAS SGEMM + layout
 //      kernels), in achieved TFLOP/s (2 * MACs per pass; backward counts dx and dw: 2 passes);
 //   3. the ceiling: cuBLAS SGEMM on 8192^3, in float32 and in TF32;
@@ -126,11 +127,11 @@ static void conv_layers(const Model *m, int batch, FILE *out) {
 
 // cuBLAS SGEMM on n x n x n: the practical ceiling of any GEMM-based conv on this GPU.
 static double sgemm_tflops(int n, bool tf32) {
-    cuda_set_tf32(tf32);
+    cublasHandle_t h = cuda_cublas();
+    CUBLAS_CHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     size_t nn = (size_t)n * n;
     float *a = gpu_random(nn, 4), *b = gpu_random(nn, 5), *c = device_alloc(DEVICE_CUDA, nn * sizeof(float));
     const float one = 1.0f, zero = 0.0f;
-    cublasHandle_t h = cuda_cublas();
     int reps = 10;
     double t0 = 0.0;
     for (int i = 0; i <= reps; i++) {
@@ -143,7 +144,7 @@ static double sgemm_tflops(int n, bool tf32) {
     device_synchronize(DEVICE_CUDA);
     double t = (time_now() - t0) / reps;
     device_free(DEVICE_CUDA, a), device_free(DEVICE_CUDA, b), device_free(DEVICE_CUDA, c);
-    cuda_set_tf32(false);
+    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));  // the kit's ops expect the default (cuda_context.h)
     return 2.0 * n * (double)n * n / t / 1e12;
 }
 
@@ -264,7 +265,7 @@ int main(int argc, char **argv) {
         return 0;
     }
 #ifdef KIT_CUDA
-    cuda_set_tf32(false);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
     ModelConfig cfg;
     if (!model_config(&cfg, model, 0, 3, 32, 32, 10)) die("unknown model '%s' (known: %s)", model, model_names());
     Model *m = model_create(&cfg, DEVICE_CUDA, batch, 1);
@@ -283,15 +284,25 @@ int main(int argc, char **argv) {
             6 * fwd_macs / 1e9);
     double ips32 = train_throughput(m, batch, steps);
     fprintf(stderr, "train fp32: %.0f images/s\n", ips32);
-    cuda_set_tf32(true);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_TF32);  // --tf32: the conv GEMMs on TF32 tensor cores, linear float32 (PyTorch's default)
     double ips_tf32 = train_throughput(m, batch, steps);
-    cuda_set_tf32(false);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
     fprintf(stderr, "train tf32: %.0f images/s\n", ips_tf32);
+    // The real 16-bit GEMMs (device_set_gemm_precision): conv and linear inputs in 2 bytes, tensor cores, float32
+    // sums; activations float32. Timing only: no loss scale here (fp16's scaler adds one scale of the loss
+    // gradient and one pass over the gradients per step), no policy rounding of the activations.
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_BF16);
+    double ips_bf16 = train_throughput(m, batch, steps);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP16);
+    double ips_fp16 = train_throughput(m, batch, steps);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
+    fprintf(stderr, "train bf16 GEMMs: %.0f images/s, fp16 GEMMs: %.0f images/s\n", ips_bf16, ips_fp16);
 
     printf("{\n  \"gpu\": \"%s\",\n  \"model\": \"%s\",\n  \"batch\": %d,\n  \"steps\": %d,\n", prop.name, model,
            batch, steps);
     printf("  \"train_flop_per_image\": %.6g,\n", 6 * fwd_macs);  // forward 2*MACs, backward about 2x that
     printf("  \"train_images_per_s_fp32\": %.1f,\n  \"train_images_per_s_tf32\": %.1f,\n", ips32, ips_tf32);
+    printf("  \"train_images_per_s_bf16\": %.1f,\n  \"train_images_per_s_fp16\": %.1f,\n", ips_bf16, ips_fp16);
     conv_layers(m, batch, stdout);
     model_free(m);
     pipeline_models(pipeline, batch, steps, stdout);

@@ -1,6 +1,8 @@
 // kit/cli.c: the shared training options (see cli.h).
 #include "kit/cli.h"
 
+#include "kit/device.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stddef.h>
@@ -68,6 +70,9 @@ static const CliOption OPTIONS[] = {
      "seed for initialisation, shuffling and augmentation"},
     {"metrics", "FILE", CLI_BASE, OPT_STRING, FIELD(metrics), NULL, 0, 0, NULL,
      "append one CSV row per epoch to FILE"},
+    {"tf32", NULL, CLI_BASE, OPT_FLAG, FIELD(tf32), NULL, 0, 0, NULL,
+     "CUDA: the convolutions' GEMMs on TF32 tensor cores (10-bit mantissa\ninputs, float32 sums), linear in float32: "
+     "PyTorch's default\n(cuDNN convolutions TF32, matmuls not); refused on the CPU"},
     {"devices", "N", CLI_DP, OPT_INT, FIELD(devices), "2", 1, 64, NULL, "replicas driven by this process"},
     {"backend", "NAME", CLI_DIST, OPT_STRING, FIELD(backend), "auto", 0, 0, pg_backend_choices,
      "; auto: nccl with one GPU per rank, else mpi\n(socket in a job started from a rendezvous store: lesson 07)"},
@@ -333,6 +338,7 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");
+    device_request_tf32(o->tf32);  // applied by device_parse, where the device is known (kit/device.h)
     if ((groups & CLI_PREC) && !loss_scale_ok(o->loss_scale))
         usage_error("--loss-scale must be dynamic, none or a number in (0, 1e30], got '%s'", o->loss_scale);
 }

@@ -31,6 +31,7 @@ typedef struct {
     float lr, momentum, weight_decay, label_smoothing;
     bool nesterov;
     uint64_t seed;
+    bool tf32;                // --tf32: the convolutions' GEMMs on TF32 tensor cores (PyTorch's default); CUDA only
     int devices;              // CLI_DP: replicas driven by one process
     const char *backend;      // CLI_DIST: auto|mpi|nccl|socket (pg_backend_choices, kit/dist_plan.h)
     double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)

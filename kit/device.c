@@ -60,6 +60,48 @@ bool device_cuda_usable(const char **why) {
 #endif
 }
 
+// The GemmPrecision of every CUDA conv and linear (device_set_gemm_precision).
+static _Atomic int g_gemm_precision = GEMM_FP32;
+
+void device_set_gemm_precision(Device d, GemmPrecision p) {
+    CHECK(p == GEMM_FP32 || p == GEMM_TF32 || p == GEMM_BF16 || p == GEMM_FP16, "device_set_gemm_precision: unknown");
+    // The CPU's GEMMs are OpenBLAS's SGEMM: float32 only. Low precision on the CPU is lesson 10's emulation
+    // (the inputs rounded by round_lowp at the policy's points), and TF32 exists only on tensor cores.
+    CHECKF(d == DEVICE_CUDA || p == GEMM_FP32, "the CPU runs its GEMMs in float32 only",
+           "asked for %s GEMMs on the CPU (TF32 is a tensor-core format: use --device cuda; bf16/fp16 on the CPU "
+           "are lesson 10's --precision, emulated by rounding)", gemm_precision_name(p));
+    g_gemm_precision = (int)p;
+}
+
+GemmPrecision device_gemm_precision(Device d) {
+    return d == DEVICE_CUDA ? (GemmPrecision)g_gemm_precision : GEMM_FP32;
+}
+
+const char *gemm_precision_name(GemmPrecision p) {
+    switch (p) {
+    case GEMM_FP32: return "fp32";
+    case GEMM_TF32: return "tf32";
+    case GEMM_BF16: return "bf16";
+    case GEMM_FP16: return "fp16";
+    }
+    return "?";
+}
+
+static bool g_tf32_requested;
+
+void device_request_tf32(bool on) { g_tf32_requested = on; }
+
+// --tf32 on the device just chosen (see device.h).
+static void device_apply_tf32(Device d) {
+    if (!g_tf32_requested) return;
+    if (d == DEVICE_CPU) {
+        fprintf(stderr, "error: --tf32 needs a CUDA device: TF32 is a format of NVIDIA's tensor cores (Ampere and "
+                        "later), and the CPU's GEMMs are float32 (OpenBLAS). Use --device cuda, or drop --tf32.\n");
+        exit(2);
+    }
+    device_set_gemm_precision(d, GEMM_TF32);
+}
+
 bool device_parse(const char *arg, Device *out, bool quiet) {
     const char *why = NULL;
     if (strcmp(arg, "cpu") == 0) {
@@ -94,6 +136,7 @@ bool device_parse(const char *arg, Device *out, bool quiet) {
     } else {
         return false;
     }
+    device_apply_tf32(*out);
     return true;
 }
 

@@ -31,6 +31,29 @@ bool device_cuda_usable(const char **why);
 // "auto" picks CUDA when usable, else CPU, and prints one line saying which and why
 // (unless quiet). "cuda" when CUDA is not usable is a clear error (exit 1).
 bool device_parse(const char *arg, Device *out, bool quiet);
+// --tf32 (kit/cli.h): cli_parse records it here, and every later device_parse applies it to the device it
+// returns: a CUDA device gets TF32 convolution GEMMs (device_set_gemm_precision(d, GEMM_TF32), for the whole
+// process), the CPU stops the program with the reason (exit status 2): TF32 is a tensor-core format.
+void device_request_tf32(bool on);
+
+// The precision of the GEMMs of conv and linear on a CUDA device (device_set_gemm_precision).
+//   GEMM_FP32  cublasSgemm: float32 inputs, products and sums (the default; what the tests compare to the CPU)
+//   GEMM_TF32  the CONVOLUTIONS' GEMMs on TF32 tensor cores (inputs read with 10 mantissa bits, float32 sums);
+//              linear stays float32: PyTorch's default (allow_tf32 on for cuDNN, off for matmul)
+//   GEMM_BF16, GEMM_FP16  conv and linear store their GEMM inputs (columns, weights, output gradients) in 2 bytes
+//              and run cublasGemmEx on tensor cores with float32 accumulation and float32 output
+typedef enum { GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16 } GemmPrecision;
+
+// The one switch for how conv and linear run their GEMMs on device d, for the whole process (every thread, every
+// op; kit/cuda/conv.cu reads it at each call). The CPU computes in float32 only: a CPU asked for anything but
+// GEMM_FP32 stops with the reason (its low precision is lesson 10's emulation: round_lowp at the policy's points).
+// On CUDA, GEMM_BF16/FP16 round each GEMM input to the format (to nearest even, the bits round_lowp gives) as it
+// stores it in 2 bytes; everything else (BN, the loss, the optimizer, the activations between layers, the
+// parameters) stays float32.
+void device_set_gemm_precision(Device d, GemmPrecision p);
+GemmPrecision device_gemm_precision(Device d);
+// "fp32", "tf32", "bf16", "fp16".
+const char *gemm_precision_name(GemmPrecision p);
 
 // The GPU this thread uses (cudaSetDevice). No-op on CPU. Lessons with several
 // GPUs call it once per thread/rank before any allocation.

@@ -4,6 +4,13 @@
 #   scripts/gpu-check.sh [STEP...]          (default: every step, in this order)
 #
 #   build      make all (with CUDA; CUDA_ARCH set to the GPU's own compute capability)
+#   fastpath   run it FIRST (after build): the real low-precision GEMMs. make test-cuda (every CUDA op against the
+#              CPU, and tests/test_cuda.c's real-vs-emulated tests: bf16/fp16 cublasGemmEx against round_lowp +
+#              float32 within the derived bound, TF32 against truncated inputs, a bf16 training step), lesson 10
+#              on ResNet-9 (batch 512, one epoch of the synthetic set) in fp32, bf16 and fp16 + the loss scaler
+#              (its first lines name the path), then the speed table: bench/torch_gpu.py --fast, the kit's
+#              fp32 / --tf32 / bf16 / fp16 GEMMs beside PyTorch fp32 (TF32 off), its TF32 default and
+#              channels_last + bf16 autocast, ResNet-9 width 64, batch 512 -> LOGDIR/results-fastpath.md; ~3 min
 #   cpu        make test-kit: the CPU unit tests (proves the bundle's OpenBLAS/cmocka/zlib on this machine)
 #   parity     make test-cuda: every CUDA op against the CPU op
 #   sanitize   test_cuda under compute-sanitizer memcheck, racecheck, synccheck (one log each)
@@ -49,7 +56,7 @@ cd "$(dirname "$0")/.."
 # test runs, and the grader's guard then reports the kit's files changed (the test ERRORs). Nothing here needs
 # the cache.
 export PYTHONDONTWRITEBYTECODE=1
-all_steps=(build cpu parity sanitize dist lessons tests fashion bench precision)
+all_steps=(build fastpath cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
 all_steps+=(profile)  # profile_step below
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
@@ -232,6 +239,14 @@ for s in "${steps[@]}"; do
         relaxed_nvcc="-O3 -std=c++17 -Ikit $(for a in ${CUDA_ARCH:-80 90}; do printf -- '-gencode arch=compute_%s,code=sm_%s ' "$a" "$a"; done)"
         run build-no-werror 0 420 make -k -j"$jobs" all WARN="-Wall -Wextra -Wno-unused-parameter" NVCCFLAGS="$relaxed_nvcc"
       fi ;;
+    fastpath)
+      run fastpath-numerics 1 180 make test-cuda
+      for p in fp32 bf16 fp16; do
+        run "fastpath-lesson10-$p" 1 90 scripts/launch.sh 1 "$train10" --device cuda --backend nccl --model resnet9 \
+          --batch-size 512 --epochs 1 --precision "$p"
+      done
+      run fastpath-speed 1 240 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make build/bench/bench_gpu && python3 bench/torch_gpu.py --kit build/bench/bench_gpu --batch 512 --fast --out "$0/results-fastpath.md" && cat "$0/results-fastpath.md"' "$logdir"
+      [ -n "${OUT:-}" ] && [ -f "$logdir/results-fastpath.md" ] && cp "$logdir/results-fastpath.md" "$OUT/" ;;
     cpu)      run test-kit 0 240 make test-kit ;;
     parity)   run test-cuda 1 180 make test-cuda ;;
     sanitize)

@@ -268,12 +268,36 @@ static void test_device_cuda_without_gpu(void **state) {
     assert_int_equal(WEXITSTATUS(status), 1);
 }
 
+// --tf32 on the CPU: refused with the reason (status 2), once the device is known (device_parse); the same
+// command without --tf32 goes through.
+static void tf32_then_cpu(void *arg) {
+    const ParseArgs *a = arg;
+    TrainOptions o;
+    cli_parse(&o, a->argc, a->argv, a->groups);
+    Device d;
+    device_parse("cpu", &d, true);
+    exit(0);
+}
+
+static void test_tf32_refused_on_cpu(void **state) {
+    (void)state;
+    char *with[] = {"prog", "--tf32", NULL}, *without[] = {"prog", NULL};
+    char report[4096];
+    ParseArgs a = {CLI_BASE, 2, with};
+    assert_int_equal(child_exit_status(tf32_then_cpu, &a, report, sizeof report), 2);
+    assert_non_null(strstr(report, "--tf32 needs a CUDA device"));
+    ParseArgs b = {CLI_BASE, 1, without};
+    assert_int_equal(child_exit_status(tf32_then_cpu, &b, report, sizeof report), 0);
+    device_request_tf32(false);  // this process parsed nothing, but keep the state clean for the next tests
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_values),
         cmocka_unit_test(test_precision_options),
         cmocka_unit_test(test_mistakes_are_usage_errors),
         cmocka_unit_test(test_device_cuda_without_gpu),
+        cmocka_unit_test(test_tf32_refused_on_cpu),
         cmocka_unit_test(test_metrics_path_checked_at_start),
         cmocka_unit_test(test_pipeline_options),
         cmocka_unit_test(test_zero_options),

@@ -727,6 +727,328 @@ static void test_round_hook_same_points(void **state) {
     free(x), free(dl), free(log);
 }
 
+// ---------------------------------------------------------------- the real low-precision GEMMs (tensor cores)
+//
+// What is compared. The REAL path: device_set_gemm_precision(GPU, bf16 or fp16); conv and linear get float32
+// x, w, dy and store each as a 16-bit GEMM input themselves (round to nearest even), then cublasGemmEx with
+// 16-bit A and B, float32 accumulation and a float32 C. The EMULATED path (lesson 10's, kit/ops.h round_lowp):
+// x, w and dy rounded to the format by round_lowp, then the float32 op (cublasSgemm). Both round the same
+// tensors at the same point (the GEMM's inputs, once, with the same rounding: kit/ops_dims.h's functions), so
+// each GEMM multiplies the same pairs of numbers a_i, b_i. 16-bit values have at most 11 significant bits, so
+// a_i b_i (22 bits) is EXACT in float32 in both paths. What remains is the summation of k exact products in
+// float32, in an order that differs between cuBLAS's tensor-core kernels and its SGEMM (and OpenBLAS in the
+// emulator). Each addition errs by at most one unit u of its result, u = 2^-23 (2^-24 for round-to-nearest;
+// 2^-23 covers tensor cores, whose adders truncate when they align: Fasi, Higham, Mikaitis, Pranesh,
+// "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021). A sum of k terms then errs by at most
+// gamma_k = k u / (1 - k u) times S = sum |a_i b_i| (Higham, Accuracy and Stability, 3.1), whatever the order,
+// so the two paths differ by at most 2 gamma_k S. The accumulation into an existing C (beta = 1: dx and dw add
+// into what is there) and the bias add are further additions: k + 1 terms, with |c0| joining S. Hence, per
+// element: |real - emulated| <= 2 gamma_(k+1) (S + |c0|), with k the GEMM's inner size (plus the R*R dcols that
+// col2im adds into one dx element). S is the same op on |inputs| (the CPU's float32 computes it; its own error
+// changes the bound by a few parts in 10^7).
+// Why it can fail: without the conversion (fp32 inputs), a product differs by up to 2^-8 (bf16) / 2^-11 (fp16)
+// relative from the rounded one; the test checks that this plain float32 result lies OUTSIDE the bound, so
+// the bound would catch a real path that forgot to round (or rounded another way, e.g. truncated).
+
+#define U_ACC (1.0 / 8388608.0)  // 2^-23, see above
+
+static double gamma_acc(double k) { return k * U_ACC / (1.0 - k * U_ACC); }
+
+// x as the GEMM precision p reads it: bf16/fp16 rounded by round_lowp (the emulated path), TF32 truncated to 10
+// mantissa bits (what the emulator's tensor cores read: kit/cuda/emu/cuda_emu.cc, emu_tf32).
+static float *copy_rounded(const float *x, size_t n, GemmPrecision p) {
+    if (!x) return NULL;
+    float *r = xmalloc(n * sizeof(float));
+    memcpy(r, x, n * sizeof(float));
+    if (p == GEMM_BF16 || p == GEMM_FP16) round_lowp(CPU, p == GEMM_BF16 ? LOWP_BF16 : LOWP_FP16, n, r, NULL);
+    if (p == GEMM_TF32)
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &r[i], sizeof u);
+            u &= 0xFFFFE000u;  // finite inputs only here
+            memcpy(&r[i], &u, sizeof u);
+        }
+    return r;
+}
+
+// TF32 on a GPU: cuBLAS's kernels may round float32 to TF32 (PTX cvt.rna: nearest, ties away) where the emulator
+// truncates; either input is then within one TF32 unit (2^-10 relative) of the truncated one, so a product differs
+// by at most (2 x 2^-10 + 2^-20) |a b|: that much of S joins the bound. The emulator truncates, as the emulated
+// path does: nothing to add. bf16/fp16: the same rounding on both sides everywhere.
+static double input_slack(GemmPrecision p) {
+#ifdef KIT_CUDA_EMU
+    (void)p;
+    return 0.0;
+#else
+    return p == GEMM_TF32 ? ldexp(1.0, -9) + ldexp(1.0, -20) : 0.0;
+#endif
+}
+
+// How many elements of got (host) lie outside 2 gamma_(k+1) (S + |c0|) of want (host); c0 may be NULL.
+static size_t outside_sum_bound(const float *got, const float *want, const float *S, const float *c0, size_t n,
+                                double k, double slack, double *worst) {
+    size_t bad = 0;
+    *worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double bound = 2.0 * gamma_acc(k + 1) * ((double)S[i] + (c0 ? fabs((double)c0[i]) : 0.0)) + slack * S[i];
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (d > bound) bad++;
+        if (bound > 0 && d / bound > *worst) *worst = d / bound;
+    }
+    return bad;
+}
+
+// Asserts real and emulated within the bound. Adds to g_plain_outside how many elements of the plain float32 result (no
+// rounding) lie outside it: the test asserts some do (a large inner size k or accumulator c0 can hide the
+// rounding in one tensor, not in all).
+static size_t g_plain_outside;
+static void check_sum_bound(const char *what, const float *g_real, const float *g_emul, const float *g_plain,
+                            const float *S, const float *c0, size_t n, double k, double slack) {
+    float *real = host_of(g_real, n), *emul = host_of(g_emul, n), *plain = host_of(g_plain, n);
+    double worst, worst_plain;
+    size_t bad = outside_sum_bound(real, emul, S, c0, n, k, slack, &worst);
+    // The real path against float32 inputs, with the summation bound alone: outside it, the inputs WERE read
+    // in the low precision.
+    size_t plain_out = outside_sum_bound(plain, real, S, c0, n, k, 0.0, &worst_plain);
+    print_message("  %-6s k=%-5.0f real vs emulated: %.3g of the bound; real vs float32: %.3g (%zu of %zu outside)\n",
+                  what, k, worst, worst_plain, plain_out, n);
+    if (bad) {
+        print_error("%s: %zu of %zu elements of the real path differ from the emulated one by more than the bound\n",
+                    what, bad, n);
+        fail();
+    }
+    g_plain_outside += plain_out;
+    free(real), free(emul), free(plain);
+}
+
+#ifdef KIT_CUDA
+// One conv shape in GEMM precision p (bf16/fp16): forward y, backward dx, dw (added into random values) and db.
+// Three runs on the GPU: real (p, float32 inputs), emulated (fp32 GEMMs, inputs rounded by round_lowp), plain
+// (fp32, float32 inputs).
+static void conv_lowp_case(GemmPrecision p, Conv2dDims s, int chunk, uint64_t seed) {
+    const GemmPrecision f = p;
+    const double slack = input_slack(p);
+    size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r;
+    size_t ny = (size_t)s.n * s.k * conv2d_out_h(&s) * conv2d_out_w(&s), pq = ny / ((size_t)s.n * s.k);
+    float *in[4] = {hvec(nx, -1, 1, seed), hvec(nw, -1, 1, seed + 1), hvec(ny, -1, 1, seed + 2),
+                    hvec(s.k, -1, 1, seed + 3)};  // x, w, dy, b
+    float *dx0 = hvec(nx, -1, 1, seed + 4), *dw0 = hvec(nw, -1, 1, seed + 5), *db0 = hvec(s.k, -1, 1, seed + 6);
+    size_t sizes[4] = {nx, nw, ny, (size_t)s.k};
+    if (chunk) conv_budget_for_chunk(&s, chunk);
+    float *out[3][4];  // [real, emulated, plain][y, dx, dw, db] on the GPU
+    for (int run = 0; run < 3; run++) {
+        float *g[4];
+        for (int i = 0; i < 4; i++) {
+            float *h = run == 1 && i < 3 ? copy_rounded(in[i], sizes[i], f) : in[i];  // the bias is not rounded
+            g[i] = gpu_of(h, sizes[i]);
+            if (h != in[i]) free(h);
+        }
+        out[run][0] = device_alloc(GPU, ny * sizeof(float));
+        out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw), out[run][3] = gpu_of(db0, s.k);
+        float *work = device_alloc(GPU, conv2d_work_floats(GPU, &s) * sizeof(float));
+        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
+        conv2d_forward(GPU, &s, g[0], g[1], g[3], out[run][0], work);
+        conv2d_backward(GPU, &s, g[0], g[1], g[2], out[run][1], out[run][2], out[run][3], work);
+        device_set_gemm_precision(GPU, GEMM_FP32);
+        for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
+        device_free(GPU, work);
+    }
+    cuda_conv_set_work_budget(0);
+    // S for each GEMM: the op on the absolute values of the rounded inputs (CPU, float32).
+    float *ax = copy_rounded(in[0], nx, f), *aw = copy_rounded(in[1], nw, f), *ady = copy_rounded(in[2], ny, f);
+    for (size_t i = 0; i < nx; i++) ax[i] = fabsf(ax[i]);
+    for (size_t i = 0; i < nw; i++) aw[i] = fabsf(aw[i]);
+    for (size_t i = 0; i < ny; i++) ady[i] = fabsf(ady[i]);
+    float *Sy = xmalloc(ny * sizeof(float)), *Sdx = xcalloc(nx, sizeof(float)), *Sdw = xcalloc(nw, sizeof(float));
+    float *work = xmalloc(conv2d_work_floats(CPU, &s) * sizeof(float));
+    conv2d_forward(CPU, &s, ax, aw, NULL, Sy, work);
+    conv2d_backward(CPU, &s, ax, aw, ady, Sdx, Sdw, NULL, work);
+    float *bias_y = xmalloc(ny * sizeof(float));  // the bias each output element adds: c0 of the forward
+    for (size_t i = 0; i < ny; i++) bias_y[i] = in[3][(i / pq) % (size_t)s.k];
+    const double crr = (double)s.c * s.r * s.r;
+    check_sum_bound("y", out[0][0], out[1][0], out[2][0], Sy, bias_y, ny, crr, slack);
+    check_sum_bound("dx", out[0][1], out[1][1], out[2][1], Sdx, dx0, nx, (double)s.k + (double)s.r * s.r, slack);
+    check_sum_bound("dw", out[0][2], out[1][2], out[2][2], Sdw, dw0, nw, (double)s.n * pq + s.n, slack);
+    // db is no GEMM: the real path sums the float32 dy it was given, as the plain run does: the same bits.
+    float *db_plain = host_of(out[2][3], s.k);
+    assert_gpu_close(out[0][3], db_plain, (size_t)s.k, EXACT);
+    free(db_plain);
+    for (int run = 0; run < 3; run++)
+        for (int i = 0; i < 4; i++) device_free(GPU, out[run][i]);
+    for (int i = 0; i < 4; i++) free(in[i]);
+    float *hp[] = {dx0, dw0, db0, ax, aw, ady, Sy, Sdx, Sdw, work, bias_y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+}
+
+// Linear in precision p: y = x w^T + b, dx += dy w, dw += dy^T x; runs as conv_lowp_case.
+static void linear_lowp_case(GemmPrecision p, int n, int in_f, int out_f, uint64_t seed) {
+    const GemmPrecision f = p;
+    size_t nx = (size_t)n * in_f, nw = (size_t)out_f * in_f, ny = (size_t)n * out_f;
+    float *in[4] = {hvec(nx, -1, 1, seed), hvec(nw, -1, 1, seed + 1), hvec(ny, -1, 1, seed + 2),
+                    hvec(out_f, -1, 1, seed + 3)};
+    float *dx0 = hvec(nx, -1, 1, seed + 4), *dw0 = hvec(nw, -1, 1, seed + 5);
+    size_t sizes[4] = {nx, nw, ny, (size_t)out_f};
+    float *out[3][3];
+    for (int run = 0; run < 3; run++) {
+        float *g[4];
+        for (int i = 0; i < 4; i++) {
+            float *h = run == 1 && i < 3 ? copy_rounded(in[i], sizes[i], f) : in[i];
+            g[i] = gpu_of(h, sizes[i]);
+            if (h != in[i]) free(h);
+        }
+        out[run][0] = device_alloc(GPU, ny * sizeof(float));
+        out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw);
+        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
+        linear_forward(GPU, n, in_f, out_f, g[0], g[1], g[3], out[run][0]);
+        linear_backward(GPU, n, in_f, out_f, g[0], g[1], g[2], out[run][1], out[run][2], NULL);
+        device_set_gemm_precision(GPU, GEMM_FP32);
+        for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
+    }
+    float *ax = copy_rounded(in[0], nx, f), *aw = copy_rounded(in[1], nw, f), *ady = copy_rounded(in[2], ny, f);
+    for (size_t i = 0; i < nx; i++) ax[i] = fabsf(ax[i]);
+    for (size_t i = 0; i < nw; i++) aw[i] = fabsf(aw[i]);
+    for (size_t i = 0; i < ny; i++) ady[i] = fabsf(ady[i]);
+    float *Sy = xmalloc(ny * sizeof(float)), *Sdx = xcalloc(nx, sizeof(float)), *Sdw = xcalloc(nw, sizeof(float));
+    linear_forward(CPU, n, in_f, out_f, ax, aw, NULL, Sy);
+    linear_backward(CPU, n, in_f, out_f, ax, aw, ady, Sdx, Sdw, NULL);
+    float *bias_y = xmalloc(ny * sizeof(float));
+    for (size_t i = 0; i < ny; i++) bias_y[i] = in[3][i % (size_t)out_f];
+    check_sum_bound("y", out[0][0], out[1][0], out[2][0], Sy, bias_y, ny, in_f, 0.0);
+    check_sum_bound("dx", out[0][1], out[1][1], out[2][1], Sdx, dx0, nx, out_f, 0.0);
+    check_sum_bound("dw", out[0][2], out[1][2], out[2][2], Sdw, dw0, nw, n, 0.0);
+    for (int run = 0; run < 3; run++)
+        for (int i = 0; i < 3; i++) device_free(GPU, out[run][i]);
+    for (int i = 0; i < 4; i++) free(in[i]);
+    float *hp[] = {dx0, dw0, ax, aw, ady, Sy, Sdx, Sdw, bias_y};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+}
+#endif
+
+static void test_gemm_lowp_real_equals_emulated(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA
+    for (GemmPrecision p = GEMM_BF16; p <= GEMM_FP16; p++) {
+        print_message("%s GEMMs:\n", gemm_precision_name(p));
+        g_plain_outside = 0;
+        conv_lowp_case(p, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
+                       1300 + p);
+        // Two images per GEMM: dw adds three GEMMs (beta = 1), the chunk's offsets into x, dy and dx.
+        conv_lowp_case(p, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1}, 2,
+                       1310 + p);
+        conv_lowp_case(p, (Conv2dDims){.n = 2, .c = 64, .h = 4, .w = 4, .k = 24, .r = 1, .stride = 1, .pad = 0}, 0,
+                       1320 + p);
+        linear_lowp_case(p, 33, 70, 10, 1330 + p);
+        linear_lowp_case(p, 5, 512, 100, 1340 + p);
+        assert_true(g_plain_outside > 0);  // the bound is tight enough to see a missing rounding
+    }
+#endif
+}
+
+// TF32 (--tf32): the convolutions' GEMMs read float32 inputs as TF32 and sum in float32, so they equal the
+// float32 conv on inputs truncated to TF32 within the summation bound above (plus, on a GPU, the slack for a
+// kernel that rounds instead: input_slack), and differ from plain float32 beyond it (the test can fail: a TF32
+// switch that changed nothing fails it). Linear stays float32 under TF32 (PyTorch's default: TF32 for
+// convolutions, not for matmuls): the same bits as fp32. (On a GPU the "differs" half is reported, not asserted:
+// see below.)
+static void test_gemm_tf32(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA
+    g_plain_outside = 0;
+    conv_lowp_case(GEMM_TF32, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
+                   1400);
+    conv_lowp_case(GEMM_TF32, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1},
+                   2, 1410);
+#ifdef KIT_CUDA_EMU
+    assert_true(g_plain_outside > 0);
+#else
+    // cuBLAS may answer a TF32 request on these small shapes with a float32 kernel ("allows" tensor cores): then
+    // nothing differs from float32, which is no error of the kit. Said, not asserted.
+    print_message("  TF32 %s on this GPU (%zu elements beyond float32's summation bound)\n",
+                  g_plain_outside ? "used" : "NOT used", g_plain_outside);
+#endif
+    const int n = 9, in_f = 70, out_f = 10;
+    float *x = hvec((size_t)n * in_f, -1, 1, 1420), *w = hvec((size_t)out_f * in_f, -1, 1, 1421);
+    float *gx = gpu_of(x, (size_t)n * in_f), *gw = gpu_of(w, (size_t)out_f * in_f);
+    float *y[2] = {device_alloc(GPU, (size_t)n * out_f * sizeof(float)),
+                   device_alloc(GPU, (size_t)n * out_f * sizeof(float))};
+    for (int t = 0; t < 2; t++) {
+        device_set_gemm_precision(GPU, t ? GEMM_TF32 : GEMM_FP32);
+        assert_int_equal(device_gemm_precision(GPU), t ? GEMM_TF32 : GEMM_FP32);
+        linear_forward(GPU, n, in_f, out_f, gx, gw, NULL, y[t]);
+    }
+    device_set_gemm_precision(GPU, GEMM_FP32);
+    float *y_fp32 = host_of(y[0], (size_t)n * out_f);
+    assert_gpu_close(y[1], y_fp32, (size_t)n * out_f, EXACT);
+    free(x), free(w), free(y_fp32);
+    device_free(GPU, gx), device_free(GPU, gw), device_free(GPU, y[0]), device_free(GPU, y[1]);
+#endif
+}
+
+// One training step of a whole model (tiny-bn: conv, BN, ReLU, pool, linear) in bf16, as lesson 10 takes it:
+// the input and the loss gradient rounded, the conv and linear parameters rounded (master_to_model), every
+// layer's output and output gradient rounded, the GEMM layers' parameter gradients rounded (policy.c's hook).
+// Real: those roundings plus the real path's own (bf16 GEMMs). Emulated: those roundings, fp32 GEMMs. Every GEMM
+// input of the real path is then already a bf16 value, so its conversions are exact: the two differ only in the
+// GEMMs' summation order (the bound above, per GEMM). In the emulator both orders are OpenBLAS's: the same bits,
+// asserted exactly. On a GPU a summation-order difference (~1e-5 of the RMS, TOL_MODEL's measurement) can move a
+// value across a bf16 rounding boundary: that element then differs by one bf16 unit (2^-8 of itself), and the
+// elements computed from it by that much of its share; so each tensor stays within 2^-8 of its RMS.
+static void policy_like_hook(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
+    (void)ctx;
+    LayerKind k = m->layers[layer].kind;
+    if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
+    round_lowp(m->device, LOWP_BF16, n, buf, NULL);
+}
+
+static void test_gemm_lowp_model_step(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA_EMU
+    const double tol = EXACT;
+#else
+    const double tol = 1.0 / 256.0;
+#endif
+    const int batch = 8;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
+    size_t nx = (size_t)batch * 3 * 32 * 32;
+    float *x = hvec(nx, -1, 1, 1500);
+    int y[8];
+    for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
+    Model *m[2];  // [0] emulated, [1] real
+    for (int r = 0; r < 2; r++) {
+        m[r] = model_create(&cfg, GPU, batch, 1501);
+        model_set_round_hook(m[r], policy_like_hook, NULL);
+        for (int i = 0; i < m[r]->n_layers; i++) {
+            const Layer *l = &m[r]->layers[i];
+            if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
+                round_lowp(GPU, LOWP_BF16, l->param_count, m[r]->params + l->param_offset, NULL);
+        }
+        device_copy_to(GPU, m[r]->input, x, nx * sizeof(float));
+        device_copy_to(GPU, m[r]->labels, y, batch * sizeof(int));
+        round_lowp(GPU, LOWP_BF16, nx, m[r]->input, NULL);
+        device_set_gemm_precision(GPU, r ? GEMM_BF16 : GEMM_FP32);
+        const float *logits = model_forward(m[r], m[r]->input, batch, true);
+        device_memset_zero(GPU, m[r]->dlogits, (size_t)batch * 10 * sizeof(float));
+        cross_entropy_backward(GPU, batch, 10, logits, m[r]->labels, 0.0f, 1.0f / batch, m[r]->dlogits);
+        round_lowp(GPU, LOWP_BF16, (size_t)batch * 10, m[r]->dlogits, NULL);
+        model_zero_grad(m[r]);
+        model_backward(m[r], m[r]->input, m[r]->dlogits, batch);
+        device_set_gemm_precision(GPU, GEMM_FP32);
+    }
+    float *ref = host_of(m[0]->dlogits, (size_t)batch * 10);
+    assert_gpu_close(m[1]->dlogits, ref, (size_t)batch * 10, tol);  // the forward's result, through the loss
+    free(ref);
+    for (int i = 0; i < m[0]->n_views; i++) {
+        const TensorView *v = &m[0]->views[i];
+        float *g = host_of(m[0]->grads + v->offset, v->count);
+        print_message("  %-24s checked\n", v->name);
+        assert_gpu_close(m[1]->grads + v->offset, g, v->count, tol);
+        free(g);
+    }
+    model_free(m[0]), model_free(m[1]);
+    free(x);
+}
+
 // ---------------------------------------------------------------- whole model
 
 typedef struct {
@@ -966,6 +1288,9 @@ int main(void) {
         cmocka_unit_test(test_round_lowp),
         cmocka_unit_test(test_scale_count_nonfinite),
         cmocka_unit_test(test_round_hook_same_points),
+        cmocka_unit_test(test_gemm_lowp_real_equals_emulated),
+        cmocka_unit_test(test_gemm_tf32),
+        cmocka_unit_test(test_gemm_lowp_model_step),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
         cmocka_unit_test(test_loader_stages_batches),

@@ -238,6 +238,61 @@ __global__ void divergent_kernel(int *out) {
     out[threadIdx.x] = 1;
 }
 
+// cublasGemmEx: 16-bit inputs read exactly (bf16 = float32's top half; fp16 normals, subnormals, inf), TF32
+// inputs truncated to 10 mantissa bits (by the compute type or the handle's math mode, for cublasSgemm too),
+// and cuBLAS's checks: unsupported type combinations, bad leading dimensions.
+static float gemm1(cublasHandle_t h, const void *a, const void *b, cudaDataType t, cublasComputeType_t ct) {
+    const float one = 1.0f, zero = 0.0f;
+    float c = -1.0f;
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, a, t, 1, b, t, 1, &zero, &c, CUDA_R_32F,
+                                  1, ct, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+    return c;
+}
+
+static void test_gemm_ex_types(void **state) {
+    (void)state;
+    cublasHandle_t h;
+    assert_int_equal(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const uint16_t one_bf16 = 0x3F80, three_bf16 = 0x4040;  // 1.0, 3.0
+    assert_true(gemm1(h, &three_bf16, &one_bf16, CUDA_R_16BF, CUBLAS_COMPUTE_32F) == 3.0f);
+    const uint16_t fp16_1p5 = 0x3E00, fp16_sub = 0x0001, fp16_inf = 0x7C00, fp16_two = 0x4000;  // 1.5, 2^-24, inf, 2
+    assert_true(gemm1(h, &fp16_1p5, &fp16_two, CUDA_R_16F, CUBLAS_COMPUTE_32F) == 3.0f);
+    assert_true(gemm1(h, &fp16_sub, &fp16_two, CUDA_R_16F, CUBLAS_COMPUTE_32F) == ldexpf(1.0f, -23));
+    assert_true(isinf(gemm1(h, &fp16_inf, &fp16_two, CUDA_R_16F, CUBLAS_COMPUTE_32F)));
+    // 1 + 2^-23 has its one low bit below TF32's 10 mantissa bits: TF32 reads 1, float32 keeps it.
+    const float x = 1.0f + ldexpf(1.0f, -23), one = 1.0f, zero = 0.0f;
+    assert_true(gemm1(h, &x, &one, CUDA_R_32F, CUBLAS_COMPUTE_32F) == x);
+    assert_true(gemm1(h, &x, &one, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32) == 1.0f);
+    const float y = -(1.0f + ldexpf(1.0f, -10) + ldexpf(1.0f, -11));  // truncation, not rounding: -(1 + 2^-10)
+    assert_true(gemm1(h, &y, &one, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32) == -(1.0f + ldexpf(1.0f, -10)));
+    float c = 0.0f;
+    assert_int_equal(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &x, 1, &one, 1, &zero, &c, 1),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_true(c == 1.0f);
+    assert_int_equal(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &x, 1, &one, 1, &zero, &c, 1),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_true(c == x);
+    // What cuBLAS refuses: A and B of different types, a 16-bit C here, TF32 on 16-bit inputs, a short lda.
+    uint16_t a16[4] = {0}, b16[4] = {0};
+    float cf[4] = {0};
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a16, CUDA_R_16BF, 2, b16, CUDA_R_16F, 2,
+                                  &zero, cf, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a16, CUDA_R_16BF, 2, b16, CUDA_R_16BF,
+                                  2, &zero, a16, CUDA_R_16BF, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a16, CUDA_R_16BF, 2, b16, CUDA_R_16BF,
+                                  2, &zero, cf, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a16, CUDA_R_16BF, 1, b16, CUDA_R_16BF,
+                                  2, &zero, cf, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    cublasDestroy(h);
+}
+
 static void test_divergent_barrier_stops(void **state) {
     (void)state;
     int *out;
@@ -385,6 +440,7 @@ int main(void) {
         cmocka_unit_test(test_kit_div),
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
+        cmocka_unit_test(test_gemm_ex_types),
         cmocka_unit_test(test_divergent_barrier_stops),
         cmocka_unit_test(test_lazy_copy_runs_when_waited),
         cmocka_unit_test(test_wait_takes_the_record_at_the_call),

@@ -10,12 +10,93 @@
 //   tmp  (K, L)       the GEMM output before (forward), or dy (backward), in [k][n][pq] order.
 // With the images side by side in one matrix, one GEMM covers the whole chunk, and the weight
 // gradient's sum over images is the GEMM's own inner sum: no per-image partial results, no atomics.
+//
+// The GEMM precision (device_gemm_precision, kit/device.h: the one switch) decides how the GEMMs run:
+//   fp32  cublasSgemm on float32 buffers (the default)
+//   tf32  the conv GEMMs through cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores; linear stays fp32,
+//         as PyTorch's default has it)
+//   bf16, fp16  every GEMM input in 2 bytes, written so by the kernel that makes it: im2col writes the columns
+//         in 16 bits (cols takes half its float32 bytes), the output-gradient gather writes dy in 16 bits, and
+//         the weights are converted from the float32 parameters at each call (into cuda_device_scratch). Then
+//         cublasGemmEx with 16-bit A and B, float32 C and CUBLAS_COMPUTE_32F: tensor cores, float32 sums. The
+//         conversion rounds to nearest even with kit/ops_dims.h's functions, the same bits round_lowp gives,
+//         so the emulated path (round_lowp, then float32) computes the same products.
 #include "kit/cuda/cuda_internal.h"
+#include "kit/device.h"
 #include "kit/ops_impl.h"
 
 #include <limits.h>
+#include <stdint.h>
+
+#include <type_traits>
 
 namespace {
+
+// ---------------------------------------------------------------- the GEMM inputs' storage
+
+// A bf16 or an fp16 as its 16 bits: two types, so that a kernel template picks the conversion. Same size and
+// layout as CUDA's __nv_bfloat16 and __half, which is what cublasGemmEx reads for CUDA_R_16BF and CUDA_R_16F.
+struct Bf16 {
+    uint16_t bits;
+};
+struct Fp16 {
+    uint16_t bits;
+};
+
+// fp16 bits of a float32 that lowp_fp16_bits has already rounded (so every step below is exact).
+__device__ __forceinline__ uint16_t fp16_pack(uint32_t r) {
+    uint32_t sign = (r >> 16) & 0x8000u, a = r & 0x7FFFFFFFu, e = a >> 23;
+    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | ((a & 0x007FFFFFu) >> 13));  // inf, NaN
+    if (e >= 113u) return (uint16_t)(sign | ((e - 112u) << 10) | ((a >> 13) & 0x3FFu));    // normal (>= 2^-14)
+    if (a == 0u) return (uint16_t)sign;
+    return (uint16_t)(sign | (((a & 0x007FFFFFu) | 0x00800000u) >> (126u - e)));  // subnormal: q x 2^-24
+}
+
+// A float32 value as the GEMM input type T stores it: float as it is, 16 bits rounded to nearest even.
+template <typename T>
+__device__ __forceinline__ T to_gemm(float v) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+        return v;
+    } else if constexpr (std::is_same<T, Bf16>::value) {
+        return Bf16{(uint16_t)(lowp_bf16_bits(__float_as_uint(v)) >> 16)};
+    } else {
+        return Fp16{fp16_pack(lowp_fp16_bits(__float_as_uint(v)))};
+    }
+}
+
+template <typename T>
+__global__ void to_gemm_kernel(size_t n, const float *src, T *dst) {
+    KIT_GRID_LOOP(i, n) { dst[i] = to_gemm<T>(src[i]); }
+}
+
+// src (n floats) as GEMM inputs of type T: src itself for float, else converted into dst.
+template <typename T>
+const T *gemm_input(const float *src, size_t n, T *dst) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+        (void)n, (void)dst;
+        return src;
+    } else {
+        KIT_LAUNCH(to_gemm_kernel<T>, n, n, src, dst);
+        return dst;
+    }
+}
+
+// C (m x n, float32) = op(A) op(B) + beta C, column-major, in precision p: A and B are T as p stores them
+// (float for fp32 and tf32, Bf16 or Fp16). fp32 is cublasSgemm, exactly as before there were precisions.
+void gemm(GemmPrecision p, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+          const void *B, int ldb, float beta, float *C, int ldc) {
+    const float one = 1.0f;
+    cublasHandle_t blas = cuda_cublas();
+    if (p == GEMM_FP32) {
+        CUBLAS_CHECK(cublasSgemm(blas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta,
+                                 C, ldc));
+        return;
+    }
+    cudaDataType t = p == GEMM_BF16 ? CUDA_R_16BF : p == GEMM_FP16 ? CUDA_R_16F : CUDA_R_32F;
+    cublasComputeType_t compute = p == GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasGemmEx(blas, ta, tb, m, n, k, &one, A, t, lda, B, t, ldb, &beta, C, CUDA_R_32F, ldc, compute,
+                              CUBLAS_GEMM_DEFAULT));
+}
 
 struct ConvPlan {
     int p, q, pq;   // output height, width, and their product
@@ -82,11 +163,13 @@ ConvChunk conv_chunk(const Conv2dDims *s, const ConvPlan &pl, int n0, float *wor
     return c;
 }
 
-// cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image).
+// cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image), stored as T
+// (float32, or a 16-bit GEMM input: see the top).
 // Grid: x over the chunk's L columns (n, p, q), y over input channels. A thread finds (n, p, q) once, with
 // two KitDivs, then writes the R*R rows of each of its channels: consecutive threads write consecutive
 // columns (coalesced) and, at stride 1, read consecutive input columns.
-__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x, float *cols) {
+template <typename T>
+__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x, T *cols) {
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;  // <= INT_MAX: conv_plan
     const int rr = s.r * s.r;
     KIT_LOOP_X(col, L) {
@@ -95,13 +178,13 @@ __global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x,
         const int ih0 = (int)p * s.stride - s.pad, iw0 = (int)(pq - p * (unsigned)pl.q) * s.stride - s.pad;
         KIT_LOOP_Y(c, s.c) {
             const float *plane = x + ((size_t)n * s.c + c) * (size_t)pl.hw;
-            float *dst = cols + (size_t)c * rr * L + col;  // row (c, 0, 0); each (r, t) is the next row
+            T *dst = cols + (size_t)c * rr * L + col;  // row (c, 0, 0); each (r, t) is the next row
             for (int r = 0; r < s.r; r++) {
                 const int ih = ih0 + r;
                 const bool row_in = ih >= 0 && ih < s.h;
                 for (int t = 0; t < s.r; t++, dst += L) {
                     const int iw = iw0 + t;
-                    *dst = row_in && iw >= 0 && iw < s.w ? plane[ih * s.w + iw] : 0.0f;
+                    *dst = to_gemm<T>(row_in && iw >= 0 && iw < s.w ? plane[ih * s.w + iw] : 0.0f);
                 }
             }
         }
@@ -155,12 +238,13 @@ __global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *
     }
 }
 
-// tmp[k][n][pq] = dy[n0 + n][k][pq]; the same grid as conv_output_kernel.
-__global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const float *dy, float *tmp) {
+// tmp[k][n][pq] = dy[n0 + n][k][pq], stored as T; the same grid as conv_output_kernel.
+template <typename T>
+__global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const float *dy, T *tmp) {
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;
     KIT_LOOP_X(col, L) {
         const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
-        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = dy[((size_t)n * k_out + k) * pl.pq + pq]; }
+        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = to_gemm<T>(dy[((size_t)n * k_out + k) * pl.pq + pq]); }
     }
 }
 
@@ -186,6 +270,56 @@ extern "C" size_t conv2d_work_floats_cuda(const Conv2dDims *s) {
     return (size_t)pl.chunk * pl.pq * ((size_t)pl.crr + s->k);
 }
 
+namespace {
+
+// The forward in GEMM input type T (see the top). In 16 bits, cols holds 2-byte columns in the first half of its
+// float32 space, and the weights go to this thread's device scratch.
+template <typename T>
+void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const float *x, const float *w,
+                     const float *b, float *y, float *work) {
+    size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
+    const T *wt = gemm_input<T>(w, nw, sizeof(T) == 2 ? (T *)cuda_device_scratch(nw * sizeof(T)) : nullptr);
+    for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
+        const ConvChunk c = conv_chunk(s, pl, n0, work);
+        const int nc = c.nc, L = c.L;
+        T *cols = (T *)c.cols;
+        float *tmp = c.tmp;
+        KIT_LAUNCH_2D(im2col_kernel<T>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
+        // Row-major: tmp (K, L) = w (K, CRR) @ cols (CRR, L).
+        gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, L, s->k, pl.crr, cols, L, wt, pl.crr, 0.0f, tmp, L);
+        KIT_LAUNCH_2D(conv_output_kernel, L, s->k, s->k, pl, nc, tmp, b, y + n0 * out_image);
+    }
+}
+
+// The backward's GEMMs in input type T. In 16 bits the gathered dy (K, L) takes the first half of tmp, the
+// columns the first half of cols, and dcols (float32, the dx GEMM's output) all of cols, as in float32.
+template <typename T>
+void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const float *x, const float *w,
+                      const float *dy, float *dx, float *dw, float *work) {
+    size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
+    const T *wt = nullptr;
+    if (dx) wt = gemm_input<T>(w, nw, sizeof(T) == 2 ? (T *)cuda_device_scratch(nw * sizeof(T)) : nullptr);
+    for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
+        const ConvChunk c = conv_chunk(s, pl, n0, work);
+        const int nc = c.nc, L = c.L;
+        T *cols = (T *)c.cols, *tmp = (T *)c.tmp;
+        KIT_LAUNCH_2D(conv_dy_gather_kernel<T>, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
+        if (dw) {
+            KIT_LAUNCH_2D(im2col_kernel<T>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
+            // Row-major: dw (K, CRR) += tmp (K, L) @ cols^T (L, CRR): the sum over the chunk's images.
+            gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, pl.crr, s->k, L, cols, L, tmp, L, 1.0f, dw, pl.crr);
+        }
+        if (dx) {
+            // Row-major: dcols (CRR, L) = w^T (CRR, K) @ tmp (K, L). It overwrites cols, which the dw
+            // GEMM above has finished reading: both are queued in order on the one compute stream.
+            gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, L, pl.crr, s->k, tmp, L, wt, pl.crr, 0.0f, c.cols, L);
+            KIT_LAUNCH_2D(col2im_add_kernel, pl.hw, (size_t)nc * s->c, *s, pl, nc, c.cols, dx + n0 * in_image);
+        }
+    }
+}
+
+}  // namespace
+
 extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b,
                                     float *y, float *work) {
     KIT_CHECK_PTR(x);
@@ -193,19 +327,10 @@ extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const f
     KIT_CHECK_PTR(y);
     KIT_CHECK_PTR(work);
     ConvPlan pl = conv_plan(s);
-    cublasHandle_t blas = cuda_cublas();
-    size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq;
-    const float one = 1.0f, zero = 0.0f;
-    for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
-        const ConvChunk c = conv_chunk(s, pl, n0, work);
-        const int nc = c.nc, L = c.L;
-        float *cols = c.cols, *tmp = c.tmp;
-        KIT_LAUNCH_2D(im2col_kernel, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
-        // Row-major: tmp (K, L) = w (K, CRR) @ cols (CRR, L).
-        CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, L, s->k, pl.crr, &one, cols, L, w, pl.crr,
-                                 &zero, tmp, L));
-        KIT_LAUNCH_2D(conv_output_kernel, L, s->k, s->k, pl, nc, tmp, b, y + n0 * out_image);
-    }
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    if (p == GEMM_BF16) conv_forward_as<Bf16>(p, s, pl, x, w, b, y, work);
+    else if (p == GEMM_FP16) conv_forward_as<Fp16>(p, s, pl, x, w, b, y, work);
+    else conv_forward_as<float>(p, s, pl, x, w, b, y, work);
 }
 
 extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy,
@@ -224,28 +349,10 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(work);
-    cublasHandle_t blas = cuda_cublas();
-    size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq;
-    const float one = 1.0f, zero = 0.0f;
-    for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
-        const ConvChunk c = conv_chunk(s, pl, n0, work);
-        const int nc = c.nc, L = c.L;
-        float *cols = c.cols, *tmp = c.tmp;
-        KIT_LAUNCH_2D(conv_dy_gather_kernel, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
-        if (dw) {
-            KIT_LAUNCH_2D(im2col_kernel, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
-            // Row-major: dw (K, CRR) += tmp (K, L) @ cols^T (L, CRR): the sum over the chunk's images.
-            CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, pl.crr, s->k, L, &one, cols, L, tmp, L,
-                                     &one, dw, pl.crr));
-        }
-        if (dx) {
-            // Row-major: dcols (CRR, L) = w^T (CRR, K) @ tmp (K, L). It overwrites cols, which the dw
-            // GEMM above has finished reading: both are queued in order on the one compute stream.
-            CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, L, pl.crr, s->k, &one, tmp, L, w, pl.crr,
-                                     &zero, cols, L));
-            KIT_LAUNCH_2D(col2im_add_kernel, pl.hw, (size_t)nc * s->c, *s, pl, nc, cols, dx + n0 * in_image);
-        }
-    }
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    if (p == GEMM_BF16) conv_backward_as<Bf16>(p, s, pl, x, w, dy, dx, dw, work);
+    else if (p == GEMM_FP16) conv_backward_as<Fp16>(p, s, pl, x, w, dy, dx, dw, work);
+    else conv_backward_as<float>(p, s, pl, x, w, dy, dx, dw, work);
 }
 
 // ---------------------------------------------------------------- linear
@@ -272,6 +379,35 @@ void linear_check(int n, int in, int out) {
     CHECK(n >= 1 && in >= 1 && out >= 1, "linear: n, in and out must be positive");
 }
 
+// Linear's GEMM inputs in precision p: 16-bit copies in this thread's device scratch (x (N, IN), w (OUT, IN),
+// dy (N, OUT), each converted only when given), or the float32 buffers themselves. TF32 is for convolutions
+// only (PyTorch's default: cuDNN's convolutions in TF32, matmuls in float32), so linear runs fp32 under it.
+struct LinearInputs {
+    GemmPrecision p;
+    const void *x, *w, *dy;
+};
+
+template <typename T>
+LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const float *x, const float *w,
+                              const float *dy) {
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ndy = (size_t)n * out;
+    // Each part starts on a 16-byte boundary (8 elements), where cuBLAS's tensor-core kernels want their operands.
+    size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8;
+    T *scratch = (T *)cuda_device_scratch((at_dy + ndy) * sizeof(T));
+    LinearInputs r = {p, nullptr, nullptr, nullptr};
+    if (x) r.x = gemm_input<T>(x, nx, scratch);
+    if (w) r.w = gemm_input<T>(w, nw, scratch + at_w);
+    if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + at_dy);
+    return r;
+}
+
+LinearInputs linear_inputs(int n, int in, int out, const float *x, const float *w, const float *dy) {
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, w, dy);
+    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, w, dy);
+    return LinearInputs{GEMM_FP32, x, w, dy};
+}
+
 }  // namespace
 
 extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, const float *w, const float *b,
@@ -280,10 +416,9 @@ extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, cons
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(y);
-    const float one = 1.0f, zero = 0.0f;
+    LinearInputs g = linear_inputs(n, in, out, x, w, nullptr);
     // Row-major: y (N, OUT) = x (N, IN) @ w^T (IN, OUT).
-    CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in, &zero, y,
-                             out));
+    gemm(g.p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, g.w, in, g.x, in, 0.0f, y, out);
     if (b) KIT_LAUNCH_2D(linear_bias_kernel, out, n, n, out, b, y);
 }
 
@@ -291,18 +426,14 @@ extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, con
                                      float *dx, float *dw, float *db) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(dy);
-    const float one = 1.0f;
-    if (dx) {
-        KIT_CHECK_PTR(w);
+    if (dx) KIT_CHECK_PTR(w);
+    if (dw) KIT_CHECK_PTR(x);
+    if (dx || dw) {
+        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, dx ? w : nullptr, dy);
         // Row-major: dx (N, IN) += dy (N, OUT) @ w (OUT, IN).
-        CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out, &one,
-                                 dx, in));
-    }
-    if (dw) {
-        KIT_CHECK_PTR(x);
+        if (dx) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 1.0f, dx, in);
         // Row-major: dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN).
-        CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out, &one,
-                                 dw, in));
+        if (dw) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, g.x, in, g.dy, out, 1.0f, dw, in);
     }
     if (db) KIT_LAUNCH(linear_bias_grad_kernel, (size_t)out, n, out, dy, db);
 }

@@ -1,7 +1,6 @@
 // kit/cuda/cuda_context.cu: per-thread streams and cuBLAS handles (see cuda_context.h).
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
@@ -13,9 +12,10 @@ struct GpuState {
     bool ready = false;
     cudaStream_t compute = nullptr;  // blocking: ordered with device.c's legacy-stream calls
     cublasHandle_t blas = nullptr;
-    bool tf32 = false;               // the math mode last applied to `blas`
     int *flags = nullptr;            // (2) cuda_device_flags(), allocated on first use
     unsigned long long *counters = nullptr;  // (4) cuda_device_counters(), allocated on first use
+    void *scratch = nullptr;         // cuda_device_scratch(), grown on demand
+    size_t scratch_bytes = 0;
 };
 
 // Enough for any single node; cudaGetDevice beyond it is reported, not indexed out of bounds.
@@ -35,6 +35,7 @@ struct ThreadState {
             if (!g.ready) continue;
             if (g.flags) cudaFree(g.flags);
             if (g.counters) cudaFree(g.counters);
+            if (g.scratch) cudaFree(g.scratch);
             cublasDestroy(g.blas);
             cudaStreamDestroy(g.compute);
         }
@@ -44,30 +45,9 @@ struct ThreadState {
 
 thread_local ThreadState tls;
 
-// -1: not read from the environment yet; 0 or 1 afterwards.
-std::atomic<int> g_tf32{-1};
 // 0: the default budget.
 std::atomic<size_t> g_conv_budget{0};
 constexpr size_t kDefaultConvBudget = (size_t)1 << 26;
-
-bool tf32_wanted() {
-    int v = g_tf32.load();
-    if (v < 0) {
-        const char *env = getenv("KIT_TF32");
-        int want = (env && strcmp(env, "1") == 0) ? 1 : 0;
-        int expected = -1;
-        g_tf32.compare_exchange_strong(expected, want);  // a concurrent cuda_set_tf32 wins
-        v = g_tf32.load();
-    }
-    return v == 1;
-}
-
-void apply_math_mode(GpuState &g) {
-    bool want = tf32_wanted();
-    if (g.tf32 == want) return;
-    CUBLAS_CHECK(cublasSetMathMode(g.blas, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    g.tf32 = want;
-}
 
 GpuState &gpu_state() {
     int dev = -1;
@@ -79,7 +59,6 @@ GpuState &gpu_state() {
         CUBLAS_CHECK(cublasCreate(&g.blas));
         CUBLAS_CHECK(cublasSetStream(g.blas, g.compute));
         CUBLAS_CHECK(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH));
-        g.tf32 = false;
         g.ready = true;
     }
     return g;
@@ -91,13 +70,18 @@ extern "C" {
 
 cudaStream_t cuda_stream(void) { return gpu_state().compute; }
 
-cublasHandle_t cuda_cublas(void) {
-    GpuState &g = gpu_state();
-    apply_math_mode(g);
-    return g.blas;
-}
+cublasHandle_t cuda_cublas(void) { return gpu_state().blas; }
 
-void cuda_set_tf32(bool on) { g_tf32.store(on ? 1 : 0); }
+void *cuda_device_scratch(size_t bytes) {
+    GpuState &g = gpu_state();
+    if (bytes > g.scratch_bytes) {
+        if (g.scratch) CUDA_CHECK(cudaFree(g.scratch));
+        g.scratch = nullptr;
+        CUDA_CHECK(cudaMalloc(&g.scratch, bytes));
+        g.scratch_bytes = bytes;
+    }
+    return g.scratch;
+}
 
 double *cuda_host_scratch(size_t count) {
     if (count > tls.scratch_count) {

@@ -28,14 +28,15 @@ extern "C" {
 
 // This thread's compute stream on its current GPU (see above).
 cudaStream_t cuda_stream(void);
-// This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), math mode per cuda_set_tf32.
+// This thread's cuBLAS handle on its current GPU, bound to cuda_stream(), in CUBLAS_DEFAULT_MATH: cublasSgemm
+// computes in float32; tensor cores are asked for per call, by cublasGemmEx's types (kit/cuda/conv.cu).
 cublasHandle_t cuda_cublas(void);
 
-// TF32 tensor cores for the kit's SGEMMs (conv, linear): OFF by default, so results are float32 and
-// match the CPU within the tests' tolerances. KIT_TF32=1 in the environment turns it on at start-up;
-// cuda_set_tf32() switches it for the whole process (every thread's handle picks it up on its next op).
-// With TF32 the products keep 10 mantissa bits: expect relative differences around 1e-3 against the CPU.
-void cuda_set_tf32(bool on);
+// GPU scratch of at least `bytes` for this thread on its current GPU: where conv and linear put their 16-bit
+// GEMM inputs that the work buffer does not hold (the weights; linear's inputs). It grows when asked for more
+// (cudaFree waits for the GPU, so no queued kernel still reads the old one) and is kept until the thread exits.
+// Ops use it one after another on the compute stream, so one op's contents are dead when the next op starts.
+void *cuda_device_scratch(size_t bytes);
 
 // Host scratch of at least `count` doubles for this thread (the BN sync hook's buffer). It grows when
 // asked for more and is kept until the thread exits, so a training loop allocates it once.

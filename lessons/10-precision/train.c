@@ -96,9 +96,44 @@ typedef struct {
     bool count_stalled;
 } PrecRun;
 
+// Does this CPU have bf16 arithmetic (AVX512-BF16 or AMX-BF16)? Read from /proc/cpuinfo's flags (Linux).
+static bool cpu_has_bf16(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    bool yes = false;
+    while (f && !yes && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) yes = strstr(line, " avx512_bf16") || strstr(line, " amx_bf16");
+    if (f) fclose(f);
+    return yes;
+}
+
+// Which path runs conv and linear under --precision, said on the program's first lines, and set: on a CUDA
+// device the kit's GEMMs take 16-bit inputs for real (device_set_gemm_precision: tensor cores, float32 sums); on
+// the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
+static void choose_gemm_path(const DdpRun *r, LowpFormat f) {
+    Device d = pg_device(r->pg);
+    if (f == LOWP_FP32) return;  // float32 everywhere (and --tf32, when given, is the kit's)
+    const char *name = lowp_name(f);
+    if (d == DEVICE_CUDA) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+    if (!r->is_main) return;
+    if (d == DEVICE_CUDA && strcmp(device_name(d), "cuda-emu") == 0)
+        printf("precision path: cuBLAS %s GEMMs in the CUDA emulator (the tensor-core path's numerics, not its "
+               "speed)\n", name);
+    else if (d == DEVICE_CUDA)
+        printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation (conv and linear inputs stored "
+               "in 2 bytes; activations between layers in float32 containers, rounded to %s)\n", name, name);
+    else
+        printf("precision path: emulated: float32 rounded to %s (%s; the kit's CPU GEMMs are float32)\n", name,
+               cpu_has_bf16() ? "this CPU has bf16 instructions, which the kit does not use yet"
+                              : "this CPU has no bf16 instructions (AVX512-BF16, AMX)");
+}
+
 // The model for one micro-batch: the local batch split into --accumulate parts, one after the other.
 static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     (void)ctx;
+    LowpFormat f = LOWP_FP32;
+    if (r->o->precision) lowp_parse(r->o->precision, &f);  // checked again by mixed_create, with the message
+    choose_gemm_path(r, f);
     int K = r->o->accumulate > 0 ? r->o->accumulate : 1;
     if (r->local_batch % K != 0)
         die("--batch-size %d over %d rank(s) is a local batch of %d, which does not split into --accumulate %d "

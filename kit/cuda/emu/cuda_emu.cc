@@ -408,6 +408,7 @@ struct KitEmuEvent {
 };
 struct KitEmuBlas {
     cudaStream_t stream;
+    cublasMath_t math;  // CUBLAS_TF32_TENSOR_OP_MATH: float32 inputs read as TF32
 };
 
 namespace {
@@ -780,7 +781,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 // ---------------------------------------------------------------- cuBLAS
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle) {
-    *handle = new KitEmuBlas{nullptr};
+    *handle = new KitEmuBlas{nullptr, CUBLAS_DEFAULT_MATH};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
@@ -793,24 +794,134 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t s) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
-    (void)mode;
-    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mode != CUBLAS_DEFAULT_MATH && mode != CUBLAS_PEDANTIC_MATH && mode != CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    handle->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
 }
+
+namespace {
+
+// How a tensor core reads its inputs. The products of two such inputs are exact in float32 (at most 11 + 11
+// significant bits against float32's 24), so after this reading the GEMM is an ordinary float32 GEMM, which is
+// what OpenBLAS computes (in its own summation order; see kit/cuda/README.md for what that leaves out).
+//   bf16: float32's top 16 bits, widened exactly (the low 16 bits 0).
+//   fp16: IEEE binary16 (5 exponent bits, bias 15; 10 mantissa bits; subnormals, inf, NaN), widened exactly.
+//   TF32: a float32 of which the tensor core reads only the sign, the exponent and the TOP 10 mantissa bits:
+//         the low 13 bits are dropped (truncation toward zero), not rounded. Source: PyTorch's numerical
+//         accuracy notes ("only the first 10 bits of the input mantissa are read", docs/source/notes/
+//         numerical_accuracy.rst, pytorch/pytorch#79537). A kernel may round before the tensor core instead
+//         (PTX cvt.rna.tf32.f32, nearest, ties away); that is within one TF32 unit of this, which is what the
+//         tests' GPU bound allows for (tests/test_cuda.c, tf32). NaN and inf stay as they are.
+float emu_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+float emu_fp16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, u;
+    if (e == 0x1Fu) u = sign | 0x7F800000u | (mant << 13);  // inf, NaN (payload kept)
+    else if (e != 0) u = sign | ((e + 112u) << 23) | (mant << 13);  // normal: rebias 15 -> 127
+    else if (mant == 0) u = sign;
+    else {  // subnormal: mant x 2^-24, exact in float32
+        float x = ldexpf((float)mant, -24);
+        memcpy(&u, &x, sizeof u);
+        u |= sign;
+    }
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+float emu_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7F800000u) != 0x7F800000u) u &= 0xFFFFE000u;  // finite: drop the low 13 mantissa bits
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// op(X) is (rows x cols) as stored: rows with leading dimension ld, column-major. Returns its elements read
+// as the tensor core reads them, packed with leading dimension `rows` (only what the GEMM reads is touched,
+// so a short last column is not read past its end).
+std::vector<float> emu_read(const void *X, cudaDataType type, bool tf32, int rows, int cols, int ld) {
+    std::vector<float> out((size_t)rows * cols);
+    for (int j = 0; j < cols; j++)
+        for (int i = 0; i < rows; i++) {
+            size_t at = (size_t)j * ld + i;
+            float v = type == CUDA_R_16BF  ? emu_bf16(((const uint16_t *)X)[at])
+                      : type == CUDA_R_16F ? emu_fp16(((const uint16_t *)X)[at])
+                                           : ((const float *)X)[at];
+            out[(size_t)j * rows + i] = tf32 ? emu_tf32(v) : v;
+        }
+    return out;
+}
+
+// cuBLAS's own checks: op(A) is m x k, op(B) is k x n, C is m x n, all column-major, so a leading dimension
+// is at least the number of ROWS of the matrix as stored.
+bool emu_gemm_args_ok(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, int lda, int ldb,
+                      int ldc) {
+    int rows_a = transa == CUBLAS_OP_N ? m : k, rows_b = transb == CUBLAS_OP_N ? k : n;
+    return m >= 0 && n >= 0 && k >= 0 && lda >= (rows_a > 1 ? rows_a : 1) && ldb >= (rows_b > 1 ? rows_b : 1) &&
+           ldc >= (m > 1 ? m : 1);
+}
+
+// The GEMM itself, after the checks: C (m x n) = alpha op(A) op(B) + beta C, A and B read as `type` (TF32 when
+// tf32). Plain float32 goes to OpenBLAS as it is, so cublasSgemm keeps its bits.
+void emu_gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, float alpha, const void *A,
+              int lda, const void *B, int ldb, cudaDataType type, bool tf32, float beta, float *C, int ldc) {
+    CBLAS_TRANSPOSE ta = transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+    CBLAS_TRANSPOSE tb = transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+    if (type == CUDA_R_32F && !tf32) {
+        cblas_sgemm(CblasColMajor, ta, tb, m, n, k, alpha, (const float *)A, lda, (const float *)B, ldb, beta, C, ldc);
+        return;
+    }
+    int rows_a = transa == CUBLAS_OP_N ? m : k, cols_a = transa == CUBLAS_OP_N ? k : m;
+    int rows_b = transb == CUBLAS_OP_N ? k : n, cols_b = transb == CUBLAS_OP_N ? n : k;
+    std::vector<float> a = emu_read(A, type, tf32, rows_a, cols_a, lda);
+    std::vector<float> b = emu_read(B, type, tf32, rows_b, cols_b, ldb);
+    cblas_sgemm(CblasColMajor, ta, tb, m, n, k, alpha, a.data(), rows_a > 1 ? rows_a : 1, b.data(),
+                rows_b > 1 ? rows_b : 1, beta, C, ldc);
+}
+
+}  // namespace
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (is_lazy(handle->stream)) run_stream_until(handle->stream, ~0ul);  // it runs now, after its queue
-    // cuBLAS's own checks: op(A) is m x k, op(B) is k x n, C is m x n, all column-major, so a leading
-    // dimension is at least the number of ROWS of the matrix as stored.
-    int rows_a = transa == CUBLAS_OP_N ? m : k, rows_b = transb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (rows_a > 1 ? rows_a : 1) || ldb < (rows_b > 1 ? rows_b : 1) ||
-        ldc < (m > 1 ? m : 1) || !alpha || !beta)
+    if (!emu_gemm_args_ok(transa, transb, m, n, k, lda, ldb, ldc) || !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    emu_gemm(transa, transb, m, n, k, *alpha, A, lda, B, ldb, CUDA_R_32F, handle->math == CUBLAS_TF32_TENSOR_OP_MATH,
+             *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (is_lazy(handle->stream)) run_stream_until(handle->stream, ~0ul);
+    // The combinations this emulator computes (cuBLAS supports more; a kit call outside these is a mistake).
+    bool known = Atype == CUDA_R_32F || Atype == CUDA_R_16BF || Atype == CUDA_R_16F;
+    if (!known || Btype != Atype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_TF32)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 && Atype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!emu_gemm_args_ok(transa, transb, m, n, k, lda, ldb, ldc) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    // TF32 on float32 inputs: asked for by the compute type, or allowed by the handle's math mode for
+    // CUBLAS_COMPUTE_32F (as cublasSgemm). 16-bit inputs are already exact in TF32.
+    bool tf32 = Atype == CUDA_R_32F &&
+                (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || handle->math == CUBLAS_TF32_TENSOR_OP_MATH);
+    emu_gemm(transa, transb, m, n, k, *(const float *)alpha, A, lda, B, ldb, Atype, tf32, *(const float *)beta,
+             (float *)C, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
 

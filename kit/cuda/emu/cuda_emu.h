@@ -12,7 +12,8 @@
 //   - kernels, cuBLAS and everything on the null stream or a default-flags stream are done when the call
 //     returns; copies, memsets and event records on a cudaStreamNonBlocking stream are queued and run as
 //     LATE as CUDA allows (when waited for), so a missing event wait reads stale data every time;
-//   - cublasSgemm is OpenBLAS's cblas_sgemm in column-major order, with cuBLAS's argument checks.
+//   - cublasSgemm and cublasGemmEx are OpenBLAS's cblas_sgemm in column-major order, with cuBLAS's argument
+//     checks, on inputs read as the tensor cores read them (bf16/fp16 widened exactly, TF32 truncated).
 //
 // The C part (types and runtime calls) is also read by the kit's C files (device.c, dist.c, the tests); the
 // device side (dim3, threadIdx, __syncthreads, atomics, the launch) is C++ only.
@@ -120,9 +121,20 @@ typedef enum {
 } cublasStatus_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
-// Accepted and ignored: the emulator has no tensor cores, so TF32 mode computes in float32 (README).
-typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+// CUBLAS_TF32_TENSOR_OP_MATH: cublasSgemm (and cublasGemmEx with float32 inputs and CUBLAS_COMPUTE_32F) read
+// their inputs as TF32, as the tensor cores do (cuda_emu.cc, emu_tf32; kit/cuda/README.md).
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
 typedef struct KitEmuBlas *cublasHandle_t;
+
+// The element types and compute types of cublasGemmEx, with the toolkit's names and values (library_types.h,
+// cublas_api.h), so that a .cu file compiles the same under nvcc and here. A 16-bit element is 2 bytes of
+// storage: bf16 is float32's top half, fp16 IEEE binary16.
+typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68,            // products and sums in float32 (16-bit inputs: exact products)
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77,  // float32 inputs read as TF32 (10 mantissa bits), float32 sums
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
@@ -133,6 +145,14 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc);
+// C = alpha op(A) op(B) + beta C with typed A, B and C. What the emulator takes is what cuBLAS supports for
+// these types: A and B of one type (CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F), C in CUDA_R_32F, alpha and beta
+// float32; CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 with float32 A and B. Anything else is
+// CUBLAS_STATUS_NOT_SUPPORTED; bad sizes and leading dimensions are CUBLAS_STATUS_INVALID_VALUE, as cublasSgemm.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 // ---------------------------------------------------------------- the emulator itself
 
