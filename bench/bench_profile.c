@@ -190,7 +190,7 @@ static void conv_table(const Model *m, int batch, double ceiling, int reps) {
 }
 
 static void profile(const char *model, int batch, int steps, int sgemm_n) {
-    cuda_set_tf32(false);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
     ModelConfig cfg;
     if (!model_config(&cfg, model, 0, 3, 32, 32, 10)) die("unknown model '%s' (known: %s)", model, model_names());
     Model *m = model_create(&cfg, DEVICE_CUDA, batch, 1);
