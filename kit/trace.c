@@ -46,10 +46,12 @@ typedef struct {
     char thread_names[MAX_THREADS][32];
     struct { uint64_t id; const char *cat; char name[TRACE_NAME_MAX]; } open_async[MAX_OPEN_ASYNC];
     uint64_t next_id;
+    unsigned generation;         // counts trace_open calls: a thread's index is for the file it was given in
 } Tracer;
 
 static Tracer T = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static _Thread_local int my_thread = -1;
+static _Thread_local unsigned my_generation;
 static _Thread_local char pending_name[TRACE_NAME_MAX];
 
 #ifdef KIT_NVTX
@@ -67,7 +69,8 @@ double trace_clock_us(void) {
 
 // The calling thread's track; the first to ask is "main". Call with the lock held.
 static int thread_index(void) {
-    if (my_thread >= 0) return my_thread;
+    if (my_thread >= 0 && my_generation == T.generation) return my_thread;
+    my_generation = T.generation;
     if (T.n_threads >= MAX_THREADS) return MAX_THREADS - 1;  // shared by the threads past the table
     my_thread = T.n_threads++;
     if (my_thread == 0) snprintf(T.thread_names[0], sizeof T.thread_names[0], "main");
@@ -147,6 +150,8 @@ void trace_open(const char *path, int rank, int world) {
     T.offset_us = 0.0;
     T.error_us = -1.0;
     T.next_id = 1;
+    T.generation++;
+    T.n_threads = 0;
     memset(T.open_async, 0, sizeof T.open_async);
     fprintf(T.f, "{\"traceEvents\":[\n");
     kit_trace_flags |= FLAG_JSON;
@@ -288,7 +293,7 @@ void trace_name_next_(const char *fmt, ...) {
 }
 
 void trace_async_end_(uint64_t id) {
-    if (!(kit_trace_flags & FLAG_JSON)) return;
+    if (!(kit_trace_flags & FLAG_JSON) || id == 0) return;  // 0: begun while tracing was off
     double now = trace_clock_us();
     pthread_mutex_lock(&T.lock);
     int slot = (int)(id % MAX_OPEN_ASYNC);

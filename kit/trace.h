@@ -81,7 +81,7 @@ double trace_clock_us(void);
 // Async spans: the id (0 when off) goes to trace_async_end, on any thread. A NULL format takes trace_name_next's
 // name, or `fallback`.
 #define trace_async_begin(cat, ...) (kit_trace_flags ? trace_async_begin_((cat), __VA_ARGS__) : (uint64_t)0)
-#define trace_async_end(id) do { if ((id) != 0) trace_async_end_(id); } while (0)
+#define trace_async_end(id) do { if (kit_trace_flags) trace_async_end_(id); } while (0)
 #define trace_instant(cat, ...) do { if (kit_trace_flags) trace_instant_((cat), __VA_ARGS__); } while (0)
 
 double trace_begin_(const char *name);
