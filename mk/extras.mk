@@ -345,3 +345,5 @@ plot-trace:
 	@test -n "$(TRACE)" || { echo "usage: make plot-trace TRACE=FILE [OUT=FILE.png] [FROM=s TO=s] [TITLE=...]"; exit 2; }
 	@$(PYTHON) tools/plot_trace.py "$(TRACE)" $(if $(OUT),--out "$(OUT)") $(if $(FROM),--from $(FROM)) \
 	  $(if $(TO),--to $(TO)) $(if $(TITLE),--title "$(TITLE)")
+# NVTX (kit/trace.c, the CUDA build) finds an attached tool with dlopen: in libc from glibc 2.34, in libdl before.
+LDLIBS += $(if $(filter-out emu,$(HAVE_CUDA)),-ldl)
