@@ -1074,7 +1074,11 @@ PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, in
     s->n = n;
     s->peer = peer;
     s->tag = tag;
-    s->trace_id = trace_async_begin(TRACE_COMM, "send to rank %d (tag %d)", peer, tag);
+    if (kit_trace_flags) {  // the caller's name (trace_name_next), else the peer and the tag
+        char name[TRACE_NAME_MAX];
+        snprintf(name, sizeof name, "send to rank %d (tag %d)", peer, tag);
+        s->trace_id = trace_async_begin_named(TRACE_COMM, name);
+    }
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {  // queued in start order: NCCL matches by order
         s->buf = buf;

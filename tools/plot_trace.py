@@ -36,8 +36,10 @@ def phase_of(e):
     name, cat, ph = e["name"], e.get("cat", ""), e["ph"]
     if ph == "b":
         return "in flight (async)"
-    if name in ("forward", "backward", "optimizer step", "data wait", "evaluate"):
+    if name in ("optimizer step", "data wait", "evaluate"):
         return name
+    if name.startswith("forward") or name.startswith("backward"):  # a lesson's "forward unit 3", "backward micro-batch 2"
+        return name.split()[0]
     if name.startswith("step ") or name == "trace flush":
         return None  # the step is the frame the phases sit in; the tracer's own flushes are not the program's
     return {"comm": "collective (blocking)", "wait": "wait for communication", "io": "checkpoint",
