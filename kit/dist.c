@@ -1261,10 +1261,14 @@ void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char
 // Each rank's CLOCK_MONOTONIC against rank 0's, by ping-pong (NTP's and Cristian's estimate): rank r notes t1,
 // sends it to rank 0, which answers with its clock t0 on arrival; back on rank r at t2, rank 0's clock read
 // somewhere in [t1, t2] of rank r's, so offset = t0 - (t1 + t2) / 2 is off by at most half the round trip
-// (t2 - t1) / 2. Of CLOCK_ROUNDS exchanges the one with the shortest round trip is kept: the one least delayed
-// by a busy core or a rank that was late to the first message. Ranks on one node share the clock: their
-// offsets measure this method's error, not a real difference.
-enum { CLOCK_ROUNDS = 10 };
+// (t2 - t1) / 2. The exchange with the shortest round trip is kept: the one least delayed by a busy core or a
+// rank that was late to the first message. At least CLOCK_MIN_ROUNDS, then more (up to CLOCK_MAX_ROUNDS) until
+// one round trip took under CLOCK_GOOD_US: on a machine with more runnable processes than cores a round trip
+// waits for the scheduler (milliseconds), and a few more tries usually find a quick one. Rank r ends the
+// exchange by sending -1 instead of a time. Ranks on one node share the clock: their offsets measure this
+// method's error, not a real difference.
+enum { CLOCK_MIN_ROUNDS = 10, CLOCK_MAX_ROUNDS = 200 };
+#define CLOCK_GOOD_US 100.0
 
 static void clock_msg(ProcessGroup *pg, double *v, int peer, bool send) {
     MPI_Request req;
@@ -1274,29 +1278,41 @@ static void clock_msg(ProcessGroup *pg, double *v, int peer, bool send) {
     p2p_wait(pg, mpi_done, &req, &m);
 }
 
-static void clock_offset(ProcessGroup *pg, double *offset_us, double *error_us) {
+// Rank 0's side with rank r: answers every ping with its clock until r says it is done.
+static void clock_serve(ProcessGroup *pg, int r) {
+    for (;;) {
+        double ping = 0.0;
+        clock_msg(pg, &ping, r, false);
+        if (ping < 0) return;
+        double t0 = trace_clock_us();
+        clock_msg(pg, &t0, r, true);
+    }
+}
+
+// Rank r's side: the offset of the quickest exchange; *error_us: half its round trip.
+static void clock_ask(ProcessGroup *pg, double *offset_us, double *error_us) {
     double best = -1.0;
-    *offset_us = 0.0;
-    for (int r = 1; r < pg->world; r++) {
-        if (pg->rank != 0 && pg->rank != r) continue;
-        for (int k = 0; k < CLOCK_ROUNDS; k++) {
-            double t1 = trace_clock_us(), t0 = 0.0;
-            if (pg->rank == 0) {
-                clock_msg(pg, &t1, r, false);  // the ping's content is not needed: its arrival is
-                t0 = trace_clock_us();
-                clock_msg(pg, &t0, r, true);
-                continue;
-            }
-            clock_msg(pg, &t1, 0, true);
-            clock_msg(pg, &t0, 0, false);
-            double t2 = trace_clock_us();
-            if (best < 0 || t2 - t1 < best) {
-                best = t2 - t1;
-                *offset_us = t0 - (t1 + t2) / 2;
-            }
+    for (int k = 0; k < CLOCK_MAX_ROUNDS && !(k >= CLOCK_MIN_ROUNDS && best < CLOCK_GOOD_US); k++) {
+        double t1 = trace_clock_us(), t0 = 0.0;
+        clock_msg(pg, &t1, 0, true);
+        clock_msg(pg, &t0, 0, false);
+        double t2 = trace_clock_us();
+        if (best < 0 || t2 - t1 < best) {
+            best = t2 - t1;
+            *offset_us = t0 - (t1 + t2) / 2;
         }
     }
-    *error_us = pg->rank == 0 ? 0.0 : best / 2;
+    double done = -1.0;
+    clock_msg(pg, &done, 0, true);
+    *error_us = best / 2;
+}
+
+static void clock_offset(ProcessGroup *pg, double *offset_us, double *error_us) {
+    *offset_us = 0.0;
+    *error_us = 0.0;  // rank 0 against itself
+    if (pg->rank != 0) clock_ask(pg, offset_us, error_us);
+    else
+        for (int r = 1; r < pg->world; r++) clock_serve(pg, r);
 }
 
 void pg_trace_open(ProcessGroup *pg, const char *path) {

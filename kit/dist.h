@@ -168,7 +168,7 @@ PgTraffic pg_traffic(const ProcessGroup *pg);
 
 // ---------------------------------------------------------------- the timeline (--trace FILE, kit/trace.h)
 // Collective: every rank calls it. Measures this rank's clock offset against rank 0 (ping-pong, the shortest of
-// 10 round trips; the error left is half of it, written in the file) and starts kit/trace.h's tracer into
+// 10 to 200 round trips; the error left is half of it, written in the file) and starts kit/trace.h's tracer into
 // FILE.rankR.json. Nothing when path is NULL. Every collective and message of the group is then on the timeline:
 // blocking calls as spans on the caller's track, non-blocking ones (buckets, reduce-scatters in flight, sends)
 // as async spans from start to completion, and the waits for them (pg_work_wait, barriers, receives).
