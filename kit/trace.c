@@ -156,6 +156,10 @@ void trace_open(const char *path, int rank, int world) {
     fprintf(T.f, "{\"traceEvents\":[\n");
     kit_trace_flags |= FLAG_JSON;
     pthread_mutex_unlock(&T.lock);
+    // A run that ends with exit() before trace_close (an error, a stop on request) still leaves a complete
+    // file of what it recorded: the timeline up to the failure is often what explains it.
+    static bool at_exit;
+    if (!at_exit) at_exit = atexit(trace_close) == 0;
 }
 
 void trace_set_clock(double offset_us, double error_us) {
