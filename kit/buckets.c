@@ -10,6 +10,7 @@
 #include "kit/buckets_plan.h"
 #include "kit/check.h"
 #include "kit/dist_internal.h"
+#include "kit/trace.h"
 
 struct GradBuckets {
     ProcessGroup *pg;
@@ -81,6 +82,7 @@ static void start_ready(GradBuckets *gb, bool force) {
     while (gb->next_start < gb->n_buckets && (force || gb->pending[gb->next_start] == 0)) {
         int b = gb->next_start++;
         const GradBucket *bk = &gb->buckets[b];
+        trace_name_next("all-reduce bucket %d", b);
         gb->req[b] = pg_iallreduce(gb->pg, gb->grads + bk->offset, bk->count, PG_AVG);
     }
 }

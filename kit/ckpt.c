@@ -19,6 +19,7 @@
 
 #include "kit/check.h"
 #include "kit/device.h"
+#include "kit/trace.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format stores tensors little-endian");
 _Static_assert(sizeof(float) == 4, "tensors are stored as 32-bit floats");
@@ -415,6 +416,7 @@ static int write_atomic_pieces(const char *path, const Piece *pieces, int n_piec
 }
 
 int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen) {
+    double t = trace_begin("checkpoint write");
     Parts f;
     encode_parts(m, st, &f);
     Piece pieces[CKPT_GROUPS + 2] = {{f.prefix, f.prefix_bytes}};
@@ -422,6 +424,7 @@ int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, 
     pieces[CKPT_GROUPS + 1] = (Piece){f.trailer, TRAILER_BYTES};
     int rc = write_atomic_pieces(path, pieces, CKPT_GROUPS + 2, err, errlen);
     parts_free(&f);
+    trace_end(t, TRACE_IO, "checkpoint write");
     return rc;
 }
 

@@ -83,6 +83,8 @@ static const CliOption OPTIONS[] = {
     {"keep-last-batch", NULL, CLI_DIST, OPT_FLAG, FIELD(keep_last_batch), NULL, 0, 0, NULL,
      "train on the last, short batch of every epoch too; the shards are\npadded to equal length from the epoch's start "
      "(PyTorch's\nDistributedSampler(drop_last=False)); default: both dropped"},
+    {"trace", "FILE", CLI_DIST, OPT_STRING, FIELD(trace), NULL, 0, 0, NULL,
+     "write a timeline of every rank to FILE (Chrome trace format:\nopen it at ui.perfetto.dev; kit/TRACING.md)"},
     {"checkpoint", "FILE", CLI_CKPT | CLI_INFER, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
      "training: save to FILE at the end of every epoch (and every\n--save-every steps); inference: the checkpoint to load"},
     {"checkpoint-dir", "DIR", CLI_CKPT, OPT_STRING, FIELD(checkpoint_dir), NULL, 0, 0, NULL,
@@ -333,6 +335,7 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->checkpoint_dir && !*o->checkpoint_dir)
         usage_error("--checkpoint-dir '%s' is empty: name a folder", o->checkpoint_dir);
     if (o->resume && !*o->resume) usage_error("--resume '%s' is empty: name a checkpoint file, or auto", o->resume);
+    if (o->trace && !*o->trace) usage_error("--trace '%s' is empty: name a file", o->trace);
     if (o->consolidate && !*o->consolidate)
         usage_error("--consolidate '%s' is empty: name a file", o->consolidate);
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");

@@ -18,6 +18,7 @@
 
 #include "kit/check.h"
 #include "kit/dist_socket.h"
+#include "kit/trace.h"
 
 #ifdef KIT_NCCL
 #define KIT_NCCL_BUILT true
@@ -63,6 +64,8 @@ void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const ch
 ProcessGroup *pg_split(ProcessGroup *pg, int color, int key) { no_mpi(); }
 void pg_send(ProcessGroup *pg, const float *buf, size_t n, int peer, int tag, const char *what) { no_mpi(); }
 PgTraffic pg_traffic(const ProcessGroup *pg) { no_mpi(); }
+void pg_trace_open(ProcessGroup *pg, const char *path) { no_mpi(); }
+void pg_trace_close(ProcessGroup *pg, const char *path) { no_mpi(); }
 #else
 // ---------------------------------------------------------------- built with MPI
 #include "kit/log.h"
@@ -87,6 +90,7 @@ typedef struct PgWork {
     size_t started;     // how many of the n floats the calls started so far cover (see piece_start)
     float *host;        // (host_cap) pinned staging
     size_t host_cap;
+    uint64_t trace_id;  // its async span on the timeline (kit/trace.h), 0 when none is open
 #ifdef KIT_NCCL
     cudaEvent_t done;   // recorded on the NCCL stream after the collective
     bool has_event;
@@ -99,6 +103,7 @@ struct ProcessGroup {
     PgBackend backend;
     double timeout_s;
     PgTraffic traffic;   // what this group's calls handed to the backend (pg_traffic)
+    bool blocking;       // a blocking call is using a slot: its timeline span is a complete one, not async
     SockGroup *sock;     // the socket backend (pg_init_socket, no MPI at all), else NULL
     bool is_sub;         // made by pg_split: pg_finalize frees it but leaves MPI running
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD: the kit's traffic never mixes with the caller's
@@ -714,6 +719,7 @@ static Slot *slot_open(ProcessGroup *pg, float *buf, size_t n, PgOp op, bool sca
     s->n = n;
     s->op = op;
     s->staged = staged(pg);
+    s->trace_id = pg->blocking ? 0 : trace_async_begin_named(TRACE_COMM, scatter ? "reduce-scatter" : "all-reduce");
     return s;
 }
 
@@ -781,14 +787,21 @@ PgWork *pg_reduce_scatter_sum_start(ProcessGroup *pg, const float *send, float *
 // Completes slot s: waits for it (the deadline, `what` in the error), then the all-reduce's average and the
 // copies back from a host staging buffer.
 static void slot_finish(ProcessGroup *pg, Slot *s, const char *what) {
+    double t = pg->blocking ? 0.0 : trace_begin("wait");
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
         nccl_wait_event(pg, s->done, what, s->n);
+        trace_async_end(s->trace_id);
+        s->trace_id = 0;
+        if (!pg->blocking) trace_endf(t, TRACE_WAIT, "wait: %s", what);
         s->busy = false;
         return;
     }
 #endif
     if (!pg->sock) wait_until(pg, slot_advance, s, what, s->n, "floats");
+    trace_async_end(s->trace_id);  // if pg_progress did not see it finish first
+    s->trace_id = 0;
+    if (!pg->blocking) trace_endf(t, TRACE_WAIT, "wait: %s", what);
     if (s->scatter) {
         if (s->staged) device_copy_to(pg->dev, s->buf, s->host + s->n * (size_t)pg->world, s->n * sizeof(float));
         s->busy = false;
@@ -824,31 +837,49 @@ void pg_work_wait(ProcessGroup *pg, PgWork *w, const char *what) {
 }
 
 static void pg_allreduce(ProcessGroup *pg, float *buf, size_t n, PgOp op) {
+    double t = trace_begin("all-reduce");
+    pg->blocking = true;
     pg_wait(pg, allreduce_start(pg, buf, n, op, n > PIECE_FLOATS ? PIECE_FLOATS : n));
+    pg->blocking = false;
+    trace_endf(t, TRACE_COMM, "all-reduce %zu floats", n);
 }
 
 // Open MPI moves a non-blocking collective's data only inside MPI calls (no progress thread): a bucket started
 // during backward would otherwise sit still until pg_wait. One test of every collective in flight lets it move.
 void pg_progress(ProcessGroup *pg) {
     if (pg->sock || pg->backend == PG_BACKEND_NCCL) return;  // blocking sums / NCCL's own stream
-    for (int i = 0; i < PG_MAX_INFLIGHT; i++)
-        if (pg->slots[i].busy) slot_advance(pg, &pg->slots[i]);
+    for (int i = 0; i < PG_MAX_INFLIGHT; i++) {
+        Slot *s = &pg->slots[i];
+        if (s->busy && slot_advance(pg, s) && s->trace_id) {  // done: the timeline's span ends here, not at the wait
+            trace_async_end(s->trace_id);
+            s->trace_id = 0;
+        }
+    }
 }
 
 void pg_allreduce_sum_double_host(ProcessGroup *pg, double *host_buf, int n) {
+    double t = trace_begin("all-reduce (host)");
     count_coll(pg, (size_t)(n > 0 ? n : 0) * sizeof(double));
     if (pg->sock) {
         sockgroup_allreduce_sum(pg->sock, host_buf, (size_t)n, true);
-        return;
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host_buf, n, MPI_DOUBLE, MPI_SUM, pg->comm, &req));
+        mpi_wait(pg, &req, "all-reduce (host)", (size_t)n, "doubles");
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host_buf, n, MPI_DOUBLE, MPI_SUM, pg->comm, &req));
-    mpi_wait(pg, &req, "all-reduce (host)", (size_t)n, "doubles");
+    trace_endf(t, TRACE_COMM, "all-reduce %d doubles (host)", n);
 }
 
 // ---------------------------------------------------------------- broadcast, all-gather, barrier
 
+static void broadcast(ProcessGroup *pg, float *buf, size_t n, int root);
 void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
+    double t = trace_begin("broadcast");
+    broadcast(pg, buf, n, root);
+    trace_endf(t, TRACE_COMM, "broadcast %zu floats from rank %d", n, root);
+}
+
+static void broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
     CHECK(root >= 0 && root < pg->world, "the root of a broadcast must be a rank: 0 <= root < world");
     count_coll(pg, n * sizeof(float));
 #ifdef KIT_NCCL
@@ -872,7 +903,14 @@ void pg_broadcast(ProcessGroup *pg, float *buf, size_t n, int root) {
     if (staged(pg) && pg->rank != root) device_copy_to(pg->dev, buf, data, n * sizeof(float));
 }
 
+static void allgather(ProcessGroup *pg, const float *send, float *recv, size_t n);
 void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+    double t = trace_begin("all-gather");
+    allgather(pg, send, recv, n);
+    trace_endf(t, TRACE_COMM, "all-gather %zu floats", n);
+}
+
+static void allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
     count_coll(pg, n * sizeof(float));
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {
@@ -903,17 +941,23 @@ void pg_allgather(ProcessGroup *pg, const float *send, float *recv, size_t n) {
 
 // The blocking call is the one in flight, waited for at once: one code path, the same bits.
 void pg_reduce_scatter_sum(ProcessGroup *pg, const float *send, float *recv, size_t n) {
+    double t = trace_begin("reduce-scatter");
+    pg->blocking = true;
     pg_work_wait(pg, pg_reduce_scatter_sum_start(pg, send, recv, n), "reduce-scatter");
+    pg->blocking = false;
+    trace_endf(t, TRACE_COMM, "reduce-scatter %zu floats", n);
 }
 
 void pg_barrier(ProcessGroup *pg) {
+    double t = trace_begin("barrier");
     if (pg->sock) {
         sockgroup_barrier(pg->sock);
-        return;
+    } else {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
+        mpi_wait(pg, &req, "barrier", 0, "bytes");
     }
-    MPI_Request req;
-    MPI_CHECK(MPI_Ibarrier(pg->comm, &req));
-    mpi_wait(pg, &req, "barrier", 0, "bytes");
+    trace_end(t, TRACE_WAIT, "barrier");
 }
 
 // ---------------------------------------------------------------- point to point
@@ -926,6 +970,7 @@ struct PgSend {
     float *host;         // MPI on a CUDA device: the data staged on the host (owned), else NULL
     size_t n;
     int peer, tag;
+    uint64_t trace_id;   // its async span on the timeline (0: none)
 #ifdef KIT_NCCL
     const float *buf;    // NCCL: the device buffer, sent at the next pg_recv / pg_send_wait (see nccl_flush)
     bool posted;
@@ -985,6 +1030,7 @@ static void p2p_wait(ProcessGroup *pg, PollFn done, void *ctx, const P2pInfo *m)
     }
 }
 static void p2p_free(PgSend *s) {
+    trace_async_end(s->trace_id);
     host_free_pinned(s->host);
 #ifdef KIT_NCCL
     if (s->posted) CUDA_CHECK(cudaEventDestroy(s->done));
@@ -1028,6 +1074,11 @@ PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, in
     s->n = n;
     s->peer = peer;
     s->tag = tag;
+    if (kit_trace_flags) {  // the caller's name (trace_name_next), else the peer and the tag
+        char name[TRACE_NAME_MAX];
+        snprintf(name, sizeof name, "send to rank %d (tag %d)", peer, tag);
+        s->trace_id = trace_async_begin_named(TRACE_COMM, name);
+    }
 #ifdef KIT_NCCL
     if (pg->backend == PG_BACKEND_NCCL) {  // queued in start order: NCCL matches by order
         s->buf = buf;
@@ -1047,7 +1098,14 @@ PgSend *pg_send_start(ProcessGroup *pg, const float *buf, size_t n, int peer, in
     return s;
 }
 
+static void send_wait(ProcessGroup *pg, PgSend *s, const char *what);
 void pg_send_wait(ProcessGroup *pg, PgSend *s, const char *what) {
+    double t = trace_begin("send wait");
+    send_wait(pg, s, what);
+    trace_endf(t, TRACE_WAIT, "wait: send %s", what ? what : "a message");
+}
+
+static void send_wait(ProcessGroup *pg, PgSend *s, const char *what) {
     CHECK(s != NULL, "pg_send_wait needs the PgSend that pg_send_start returned");
     P2pInfo m = {"sending", what, s->n, s->peer, s->tag};
 #ifdef KIT_NCCL
@@ -1079,7 +1137,14 @@ static bool probe_arrived(ProcessGroup *pg, void *ctx) {
     return flag != 0;
 }
 
+static void p2p_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what);
 void pg_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) {
+    double t = trace_begin("recv");
+    p2p_recv(pg, buf, n, peer, tag, what);
+    trace_endf(t, TRACE_WAIT, "recv %s", what ? what : "a message");
+}
+
+static void p2p_recv(ProcessGroup *pg, float *buf, size_t n, int peer, int tag, const char *what) {
     p2p_check_args(pg, n, peer, tag, "pg_recv");
     pg->traffic.p2p_bytes_recv += n * sizeof(float);
     P2pInfo m = {"receiving", what, n, peer, tag};
@@ -1189,6 +1254,98 @@ void pg_check_identical(ProcessGroup *pg, const float *buf, size_t n, const char
     // The others wait until rank 0 has printed, so the abort cannot cut its message.
     pg_barrier(pg);
     pg_abort(pg, NULL);
+}
+
+// ---------------------------------------------------------------- the timeline's clock (--trace)
+//
+// Each rank's CLOCK_MONOTONIC against rank 0's, by ping-pong (NTP's and Cristian's estimate): rank r notes t1,
+// sends it to rank 0, which answers with its clock t0 on arrival; back on rank r at t2, rank 0's clock read
+// somewhere in [t1, t2] of rank r's, so offset = t0 - (t1 + t2) / 2 is off by at most half the round trip
+// (t2 - t1) / 2. The exchange with the shortest round trip is kept: the one least delayed by a busy core or a
+// rank that was late to the first message. At least CLOCK_MIN_ROUNDS, then more (up to CLOCK_MAX_ROUNDS) until
+// one round trip took under CLOCK_GOOD_US: on a machine with more runnable processes than cores a round trip
+// waits for the scheduler (milliseconds), and a few more tries usually find a quick one. Rank r ends the
+// exchange by sending -1 instead of a time. Ranks on one node share the clock: their offsets measure this
+// method's error, not a real difference.
+enum { CLOCK_MIN_ROUNDS = 10, CLOCK_MAX_ROUNDS = 200 };
+#define CLOCK_GOOD_US 100.0
+
+static void clock_msg(ProcessGroup *pg, double *v, int peer, bool send) {
+    MPI_Request req;
+    if (send) MPI_CHECK(MPI_Isend(v, 1, MPI_DOUBLE, peer, PG_MAX_TAG, pg->comm, &req));
+    else MPI_CHECK(MPI_Irecv(v, 1, MPI_DOUBLE, peer, PG_MAX_TAG, pg->comm, &req));
+    P2pInfo m = {send ? "sending" : "receiving", "a clock ping (--trace)", 1, peer, PG_MAX_TAG};
+    p2p_wait(pg, mpi_done, &req, &m);
+}
+
+// Rank 0's side with rank r: answers every ping with its clock until r says it is done.
+static void clock_serve(ProcessGroup *pg, int r) {
+    for (;;) {
+        double ping = 0.0;
+        clock_msg(pg, &ping, r, false);
+        if (ping < 0) return;
+        double t0 = trace_clock_us();
+        clock_msg(pg, &t0, r, true);
+    }
+}
+
+// Rank r's side: the offset of the quickest exchange; *error_us: half its round trip.
+static void clock_ask(ProcessGroup *pg, double *offset_us, double *error_us) {
+    double best = -1.0;
+    for (int k = 0; k < CLOCK_MAX_ROUNDS && !(k >= CLOCK_MIN_ROUNDS && best < CLOCK_GOOD_US); k++) {
+        double t1 = trace_clock_us(), t0 = 0.0;
+        clock_msg(pg, &t1, 0, true);
+        clock_msg(pg, &t0, 0, false);
+        double t2 = trace_clock_us();
+        if (best < 0 || t2 - t1 < best) {
+            best = t2 - t1;
+            *offset_us = t0 - (t1 + t2) / 2;
+        }
+    }
+    double done = -1.0;
+    clock_msg(pg, &done, 0, true);
+    *error_us = best / 2;
+}
+
+static void clock_offset(ProcessGroup *pg, double *offset_us, double *error_us) {
+    *offset_us = 0.0;
+    *error_us = 0.0;  // rank 0 against itself
+    if (pg->rank != 0) clock_ask(pg, offset_us, error_us);
+    else
+        for (int r = 1; r < pg->world; r++) clock_serve(pg, r);
+}
+
+void pg_trace_open(ProcessGroup *pg, const char *path) {
+    if (!path) return;
+    double offset = 0.0, error = -1.0;  // the socket backend has no point-to-point messages: not measured there
+    if (!pg->sock) clock_offset(pg, &offset, &error);
+    else if (pg->rank == 0) error = 0.0;
+    // The worst error of all ranks, for rank 0's line (a host all-reduce of one double, before tracing starts).
+    double worst[1] = {error};
+    if (!pg->sock) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, worst, 1, MPI_DOUBLE, MPI_MAX, pg->comm, &req));
+        mpi_wait(pg, &req, "all-reduce of the clock error (--trace)", 1, "doubles");
+    }
+    trace_open(path, pg->rank, pg->world);
+    trace_set_clock(offset, error);
+    trace_thread_name("main");
+    if (pg->rank == 0) {
+        if (pg->sock) printf("trace: %s.rankR.json, merged into %s at the end (clocks not aligned: socket backend)\n",
+                             path, path);
+        else printf("trace: %s.rankR.json, merged into %s at the end (clocks aligned to rank 0 within %.1f us)\n",
+                    path, path, worst[0]);
+    }
+}
+
+void pg_trace_close(ProcessGroup *pg, const char *path) {
+    if (!path) return;
+    trace_close();
+    pg_barrier(pg);  // every rank's file is complete
+    if (pg->rank != 0) return;
+    long n = trace_merge(path, pg->world);
+    if (n >= 0) printf("trace: %s (%ld events, %d rank%s): open it at https://ui.perfetto.dev\n", path, n, pg->world,
+                       pg->world == 1 ? "" : "s");
 }
 
 #endif  // KIT_MPI

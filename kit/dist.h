@@ -166,6 +166,17 @@ typedef struct {
 } PgTraffic;
 PgTraffic pg_traffic(const ProcessGroup *pg);
 
+// ---------------------------------------------------------------- the timeline (--trace FILE, kit/trace.h)
+// Collective: every rank calls it. Measures this rank's clock offset against rank 0 (ping-pong, the shortest of
+// 10 to 200 round trips; the error left is half of it, written in the file) and starts kit/trace.h's tracer into
+// FILE.rankR.json. Nothing when path is NULL. Every collective and message of the group is then on the timeline:
+// blocking calls as spans on the caller's track, non-blocking ones (buckets, reduce-scatters in flight, sends)
+// as async spans from start to completion, and the waits for them (pg_work_wait, barriers, receives).
+void pg_trace_open(ProcessGroup *pg, const char *path);
+// Collective: ends every rank's file and, after a barrier, merges them into FILE on rank 0 (the ranks' files stay:
+// on several nodes FILE.rankR.json must be on a folder every node shares, or rank 0 says which is missing).
+void pg_trace_close(ProcessGroup *pg, const char *path);
+
 // ---------------------------------------------------------------- checks across ranks
 // True when buf (n) hashes the same on every rank. Collective: every rank gets the same answer.
 bool pg_identical(ProcessGroup *pg, const float *buf, size_t n);

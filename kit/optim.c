@@ -3,10 +3,13 @@
 
 #include <math.h>
 
+#include "kit/trace.h"
+
 void optim_step(Model *m, const SgdConfig *cfg) { optim_step_with(m, cfg, sgd_update); }
 
 void optim_step_with(Model *m, const SgdConfig *cfg, SgdUpdateFn update) {
     model_require(m, MODEL_PARAMS | MODEL_GRADS | MODEL_VELOCITY, "optim_step");
+    double t = trace_begin("optimizer step");
     // Parameters are contiguous, so consecutive views with the same decay flag form one run and
     // one sgd_update call (one kernel launch on a GPU) covers the whole run.
     int i = 0;
@@ -22,6 +25,7 @@ void optim_step_with(Model *m, const SgdConfig *cfg, SgdUpdateFn update) {
                cfg->momentum, decay ? cfg->weight_decay : 0.0f, cfg->nesterov);
         i = j;
     }
+    trace_end(t, TRACE_COMPUTE, "optimizer step");
 }
 
 float lr_at(const LrSchedule *s, int step) {

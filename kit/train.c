@@ -7,6 +7,7 @@
 
 #include "kit/check.h"
 #include "kit/ops.h"
+#include "kit/trace.h"
 
 // The batch on the model's device: the loader's own copy when it staged one (on CUDA, copied while the
 // previous step computed: data.h, batch_on_device), else a synchronous copy into the model's buffers.
@@ -39,13 +40,17 @@ Metrics train_forward_backward(Model *m, const Batch *b, float label_smoothing, 
     const float *x;
     const int *y;
     batch_to_device(m, b, &x, &y);
+    double t = trace_begin("forward");
     const float *logits = model_forward(m, x, n, true);
     cross_entropy_forward(d, n, k, logits, y, label_smoothing, m->loss);
     argmax_rows(d, n, k, logits, m->pred);
+    trace_end(t, TRACE_COMPUTE, "forward");
+    t = trace_begin("backward");
     device_memset_zero(d, m->dlogits, (size_t)n * k * sizeof(float));  // backward ops accumulate
     cross_entropy_backward(d, n, k, logits, y, label_smoothing, grad_scale, m->dlogits);
     model_zero_grad(m);
     model_backward(m, x, m->dlogits, n);
+    trace_end(t, TRACE_COMPUTE, "backward");
     Metrics r = {0, 0, 0};
     metrics_add(m, b, &r);
     return r;

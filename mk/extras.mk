@@ -327,3 +327,26 @@ HELP_TARGETS += mutants
 mutants: $(KIT_LIB)
 	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
 	  --jobs $(or $(JOBS),1) $(if $(LABEL),--label $(LABEL))
+
+# ---------------------------------------------------------------- timelines (--trace FILE, kit/TRACING.md)
+# make test-trace             lesson 03 on 2 ranks with --trace: the file is valid, and a bucket's all-reduce starts
+#                             during backward (not with one flat all-reduce); Perfetto's engine where it can run
+#                             (the writer's own unit test, tests/test_trace.c, runs in test-kit)
+# make plot-trace TRACE=FILE  FILE.png: ranks as rows, phases by colour (tools/plot_trace.py + gnuplot); STEPS=3:
+#                             three steps from the middle of the run; FROM=/TO= seconds; OUT=, TITLE=
+.PHONY: test-trace plot-trace
+TEST_TARGETS += test-trace
+HELP_TARGETS += test-trace plot-trace
+ifeq ($(HAVE_MPI),yes)
+test-trace: $(BUILD)/solutions/03-ddp/train
+	@tests/trace/run-lesson03.sh $(BUILD)/solutions/03-ddp/train
+else
+test-trace:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+plot-trace:
+	@test -n "$(TRACE)" || { echo "usage: make plot-trace TRACE=FILE [OUT=FILE.png] [STEPS=n] [FROM=s TO=s] [TITLE=...]"; exit 2; }
+	@$(PYTHON) tools/plot_trace.py "$(TRACE)" $(if $(OUT),--out "$(OUT)") $(if $(STEPS),--steps $(STEPS)) \
+	  $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO)) $(if $(TITLE),--title "$(TITLE)")
+# NVTX (kit/trace.c, the CUDA build) finds an attached tool with dlopen: in libc from glibc 2.34, in libdl before.
+LDLIBS += $(if $(filter-out emu,$(HAVE_CUDA)),-ldl)

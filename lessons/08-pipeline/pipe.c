@@ -9,6 +9,7 @@
 #include "kit/device.h"
 #include "kit/log.h"
 #include "kit/ops.h"
+#include "kit/trace.h"
 #include "lesson.h"
 
 // ---------------------------------------------------------------- TODO 1: where to cut
@@ -198,7 +199,7 @@ static int view_of(const Stage *st, int k) {
 }
 
 void stage_forward(Stage *st, const Model *table, int off, int n, int k, bool train) {
-    double t0 = time_now();
+    double t0 = time_now(), t = trace_begin("forward micro-batch");
     Device d = st->device;
     size_t fin = st->in_floats, fout = st->out_floats;
     (void)table;
@@ -215,10 +216,11 @@ void stage_forward(Stage *st, const Model *table, int off, int n, int k, bool tr
     }
     device_synchronize(d);
     st->seconds += time_now() - t0;
+    trace_endf(t, TRACE_COMPUTE, "forward micro-batch %d (layers %d-%d)", k, st->first, st->last - 1);
 }
 
 void stage_backward(Stage *st, const Model *table, int off, int n, int k) {
-    double t0 = time_now();
+    double t0 = time_now(), t = trace_begin("backward micro-batch");
     Device d = st->device;
     size_t fin = st->in_floats, fout = st->out_floats;
     (void)table;
@@ -229,6 +231,7 @@ void stage_backward(Stage *st, const Model *table, int off, int n, int k) {
     st->holds[v] = -1;  // its activations are no longer needed: the view is free for the next micro-batch
     device_synchronize(d);
     st->seconds += time_now() - t0;
+    trace_endf(t, TRACE_COMPUTE, "backward micro-batch %d (layers %d-%d)", k, st->first, st->last - 1);
 }
 
 void pipe_copy(Device to, float *dst, Device from, const float *src, size_t n) {

@@ -9,6 +9,7 @@
 #include "kit/check.h"
 #include "kit/device.h"
 #include "kit/log.h"
+#include "kit/trace.h"
 #include "lesson.h"
 
 // ---------------------------------------------------------------- TODO 5: the grid
@@ -156,6 +157,7 @@ void pipe_dist_recv(DistPipe *dp, float *buf, size_t n, int peer, int tag, const
 void pipe_dist_send(DistPipe *dp, const float *buf, size_t n, int peer, int tag, const char *what) {
     CHECK(dp->n_sends < 2 * PIPE_MAX_MICRO, "more sends in one step than 2 per micro-batch");
     snprintf(dp->send_what[dp->n_sends], sizeof dp->send_what[0], "%s", what);
+    trace_name_next("send %s", what);  // its span on the timeline (--trace)
     dp->sends[dp->n_sends++] = pg_send_start(dp->pipe, buf, n, peer, tag);
 }
 

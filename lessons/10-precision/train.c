@@ -31,6 +31,7 @@
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
+#include "kit/trace.h"
 #include "kit/train.h"
 #include "lesson.h"
 
@@ -150,8 +151,11 @@ static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
     size_t n = mx->model->n_params;
     Device d = mx->model->device;
     long long skipped = mx->scaler.skipped;
+    float scale = mx->scaler.scale;
     if (pr->count_stalled) device_copy_from(d, pr->before, mx->master, n * sizeof(float));
     Metrics m = mixed_step(mx, b, &r->opt, r->o->label_smoothing);
+    if (mx->scaler.skipped != skipped) trace_instant(TRACE_STEP, "skipped step %lld (inf or NaN)", r->run.step);
+    if (mx->scaler.scale != scale) trace_instant(TRACE_STEP, "loss scale %g -> %g", scale, mx->scaler.scale);
     if (pr->count_stalled && mx->scaler.skipped == skipped) {
         device_copy_from(d, pr->after, mx->master, n * sizeof(float));
         device_copy_from(d, pr->grad, mx->master_grad, n * sizeof(float));

@@ -29,6 +29,7 @@
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
+#include "kit/trace.h"
 #include "kit/train.h"
 #include "lesson.h"
 
@@ -135,7 +136,7 @@ Metrics ddp_step(Ddp *ddp, const Batch *b, const SgdConfig *opt, float label_smo
     else pg_allreduce_avg(ddp->pg, m->grads, m->n_params);
     // END SOLUTION
     double reduced = time_now();
-    optim_step(m, opt);
+    optim_step(m, opt);  // on the timeline (--trace) as "optimizer step", as forward and backward are
     // BN running statistics: each rank updated its own from its local batch. Rank 0's win, as with PyTorch
     // DDP's broadcast_buffers, so the replicas stay identical and evaluation sees one model on every rank.
     if (m->n_buffers > 0) pg_broadcast(ddp->pg, m->buffers, m->n_buffers, 0);
@@ -198,6 +199,7 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     memset(r, 0, sizeof *r);
     r->pg = pg;
     r->o = o;
+    pg_trace_open(pg, o->trace);  // --trace FILE: every rank's timeline from here to ddp_run_close (kit/trace.h)
     if (hooks) r->hooks = *hooks;
     int world = pg_world(pg);
     Device dev = pg_device(pg);
@@ -240,6 +242,14 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     r->log.last_loss = r->run.last_loss;
 }
 
+// The next batch of L; the time spent waiting for it is on the timeline (--trace).
+static const Batch *next_batch(Loader *L, double *wait) {
+    double t = trace_begin("data wait");
+    const Batch *b = loader_next(L, wait);
+    trace_end(t, TRACE_DATA, "data wait");
+    return b;
+}
+
 // The epoch r->run.epoch, from batch r->run.batch_in_epoch on, then its evaluation. Returns false when a hook
 // asked to stop (after a step or after the epoch), true when the next epoch may start.
 bool ddp_run_epoch(DdpRun *r) {
@@ -250,10 +260,12 @@ bool ddp_run_epoch(DdpRun *r) {
     ddp_start_epoch(&r->data, epoch, run->batch_in_epoch);  // a new shuffle every epoch, the same on every rank
     const Batch *b;
     double wait;
-    while ((b = loader_next(r->data.train_loader, &wait)) != NULL) {
+    while ((b = next_batch(r->data.train_loader, &wait)) != NULL) {
         r->opt.lr = lr_at(&r->sched, (int)run->step);  // the schedule sets this step's rate
+        double t = trace_begin("step");
         Metrics batch = r->hooks.step ? r->hooks.step(r->hooks.ctx, r, b)
                                       : ddp_step(&r->ddp, b, &r->opt, r->o->label_smoothing);
+        trace_endf(t, TRACE_COMPUTE, "step %lld", run->step);
         trainlog_step(&r->log, b->index, &batch, wait);  // no communication per step: rank 0's own numbers
         run->batch_in_epoch = b->index + 1;  // the step is complete (all-reduce and update): the position after it
         run->step++;
@@ -274,7 +286,9 @@ bool ddp_run_epoch(DdpRun *r) {
     train.loss_sum += run->carry.loss_sum;  // the part of the epoch trained before this process started (04)
     train.correct += run->carry.correct;
     train.count += run->carry.count;
+    double t = trace_begin("evaluate");
     Metrics test = r->hooks.evaluate ? r->hooks.evaluate(r->hooks.ctx, r) : ddp_evaluate(r->pg, m, r->data.test_loader);
+    trace_end(t, TRACE_EVAL, "evaluate");
     trainlog_epoch_end(&r->log, &train, &test, lr_at(&r->sched, (epoch + 1) * r->steps_per_epoch - 1));
     if (r->is_main) printf("  (evaluated %ld test images over %d ranks)\n", test.count, pg_world(r->pg));
     *run = (RunState){.epoch = epoch + 1, .step = run->step, .images = run->images + train.count,
@@ -311,6 +325,7 @@ Model *ddp_run_close(DdpRun *r) {
     m->on_grads_ready = NULL;
     buckets_free(r->ddp.buckets);
     train_data_close(&r->data);
+    pg_trace_close(r->pg, r->o->trace);  // rank 0 merges every rank's timeline into --trace FILE
     return m;
 }
 

@@ -29,6 +29,7 @@
 #include "kit/log.h"
 #include "kit/model.h"
 #include "kit/optim.h"
+#include "kit/trace.h"
 #include "kit/train.h"
 
 void checkpointer_path(const Checkpointer *ck, long long step, char *out, size_t outlen) {
@@ -53,13 +54,14 @@ static int save_now(DdpRun *r, Checkpointer *ck, Metrics epoch_local) {
     CkptState st = ckpt_capture(r->pg, r->o, r->ddp.model, &r->run, &r->sched, r->steps_per_epoch, epoch_local);
     char path[1024], err[1024];
     checkpointer_path(ck, r->run.step, path, sizeof path);
-    double start = time_now();
+    double start = time_now(), t = trace_begin("checkpoint save");
     if (ckpt_save_rank0(r->pg, path, r->ddp.model, &st, err, sizeof err) != 0) {
         progress_end(&r->log.bar);
         fprintf(stderr, "error: rank %d: checkpoint not saved: %s\n", pg_rank(r->pg), err);
         return -1;
     }
     ck->save_seconds += time_now() - start;
+    trace_end(t, TRACE_IO, "checkpoint save");
     snprintf(ck->last_saved, sizeof ck->last_saved, "%s", path);
     ck->last_saved_step = r->run.step;
     if (ck->dir && r->is_main) ckpt_prune(ck->dir, ck->keep);

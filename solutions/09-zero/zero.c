@@ -28,6 +28,7 @@
 #include "kit/check.h"
 #include "kit/log.h"
 #include "kit/ops.h"
+#include "kit/trace.h"
 
 #define F sizeof(float)
 
@@ -324,12 +325,13 @@ void zero_free(Zero *z) {
 // PyTorch: FSDP's pre-forward / pre-backward hook (_unshard: all-gather the FlatParameter)
 static void window_open(Zero *z, int u) {
     if (z->stage != ZERO_PARAMS) return;
-    double t = time_now();
+    double t = time_now(), tt = trace_begin("all-gather unit");  // on the timeline (--trace) inside the unit's span
     // BEGIN SOLUTION
     Model *m = z->units[u];
     model_materialize(m, MODEL_PARAMS);
     shard_allgather(z->pg, &z->layout[u], z->param_shard[u], m->params, unit_scratch(z, u));
     // END SOLUTION
+    trace_endf(tt, TRACE_COMM, "all-gather unit %d", u);
     z->comm_seconds += time_now() - t;
 }
 
@@ -350,6 +352,7 @@ static void window_close(Zero *z, int u) {
 //   model_release after); copy its output into z->boundary[u] first and return that instead.
 static const float *unit_forward(Zero *z, int u, const float *x, int n, bool train) {
     Model *m = z->units[u];
+    double t = trace_begin("forward unit");
     window_open(z, u);
     // BEGIN SOLUTION
     if (z->recompute) model_materialize(m, MODEL_ACTS);
@@ -363,6 +366,7 @@ static const float *unit_forward(Zero *z, int u, const float *x, int n, bool tra
     }
     // END SOLUTION
     window_close(z, u);
+    trace_endf(t, TRACE_COMPUTE, "forward unit %d", u);
     return out;
 }
 
@@ -376,6 +380,7 @@ static void reduce_grads(Zero *z, int u) {
     if (z->stage <= ZERO_OPTIM) {
         pg_allreduce_avg(z->pg, m->grads, m->n_params);
     } else {
+        trace_name_next("reduce-scatter unit %d", u);  // the name of its span on the timeline (--trace)
         // BEGIN SOLUTION
         z->grad_work[u] = shard_reduce_scatter_start(z->pg, &z->layout[u], m->grads, z->grad_shard[u],
                                                      unit_scratch(z, u));
@@ -413,6 +418,7 @@ static void reduce_grads_finish(Zero *z, int u) {
 static void unit_backward(Zero *z, int u, const float *dout, int n) {
     Model *m = z->units[u];
     const float *x = z->input_of[u];
+    double t = trace_begin("backward unit");
     window_open(z, u);
     model_materialize(m, MODEL_GRADS);  // zeroed; a no-op when the stage keeps the full gradient
     // BEGIN SOLUTION
@@ -425,6 +431,7 @@ static void unit_backward(Zero *z, int u, const float *dout, int n) {
     // END SOLUTION
     model_backward(m, x, dout, n);
     window_close(z, u);
+    trace_endf(t, TRACE_COMPUTE, "backward unit %d", u);
     reduce_grads(z, u);
     if (!z->overlap) reduce_grads_finish(z, u);
 }
