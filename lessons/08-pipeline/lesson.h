@@ -177,9 +177,10 @@ typedef struct {
     int peak_inflight;                // most micro-batches forward-done and not yet backward, at once
 } PipePlan;
 
-// TODO 5a: the place of `rank` in a world of `world` ranks cut into `stages` stages: the ranks of one replica's
-// pipe are CONSECUTIVE (rank = replica * stages + stage), so neighbouring stages are neighbouring ranks (on one
-// node, where messages are cheap). False when world is not a multiple of stages.
+// TODO 5a: the place of `rank` in a world of `world` ranks cut into `stages` stages, in the order you chose
+// (README section 14): pipe inside (rank = replica * stages + stage: one replica's stages on consecutive ranks)
+// or data inside (rank = stage * replicas + replica: one stage's copies on consecutive ranks). False when world
+// is not a multiple of stages.
 bool pipe_grid(int rank, int world, int stages, PipeGrid *g);
 // TODO 5b: the two sub-groups of the grid (pg_split, collective over world): *same_stage, the ranks holding
 // g's stage (ranked by replica); *pipe, the ranks of g's replica (ranked by stage).

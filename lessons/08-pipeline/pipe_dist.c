@@ -14,9 +14,10 @@
 // ---------------------------------------------------------------- TODO 5: the grid
 
 bool pipe_grid(int rank, int world, int stages, PipeGrid *g) {
-    // TODO 5a: world = stages x replicas. Which stage and which replica is `rank`? The ranks of one replica's
-    // pipe are consecutive: a pipe sends a message per micro-batch and cut, the all-reduce of a stage's
-    // gradient happens once per step, so the pipe's neighbours should be the close ranks (one node).
+    // TODO 5a: world = stages x replicas. Which stage and which replica is `rank`? Consecutive ranks share a
+    // node (fast links): give them the axis that moves more bytes per step, the pipe's activations (grow with
+    // the batch) or a stage's gradient all-reduce (fixed by its parameters). README section 14: decide, then
+    // number the grid so; every rank must compute the same grid.
     (void)rank, (void)world, (void)stages, (void)g;
     return false;
 }
