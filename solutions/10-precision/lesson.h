@@ -127,8 +127,8 @@ void mixed_free(Mixed *mx);
 // take the step of W x K ranks whose batches are those micro-batches (BN's batch statistics per micro-batch, as
 // they are per rank). Returns this rank's metrics of b, as ddp_step does.
 Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_smoothing);
-// TODO 6: the learning rate for a global batch under --lr-rule: "fixed": base_lr; "linear": base_lr x
-// global_batch / ref_batch (ref_batch: the batch base_lr was tuned for).
+// TODO 6: the learning rate for a global batch under --lr-rule: "fixed": base_lr; "linear": the linear scaling
+// rule (README section 9), relative to ref_batch, the batch base_lr was tuned for.
 float lr_for_batch(const char *rule, float base_lr, int global_batch, int ref_batch);
 
 #ifdef __cplusplus

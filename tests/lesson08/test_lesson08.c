@@ -482,12 +482,16 @@ static int sched_check_list(ScheduleKind kind, int P, int M, int s, const PipeOp
     }
     int next_f = 0, next_b = 0, inflight = 0, peak = 0;
     for (int i = 0; i < n; i++) {
-        int want = ops[i].backward ? next_b : next_f;
-        if (ops[i].micro != want || (ops[i].backward && next_b >= next_f)) {
+        // A backward whose forward has not run yet: the op this place needs is that forward (F next_f), whatever
+        // micro-batch the backward names. Otherwise the next micro-batch of the op's own direction.
+        bool early = ops[i].backward && next_b >= next_f;
+        int want = early ? next_f : ops[i].backward ? next_b : next_f;
+        if (ops[i].micro != want || early) {
             print_error("%s, %d stage(s), %d micro-batch(es), stage %d, op %d: %c%d, expected %c%d%s\n",
                         schedule_name(kind), P, M, s, i, ops[i].backward ? 'B' : 'F', ops[i].micro,
-                        ops[i].backward ? 'B' : 'F', want,
-                        ops[i].backward && next_b >= next_f ? " (not before its forward)" : "");
+                        early || !ops[i].backward ? 'F' : 'B', want,
+                        early ? " (a backward before its forward: a micro-batch's forward comes first)"
+                              : " (each direction takes the micro-batches in order 0..M-1)");
             fail();
         }
         if (ops[i].backward) next_b++, inflight--;

@@ -137,7 +137,9 @@ static void classify(Mistakes *mk, uint32_t x, uint16_t want, uint16_t got, bool
     if (isnan(fx)) k = is_nan16(got, bf) ? MIS_NAN_SIGN : MIS_NAN;
     else if (is_nan16(want, bf)) k = MIS_OTHER;
     else if ((got ^ want) == 0x8000) k = MIS_SIGN;
-    else if (isinf(vw) && !isinf(vg) && fabs(vg) > 0 && signbit(vg) == signbit(vw) && !isinf(vx)) k = MIS_CLAMP;
+    // clamped: exactly the largest finite value of the right sign (another finite answer is another mistake)
+    else if (isinf(vw) && (got & 0x7FFFu) == (bf ? 0x7F7Fu : 0x7BFFu) && signbit(vg) == signbit(vw) && !isinf(vx))
+        k = MIS_CLAMP;
     else if (vg == 0 && fabs(vw) > (bf ? 0x1p-132 : 0x1p-23) && fabs(vw) < (bf ? 0x1p-126 : 0x1p-14)) k = MIS_FLUSH;
     else if (fabs(vx - vg) == fabs(vx - vw)) k = MIS_TIE_ODD;
     else if (fabs(vg) < fabs(vx) && fabs(vw) > fabs(vx)) k = MIS_TRUNC;
