@@ -78,9 +78,9 @@ bool pipe_cut_ok(const Model *m, int cut);
 void pipe_layer_costs(const Model *m, BalanceRule rule, const double *seconds, double *cost);
 
 // TODO 1b: cuts the layers into `stages` contiguous stages: first[0] = 0 < first[1] < ... < first[stages] =
-// n_layers, stage s = layers [first[s], first[s+1]), cuts only where pipe_cut_ok, every stage non-empty, and the
-// largest stage cost (sum of cost over its layers) as small as any such split can make it. False when no split
-// into `stages` exists (more stages than cut points allow).
+// n_layers, stage s = layers [first[s], first[s+1]), cuts only where pipe_cut_ok, every stage non-empty (the core),
+// and (the stretch goal) the largest stage cost (sum of cost over its layers) as small as any such split can make
+// it. False when no split into `stages` exists (more stages than cut points allow).
 bool pipe_balance(const Model *m, const double *cost, int stages, int *first);
 
 // Given: the stages of `first` (as pipe_balance fills it) on device d, their weights copied from table (which
@@ -200,7 +200,7 @@ int pipe_tag(bool backward, int micro);
 // names the micro-batch and the two stages.
 void pipe_dist_run_op(DistPipe *dp, PipeOp op, int batch, int M, float smoothing, Metrics *r);
 
-// TODO 7a: this stage's gradient averaged over the replicas that hold it (nothing to do with one replica).
+// Given: this stage's gradient averaged over the replicas that hold it (nothing to do with one replica).
 void pipe_dist_average_grads(DistPipe *dp);
 // TODO 7b: one step: the plan's ops in order (pipe_dist_run_op), the sends waited for, the gradients averaged,
 // one SGD step of this rank's stage. Returns the metrics of this rank's micro-batches: the replica's batch on
