@@ -6,7 +6,7 @@
 //   TODO 3  stage 2: the gradient is reduce-scattered into the shard while the unit before it runs its backward;
 //           the full gradient lives only from its backward to the end of its reduce-scatter
 //   TODO 4  stage 3: a unit's full parameters live only in a window around its forward and its backward
-//   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
+//   TODO 5  (stretch) recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
 //
 // The step (zero_step) runs the units (kit stage models, lesson 08's model_create_stage) one after the other:
 //
