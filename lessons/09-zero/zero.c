@@ -88,8 +88,8 @@ void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const floa
 
 // TODO 1c: every rank's shard (shard floats) -> full (n floats) on every rank, in rank order: the inverse of 1b.
 //   Decide: the kit's all-gather writes world equal blocks, padded floats, where full holds n; which of them are
-//   the buffer, and what must never reach the model (it would overwrite the next unit's floats, or run past the
-//   end)? The kit calls: the hints (README, `make grade HINTS=full`).
+//   the buffer, and what must never be written into full (it holds n floats, not padded)? The kit calls: the
+//   hints (README, `make grade HINTS=full`).
 // PyTorch: dist.all_gather_into_tensor(padded_full, shard); full = padded_full[:n]
 void shard_allgather(ProcessGroup *pg, const ShardLayout *l, const float *shard, float *full, float *scratch) {
     if (l->n == 0) return;
