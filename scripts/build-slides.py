@@ -9,7 +9,8 @@ pandoc + beamer + pdflatex build the PDF; the build then FAILS (and removes the 
   - the PDF's text (pdftotext, poppler-utils) shows Markdown that was not rendered: `**`, a backtick or `#`
     outside the deck's code (inside raw LaTeX such as `\\quad **TODO**` pandoc leaves Markdown as it is).
 It prints the deck's pages and words per page (the footer included), and names each page over WORDS_MAX words
-(a warning: move the prose to the deck's notes).
+(a warning: move the prose to the deck's notes). A deck whose YAML header sets `words-max: N` FAILS on a page of
+more than N words (the footer's dozen included): the rule for decks that keep their prose in the notes.
 """
 import json
 import os
@@ -104,6 +105,15 @@ def unrendered_markup(md, pages):
     return found
 
 
+def words_max(md):
+    """The deck's own limit of words per page (`words-max: N` in its YAML header), or None."""
+    with open(md, encoding="utf-8") as f:
+        text = f.read()
+    head = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    m = re.search(r"(?m)^words-max:\s*(\d+)\s*$", head.group(1)) if head else None
+    return int(m.group(1)) if m else None
+
+
 def main():
     if len(sys.argv) != 3:
         fail("usage: scripts/build-slides.py DECK.md OUT.pdf")
@@ -117,6 +127,10 @@ def main():
     problems = [f"page {page}: overfull {kind} by {pt:.1f}pt: {what}"
                 for pt, page, kind, what in overfull_boxes(log)]
     problems += [f"page {n}: unrendered Markdown: {line}" for n, line in unrendered_markup(md, pages)]
+    limit = words_max(md)
+    if limit is not None:
+        problems += [f"page {n}: {len(p.split())} words, over the deck's words-max of {limit} (footer included): "
+                     f"move prose to the notes" for n, p in enumerate(pages, 1) if len(p.split()) > limit]
     if problems:
         os.remove(pdf)
         for p in problems:

@@ -14,6 +14,8 @@ never from what the program prints nor from a file it could write. This file dec
 mean (a crash, a timeout or a missing verdict is a failure with its reason) and reports them. Points and hints
 come from tests/lessonNN/hints.tsv:
     test_name<TAB>points<TAB>hint shown when it fails[<TAB>timeout seconds]
+A test whose hint starts "TODO <n> (stretch" grades a stretch goal: the score table gives the core (what the
+lesson's time plan covers) and the stretch goals each out of their own total, besides the sum.
 See tests/GRADING.md. Python 3 standard library only.
 """
 import glob
@@ -369,10 +371,19 @@ def failure_text_of(lines):
     return rest[-1] if rest else ""
 
 
+STRETCH = re.compile(r"^TODO [^:(]*\(stretch")
+
+
+def is_stretch(hint):
+    """Whether a test (by its hints.tsv hint) grades a stretch goal rather than the lesson's core."""
+    return bool(STRETCH.match(hint or ""))
+
+
 def result(lesson, test, status, message, output="", seconds=0.0):
     name, points, hint, _ = test
     ran_on = RAN_ON_GPU if GPU_MARK in output else RAN_ON_CPU
-    return {"lesson": lesson.num, "lesson_name": lesson.name, "test": name, "max_score": points,
+    return {"lesson": lesson.num, "lesson_name": lesson.name, "test": name, "stretch": is_stretch(hint),
+            "max_score": points,
             "score": points if status == PASS else 0.0, "status": status, "message": message or "",
             "hint": pick_hint(lesson, name, hint, status, message), "output": output, "seconds": round(seconds, 3),
             "ran_on": ran_on}
@@ -694,6 +705,8 @@ def print_table(results, title, out=sys.stdout):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     print(f"{'TOTAL':<7}{'':<{width + 2}}{fmt_points(total) + '/' + fmt_points(most):>8}  ({summary})", file=out)
+    for line in core_stretch_lines(results):
+        print(line, file=out)
     unverified = not_verified(results)
     if unverified:
         print("Not verified on this machine (0 points here, graded where it can run):", file=out)
@@ -708,6 +721,21 @@ def not_verified(results):
         if r["status"] == SKIP:
             why = re.sub(r"^skipped:\s*", "", one_line(r["message"])) or "skipped"
             lines.append(f"lesson {r['lesson']} {r['test']}: {why}")
+    return lines
+
+
+def core_stretch_lines(results):
+    """Per lesson with stretch tests: the core's score out of the core's points, the stretch goals' apart."""
+    lines = []
+    for lesson in sorted({r["lesson"] for r in results}):
+        mine = [r for r in results if r["lesson"] == lesson]
+        stretch = [r for r in mine if r.get("stretch")]
+        if not stretch:
+            continue
+        core = [r for r in mine if not r.get("stretch")]
+        score = lambda rs: f"{fmt_points(sum(r['score'] for r in rs))}/{fmt_points(sum(r['max_score'] for r in rs))}"
+        lines.append(f"  lesson {lesson}: core {score(core)}, stretch goals {score(stretch)} (scored apart: the core is "
+                     f"what the lesson's time plan covers)")
     return lines
 
 
@@ -726,8 +754,10 @@ def gradescope_json(results, extra_output=""):
             parts.append(f"{label}:\n" + r["output"])
         tests.append({"name": f"lesson {r['lesson']}: {r['test']}", "score": r["score"],
                       "max_score": r["max_score"], "status": "passed" if r["status"] == PASS else "failed",
-                      "output": "\n".join(parts)})
-    return {"score": sum(r["score"] for r in results), "output": extra_output, "tests": tests}
+                      "tags": ["stretch" if r.get("stretch") else "core"], "output": "\n".join(parts)})
+    split = "\n".join(core_stretch_lines(results))
+    output = "\n".join(s for s in (extra_output, split) if s)
+    return {"score": sum(r["score"] for r in results), "output": output, "tests": tests}
 
 
 def junit_xml(results, suite_prefix=""):

@@ -22,9 +22,11 @@ void pipe_layer_costs(const Model *m, BalanceRule rule, const double *seconds, d
 }
 
 bool pipe_balance(const Model *m, const double *cost, int stages, int *first) {
-    // TODO 1b: the contiguous split into `stages` stages, cut only where pipe_cut_ok, whose most expensive
-    // stage is as cheap as possible. The layer count is small (at most MODEL_MAX_LAYERS): an exact method is
-    // affordable (README section 2 suggests one), a greedy "fill up to the average" is not exact.
+    // TODO 1b: the contiguous split into `stages` stages, cut only where pipe_cut_ok. Core: any valid split
+    // (every layer once, every stage non-empty; false when none exists). Why balance: the pipeline runs at its
+    // slowest stage's pace, so the stretch goal is the split whose most expensive stage is as cheap as possible;
+    // the layer count is small (at most MODEL_MAX_LAYERS), so an exact method is affordable (README section 2),
+    // where "fill up to the average" is not exact.
     (void)cost;
     if (stages < 1 || stages > m->n_layers) return false;
     for (int s = 0; s <= stages; s++) first[s] = 0;

@@ -15,9 +15,10 @@
 // ---------------------------------------------------------------- TODO 5: the grid
 
 bool pipe_grid(int rank, int world, int stages, PipeGrid *g) {
-    // TODO 5a: world = stages x replicas. Which stage and which replica is `rank`? The ranks of one replica's
-    // pipe are consecutive: a pipe sends a message per micro-batch and cut, the all-reduce of a stage's
-    // gradient happens once per step, so the pipe's neighbours should be the close ranks (one node).
+    // TODO 5a: world = stages x replicas. Which stage and which replica is `rank`? Consecutive ranks share a
+    // node (fast links): give them the axis that moves more bytes per step, the pipe's activations (grow with
+    // the batch) or a stage's gradient all-reduce (fixed by its parameters). README section 14: decide, then
+    // number the grid so; every rank must compute the same grid.
     (void)rank, (void)world, (void)stages, (void)g;
     return false;
 }
@@ -31,8 +32,9 @@ void pipe_dist_groups(ProcessGroup *world, const PipeGrid *g, ProcessGroup **sam
 }
 
 void pipe_dist_data_open(TrainData *td, const TrainOptions *o, const PipeGrid *g) {
-    // TODO 5c: lesson 03's sharding, by replica: the R replicas split the data like R DDP ranks; the P ranks of
-    // a pipe read the SAME shard (stage 0 needs the images, the last stage their labels).
+    // TODO 5c (stretch: needed only for several replicas, the 2 x 2 grid's runs): lesson 03's sharding, by
+    // replica. Why not by rank: the P ranks of a pipe must read the SAME images (stage 0 feeds them in, the last
+    // stage needs their labels).
     train_data_open(td, o, 0, 1, o->batch_size);
     (void)g;
 }
@@ -66,9 +68,10 @@ void pipe_dist_run_op(DistPipe *dp, PipeOp op, int batch, int M, float smoothing
 
 void pipe_dist_average_grads(DistPipe *dp) {
     Stage *st = &dp->local->stages[0];
-    // TODO 7a: lesson 03's all-reduce, but of THIS stage's gradient (st->grads, st->n_params floats) and among
-    // the ranks that hold this stage. (A stage without parameters has nothing to average.)
-    (void)st;
+    // Given (README section 14 walks through it): lesson 03's all-reduce, but of THIS stage's gradient and among
+    // the ranks that hold this stage, the group of TODO 5b. Over the world it would average other stages' tensors.
+    // (A stage without parameters has nothing to average.)
+    if (dp->grid.replicas > 1 && st->n_params > 0) pg_allreduce_avg(dp->same_stage, st->grads, st->n_params);
 }
 
 Metrics pipe_dist_step(DistPipe *dp, const Batch *b, const PipePlan *plan, const SgdConfig *opt, float smoothing) {

@@ -156,8 +156,12 @@ static void bench_steps(DistPipe *dp, TrainData *data, const TrainOptions *o, in
 
 static void print_grid(const DistPipe *dp, const Model *table, const int *first, const double *cost, const char *rule) {
     const PipeGrid *g = &dp->grid;
-    printf("pipeline: %d stage(s) x %d replica(s) on %d ranks (rank = replica * %d + stage), %d micro-batch(es), "
-           "%s schedule, cut by %s\n", g->stages, g->replicas, pg_world(dp->world), g->stages, dp->micro_batches,
+    PipeGrid next;  // where rank 1 sits tells the order pipe_grid chose (TODO 5a)
+    bool data_inside = g->replicas > 1 && g->stages > 1 && pipe_grid(1, pg_world(dp->world), g->stages, &next) &&
+                       next.replica == 1;
+    printf("pipeline: %d stage(s) x %d replica(s) on %d ranks (rank = %s), %d micro-batch(es), %s schedule, cut "
+           "by %s\n", g->stages, g->replicas, pg_world(dp->world),
+           data_inside ? "stage x replicas + replica" : "replica x stages + stage", dp->micro_batches,
            schedule_name(dp->schedule), rule);
     for (int s = 0; s < g->stages; s++) {
         size_t params = 0;

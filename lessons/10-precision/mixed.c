@@ -163,19 +163,20 @@ static void allreduce_master_grad(Mixed *mx) {
 
 // ---------------------------------------------------------------- the step (TODO 5)
 
-// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches of b->n / K samples.
-//   a. Each micro-batch k: micro_forward_backward with the gradient scale that makes the K of them add up to the
-//      gradient of the MEAN loss over b, multiplied by the loss scale (mx->scaler.scale). Then add the model's
-//      gradients into mx->master_grad in fp32 (the first one copied: the buffer holds the last step's). Why not
-//      let the model's gradients accumulate across micro-batches, as PyTorch's .grad does? Here they are 16-bit
-//      values: the sum would be rounded at every micro-batch.
-//   b. Unscale master_grad (x 1 / scale: exact for a power of two) and look for inf/NaN (count_nonfinite), then
-//      agree with the other ranks (TODO 3a).
-//   c. No inf: all-reduce master_grad (allreduce_master_grad, above), SGD on the master (master_sgd, above),
-//      round the master to mx->master_format if it is not fp32 (--master bf16: the failure this lesson shows),
-//      and copy it into the model (TODO 2c). An inf: skip all of c, on every rank: no all-reduce, no update.
-//   d. The scaler's update (TODO 3b).
-//   Then (given below) BN's running statistics from rank 0, as lesson 03's ddp_step, and the timing.
+// TODO 5: one optimizer step on this rank's batch b, in K = mx->accumulate micro-batches (micro_forward_backward,
+//   above, runs one). Goal: the step W x K ranks of lesson 03 would take on these micro-batches, made in fp32 on
+//   the master weights, from gradients that the loss scale kept out of fp16's underflow (README section 8 has
+//   the order of the parts). Decide before writing:
+//   - the gradient scale that makes the K micro-batch gradients add up to the gradient of the MEAN loss over b,
+//     with the loss scale on top (which the update must never see);
+//   - where the K gradients are summed, and in what precision (the model's gradients are 16-bit values, and each
+//     backward starts from zero);
+//   - what a step whose gradient holds an inf or NaN on ANY rank does on EVERY rank (TODO 3), and what it must
+//     leave untouched;
+//   - which all-reduce (--allreduce), what the update works on, and what the model's weights are afterwards
+//     (--master, TODO 2c).
+//   Then (given below) BN's running statistics from rank 0, as lesson 03's ddp_step, and the timing. The kit
+//   calls: the hints (README, `make grade HINTS=full`).
 //   Why the master at all: an update lr x g smaller than half the spacing of 16-bit numbers around a weight
 //   rounds back to the same weight: bf16 has 8 bits of mantissa, so w = 1 ignores every update below 2^-9.
 //   Summed over steps in fp32 those updates count; rounded each time they are lost.
@@ -205,11 +206,12 @@ Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_
 
 // ---------------------------------------------------------------- the learning rate of a large batch (TODO 6)
 
-// TODO 6: "fixed": base_lr whatever the batch. "linear": base_lr x global_batch / ref_batch, where ref_batch is
-//   the batch base_lr was tuned for. Why: one step of a batch k times larger averages k times as many
-//   gradients, so it takes ONE step where the small batch took k, each in about the same direction; the same
-//   distance needs k times the rate (Goyal et al. 2017, "ImageNet in 1 hour"), with a warmup (--warmup-epochs)
-//   while the early gradients still change fast.
+// TODO 6: the peak learning rate for a global batch under --lr-rule. "fixed": base_lr was tuned for some batch
+//   and stays as it is. "linear": base_lr was tuned for ref_batch; a batch k times larger takes ONE step where
+//   the small batch took k, each averaging gradients in about the same direction. What rate makes that one step
+//   cover the distance of the k small ones (README section 9 derives it: Goyal et al. 2017), and what must the
+//   arithmetic not lose for batches of thousands? An unknown rule keeps base_lr (the options parser refuses it
+//   first).
 // PyTorch: no built-in: lr = base_lr * global_batch / 256 (torchvision's reference scripts), then a
 //   LinearLR(start_factor=...) warmup.
 float lr_for_batch(const char *rule, float base_lr, int global_batch, int ref_batch) {

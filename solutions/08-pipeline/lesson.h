@@ -78,9 +78,9 @@ bool pipe_cut_ok(const Model *m, int cut);
 void pipe_layer_costs(const Model *m, BalanceRule rule, const double *seconds, double *cost);
 
 // TODO 1b: cuts the layers into `stages` contiguous stages: first[0] = 0 < first[1] < ... < first[stages] =
-// n_layers, stage s = layers [first[s], first[s+1]), cuts only where pipe_cut_ok, every stage non-empty, and the
-// largest stage cost (sum of cost over its layers) as small as any such split can make it. False when no split
-// into `stages` exists (more stages than cut points allow).
+// n_layers, stage s = layers [first[s], first[s+1]), cuts only where pipe_cut_ok, every stage non-empty (the core),
+// and (the stretch goal) the largest stage cost (sum of cost over its layers) as small as any such split can make
+// it. False when no split into `stages` exists (more stages than cut points allow).
 bool pipe_balance(const Model *m, const double *cost, int stages, int *first);
 
 // Given: the stages of `first` (as pipe_balance fills it) on device d, their weights copied from table (which
@@ -177,9 +177,10 @@ typedef struct {
     int peak_inflight;                // most micro-batches forward-done and not yet backward, at once
 } PipePlan;
 
-// TODO 5a: the place of `rank` in a world of `world` ranks cut into `stages` stages: the ranks of one replica's
-// pipe are CONSECUTIVE (rank = replica * stages + stage), so neighbouring stages are neighbouring ranks (on one
-// node, where messages are cheap). False when world is not a multiple of stages.
+// TODO 5a: the place of `rank` in a world of `world` ranks cut into `stages` stages, in the order you chose
+// (README section 14): pipe inside (rank = replica * stages + stage: one replica's stages on consecutive ranks)
+// or data inside (rank = stage * replicas + replica: one stage's copies on consecutive ranks). False when world
+// is not a multiple of stages.
 bool pipe_grid(int rank, int world, int stages, PipeGrid *g);
 // TODO 5b: the two sub-groups of the grid (pg_split, collective over world): *same_stage, the ranks holding
 // g's stage (ranked by replica); *pipe, the ranks of g's replica (ranked by stage).
@@ -199,7 +200,7 @@ int pipe_tag(bool backward, int micro);
 // names the micro-batch and the two stages.
 void pipe_dist_run_op(DistPipe *dp, PipeOp op, int batch, int M, float smoothing, Metrics *r);
 
-// TODO 7a: this stage's gradient averaged over the replicas that hold it (nothing to do with one replica).
+// Given: this stage's gradient averaged over the replicas that hold it (nothing to do with one replica).
 void pipe_dist_average_grads(DistPipe *dp);
 // TODO 7b: one step: the plan's ops in order (pipe_dist_run_op), the sends waited for, the gradients averaged,
 // one SGD step of this rank's stage. Returns the metrics of this rank's micro-batches: the replica's batch on

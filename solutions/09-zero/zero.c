@@ -6,7 +6,7 @@
 //   TODO 3  stage 2: the gradient is reduce-scattered into the shard while the unit before it runs its backward;
 //           the full gradient lives only from its backward to the end of its reduce-scatter
 //   TODO 4  stage 3: a unit's full parameters live only in a window around its forward and its backward
-//   TODO 5  recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
+//   TODO 5  (stretch) recomputation: a unit keeps only its output; backward runs its forward again first (5a-5c)
 //
 // The step (zero_step) runs the units (kit stage models, lesson 08's model_create_stage) one after the other:
 //
@@ -34,9 +34,9 @@
 
 // ---------------------------------------------------------------- shards of a flat buffer (TODO 1)
 
-// TODO 1a: the layout of n floats over `world` ranks: every shard the same size (NCCL's and MPI's reduce-scatter
-//   and all-gather take equal blocks), so shard = n / world rounded UP, and padded = world * shard. Where would
-//   the last n % world floats go with the division rounded down?
+// TODO 1a: the layout of n floats over `world` ranks. Goal: every float in exactly one shard, every shard the
+//   same size, the padding as small as it can be. Why equal: NCCL's and MPI's reduce-scatter and all-gather take
+//   equal blocks. Try your rule on n = 1586, w = 3 and n = 5, w = 7 (README section 4) before the tests do.
 // PyTorch: FSDP's FlatParameter pads its flat buffer to a multiple of the world size the same way.
 ShardLayout shard_layout(size_t n, int world) {
     CHECK(world > 0, "shard_layout: the world has at least one rank");
@@ -67,13 +67,12 @@ void shard_divide(Device d, float *x, size_t n, int world) {
 }
 
 // TODO 1b: this rank's shard of the average over the ranks of `full` (n floats on every rank), in two halves, so
-//   that the caller can compute while it travels (TODO 3).
-//   Start: pg_reduce_scatter_sum_start (kit/dist.h) sums block r of every rank's (world, shard) buffer into rank
-//   r's recv: it needs a buffer of `padded` floats, so when n < padded, copy full into scratch and zero its padding
-//   first (device_copy, device_memset_zero: the buffers are on the process group's device, pg_device). Return
-//   the work it gives: until its finish, the buffer it reads (full, or scratch) must stay as it is.
-//   Finish: wait for that work (pg_work_wait), then divide the shard by the world: shard_divide above does it with
-//   the all-reduce's rounding.
+//   that the caller can compute while it travels (TODO 3): the start puts the kit's reduce-scatter in flight and
+//   returns its work; the finish waits for it and makes the sum a mean. Decide: the kit's reduce-scatter reads
+//   world equal blocks (padded floats) where full has n, so what must the padding hold for the sums, and where
+//   does it live (full is const)? Why the 1/world once, at the end, with the all-reduce's rounding (lesson 03,
+//   section 4)? And what must stay untouched between the start and the finish? The kit calls: the hints
+//   (README, `make grade HINTS=full`).
 // PyTorch: dist.reduce_scatter_tensor(shard, padded_full, op=dist.ReduceOp.AVG, async_op=True), then work.wait()
 PgWork *shard_reduce_scatter_start(ProcessGroup *pg, const ShardLayout *l, const float *full, float *shard,
                                    float *scratch) {
@@ -107,9 +106,10 @@ void shard_reduce_scatter_avg(ProcessGroup *pg, const ShardLayout *l, const floa
     shard_reduce_scatter_finish(pg, l, shard_reduce_scatter_start(pg, l, full, shard, scratch), shard);
 }
 
-// TODO 1c: every rank's shard (shard floats) -> full (n floats) on every rank. pg_allgather (kit/dist.h) writes
-//   world * shard floats: straight into full when n == padded, else into scratch, of which the first n are
-//   copied into full (the padding dropped).
+// TODO 1c: every rank's shard (shard floats) -> full (n floats) on every rank, in rank order: the inverse of 1b.
+//   Decide: the kit's all-gather writes world equal blocks, padded floats, where full holds n; which of them are
+//   the buffer, and what must never be written into full (it holds n floats, not padded)? The kit calls: the
+//   hints (README, `make grade HINTS=full`).
 // PyTorch: dist.all_gather_into_tensor(padded_full, shard); full = padded_full[:n]
 void shard_allgather(ProcessGroup *pg, const ShardLayout *l, const float *shard, float *full, float *scratch) {
     if (l->n == 0) return;
@@ -438,11 +438,14 @@ static void unit_backward(Zero *z, int u, const float *dout, int n) {
 
 // ---------------------------------------------------------------- the update (TODO 2, 4)
 
-// TODO 2 (stages 1-2): SGD on THIS rank's shard of unit u, then every rank's updated shard all-gathered into the
-//   unit's params (TODO 1c). The shard is floats [rank * shard, rank * shard + shard_valid) of the unit's flat
-//   buffers: copy that slice of the params into z->shard_work (zero the rest: it is padding), update it with
-//   zero_sgd_shard (the gradient: that slice of m->grads when the unit holds the full gradient, else
-//   grad_shard[u]; the momentum: velocity_shard[u]), then all-gather.
+// TODO 2 (stages 1-2): the update of unit u when each rank keeps only its shard of the momentum
+//   (velocity_shard[u]). Goal: after it, every rank holds the same weights DDP's update gives, bit for bit
+//   (stage 1 is graded bitwise against lesson 03). Why it saves memory: a rank updates only the slice of the
+//   unit it owns, so it needs the momentum of that slice only; the other ranks' slices then reach it by the
+//   collective of TODO 1c. Decide: which floats of the unit's flat buffers are this rank's (TODO 1a's layout,
+//   and where the real floats end), where the gradient of that slice is at stage 1 and at stage 2, how the update
+//   knows which floats take weight decay (read zero_sgd_shard, given above), and why the all-gather cannot send
+//   from the buffer it receives into. The kit calls: the hints (README, `make grade HINTS=full`).
 // TODO 4c (stage 3): the shard is param_shard[u], the gradient grad_shard[u]: update it in place; nothing to
 //   gather (the next forward's window does).
 // PyTorch: ZeroRedundancyOptimizer.step() (its shard's update, then the broadcast of every rank's parameters)

@@ -1,6 +1,6 @@
 // allreduce_bf16.c: the gradient all-reduce with 16-bit messages. What you write is marked TODO:
 //
-//   TODO 4  allreduce_bf16_avg: a ring all-reduce whose messages are bf16, its sums in fp32
+//   TODO 4  (stretch) allreduce_bf16_avg: a ring all-reduce whose messages are bf16, its sums in fp32
 //
 // The gradient all-reduce moves 2 (W-1)/W x 4 bytes per parameter on every rank's link each step (a ring); in
 // bf16 half that. What it costs: every message is rounded to bf16 (8 significant bits: a relative error up to
@@ -71,7 +71,7 @@ static void ring_exchange(Ring *ring, size_t send_words, int to, size_t recv_wor
 
 // ---------------------------------------------------------------- the ring (TODO 4)
 
-// TODO 4: the average of buf (n floats in host memory) over the ranks, every message in bf16, every rank left
+// TODO 4 (stretch): the average of buf (n floats in host memory) over the ranks, every message in bf16, every rank left
 //   with the same values. Cut buf into W chunks (chunk_start) and run the two halves of a ring all-reduce;
 //   rank r sends to r + 1 and receives from r - 1 (mod W) at every step:
 //     reduce-scatter, W - 1 steps: at step s send your partial sum of chunk (r - s) mod W (bf16_pack rounds it:

@@ -122,12 +122,13 @@ struct Mixed {
 Mixed *mixed_create(ProcessGroup *pg, Model *m, const TrainOptions *o);
 void mixed_free(Mixed *mx);
 // TODO 5: one optimizer step over K = accumulate micro-batches of this rank's batch b (b->n / K samples each;
-// b->n divisible by K). Micro-batch k is samples [k b->n / K, (k + 1) b->n / K) of b: W ranks with K micro-batches
+// b->n divisible by K). Micro-batch k is every K-th sample of b from the k-th (k, k + K, k + 2K, ...: the samples
+// rank r + kW of a world K times larger would get, micro_forward_backward in mixed.c): W ranks with K micro-batches
 // take the step of W x K ranks whose batches are those micro-batches (BN's batch statistics per micro-batch, as
 // they are per rank). Returns this rank's metrics of b, as ddp_step does.
 Metrics mixed_step(Mixed *mx, const Batch *b, const SgdConfig *opt, float label_smoothing);
-// TODO 6: the learning rate for a global batch under --lr-rule: "fixed": base_lr; "linear": base_lr x
-// global_batch / ref_batch (ref_batch: the batch base_lr was tuned for).
+// TODO 6: the learning rate for a global batch under --lr-rule: "fixed": base_lr; "linear": the linear scaling
+// rule (README section 9), relative to ref_batch, the batch base_lr was tuned for.
 float lr_for_batch(const char *rule, float base_lr, int global_batch, int ref_batch);
 
 #ifdef __cplusplus

@@ -154,9 +154,12 @@ class TestEveryGradeCompilesWhatItGrades(unittest.TestCase):
         plant(lessons, "solutions")
         rc, log = run_grade("--lessons-dir", lessons)
         self.assertRegex(log, r"TOTAL\s+4/5", log)
+        # test_add_zero's hint says "TODO 2 (stretch)": the core and the stretch goals are scored apart too
+        self.assertIn("lesson 99: core 3/4, stretch goals 1/1", log)
         plant(lessons, "lessons", days_ago=30)
         rc, log = run_grade("--lessons-dir", lessons)
         self.assertRegex(log, r"TOTAL\s+0/5", log)
+        self.assertIn("lesson 99: core 0/4, stretch goals 0/1", log)
         plant(lessons, "solutions", days_ago=60)  # and back: older still than the starter's objects
         rc, log = run_grade("--lessons-dir", lessons)
         self.assertRegex(log, r"TOTAL\s+4/5", log)

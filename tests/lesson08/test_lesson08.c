@@ -333,6 +333,14 @@ static Compare pipe_vs_reference(const char *name, const int *first, int P, int 
     pipe_gather(p, after);
     Compare c = compare_arrays(g, one->grads, n);
     *move_err = move_error(after->params, one->params, before, n);
+    // One SGD step from the same weights with the pipe's OWN gradient: when the pipe's weights are that step, it
+    // updated once and its gradient is what is wrong (a backward over the wrong samples); when they are not, the
+    // weights moved more than once (a step per micro-batch: the later backwards then saw updated weights too).
+    Model *own = model_create(&cfg, DEVICE_CPU, 1, 42);
+    memcpy(own->grads, g, n * sizeof(float));
+    optim_step(own, &OPT);
+    double own_err = move_error(after->params, own->params, before, n);
+    model_free(own);
 
     char why[300] = "";
     // The loss: BATCH positive per-image losses of O(1), from the same forward but for rounding (a few 1e-6).
@@ -348,9 +356,12 @@ static Compare pipe_vs_reference(const char *name, const int *first, int P, int 
                  M > 1 && fabs(c.ratio - M) < 0.15 * M ? ": the loss scaled by 1/(micro-batch) instead of 1/(batch)?"
                  : M > 1 && c.ratio * M < 1.5 ? ": only one micro-batch's share (gradients zeroed per micro-batch?)"
                  : fabs(c.ratio) < 0.05 ? ": no gradient (backward not run, or not handed back across the cut)"
-                 : fabs(c.ratio - 1) < 0.15 ? ": close, not equal: weights updated before every micro-batch's "
-                                              "backward was done (one SGD step per stage, after ALL of them)?"
-                 : "");
+                 : !(own_err <= STEP_TOL) ? ": the weights moved more than one SGD step of this gradient: weights "
+                                            "updated before every micro-batch's backward was done (one SGD step per "
+                                            "stage, after ALL of them)?"
+                 : M > 1 ? ": one SGD step, but of a wrong gradient: a micro-batch's backward run over other samples "
+                           "than its forward (the off and n of ITS pipe_micro_range, and its view k)?"
+                         : "");
     else if (!(*move_err <= STEP_TOL))
         snprintf(why, sizeof why, "the gradient is right but the update moved the weights %.3g off (one SGD step "
                  "per stage, after ALL micro-batches, with opt->lr)", *move_err);
@@ -482,12 +493,16 @@ static int sched_check_list(ScheduleKind kind, int P, int M, int s, const PipeOp
     }
     int next_f = 0, next_b = 0, inflight = 0, peak = 0;
     for (int i = 0; i < n; i++) {
-        int want = ops[i].backward ? next_b : next_f;
-        if (ops[i].micro != want || (ops[i].backward && next_b >= next_f)) {
+        // A backward whose forward has not run yet: the op this place needs is that forward (F next_f), whatever
+        // micro-batch the backward names. Otherwise the next micro-batch of the op's own direction.
+        bool early = ops[i].backward && next_b >= next_f;
+        int want = early ? next_f : ops[i].backward ? next_b : next_f;
+        if (ops[i].micro != want || early) {
             print_error("%s, %d stage(s), %d micro-batch(es), stage %d, op %d: %c%d, expected %c%d%s\n",
                         schedule_name(kind), P, M, s, i, ops[i].backward ? 'B' : 'F', ops[i].micro,
-                        ops[i].backward ? 'B' : 'F', want,
-                        ops[i].backward && next_b >= next_f ? " (not before its forward)" : "");
+                        early || !ops[i].backward ? 'F' : 'B', want,
+                        early ? " (a backward before its forward: a micro-batch's forward comes first)"
+                              : " (each direction takes the micro-batches in order 0..M-1)");
             fail();
         }
         if (ops[i].backward) next_b++, inflight--;

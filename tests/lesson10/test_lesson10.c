@@ -2,7 +2,7 @@
 // allreduce_bf16.c and mixed.c: the number formats, the precision policy, dynamic loss scaling, the bf16 gradient
 // all-reduce and the mixed-precision step with gradient accumulation).
 //
-// Built with Open MPI and run on GRADE_NP = 2 ranks (solutions/10-precision/lesson.mk). Every rank runs the same
+// Built with Open MPI and run on GRADE_NP = 3 ranks (solutions/10-precision/lesson.mk). Every rank runs the same
 // test and reports its own verdict (tests/grading.h); a test passes only when it passes on every rank. The
 // multi-rank tests run again on a split of the grading world (each rank alone, or ranks [0, w-1) and the last
 // one), and tests/lesson10/run-tests.sh runs the whole autograder on 3 ranks too.
@@ -137,7 +137,9 @@ static void classify(Mistakes *mk, uint32_t x, uint16_t want, uint16_t got, bool
     if (isnan(fx)) k = is_nan16(got, bf) ? MIS_NAN_SIGN : MIS_NAN;
     else if (is_nan16(want, bf)) k = MIS_OTHER;
     else if ((got ^ want) == 0x8000) k = MIS_SIGN;
-    else if (isinf(vw) && !isinf(vg) && fabs(vg) > 0 && signbit(vg) == signbit(vw) && !isinf(vx)) k = MIS_CLAMP;
+    // clamped: exactly the largest finite value of the right sign (another finite answer is another mistake)
+    else if (isinf(vw) && (got & 0x7FFFu) == (bf ? 0x7F7Fu : 0x7BFFu) && signbit(vg) == signbit(vw) && !isinf(vx))
+        k = MIS_CLAMP;
     else if (vg == 0 && fabs(vw) > (bf ? 0x1p-132 : 0x1p-23) && fabs(vw) < (bf ? 0x1p-126 : 0x1p-14)) k = MIS_FLUSH;
     else if (fabs(vx - vg) == fabs(vx - vw)) k = MIS_TIE_ODD;
     else if (fabs(vg) < fabs(vx) && fabs(vw) > fabs(vx)) k = MIS_TRUNC;
@@ -320,11 +322,15 @@ static void fill_unrounded(float *x, size_t n, uint64_t seed) {
 }
 
 // Drives policy_round_hook on every layer of m at every point with a fresh buffer, against the rule: OUTPUT and
-// DOUT rounded for every layer when the format is low, DPARAMS only for conv and linear; fp32: nothing.
+// DOUT rounded for every layer when the format is low, DPARAMS only for conv and linear; fp32: nothing. The
+// rounded weight gradients are counted into mx->grad_stats (what the run reports as underflow): every 4th
+// weight gradient is scaled into fp16's underflow range (|x| < 2^-25 for the 1e-8 factor and |x| <= 2), so the
+// counts are not zero in fp16; they must equal the kit's round_lowp counts of the same buffers, and nothing else.
 static bool hook_ok(Model *m, LowpFormat f) {
     Mixed mx;
     memset(&mx, 0, sizeof mx);
     mx.model = m, mx.format = f, mx.master_format = LOWP_FP32, mx.wire = LOWP_FP32, mx.accumulate = 1;
+    LowpStats want_stats = {0, 0, 0};
     static const char *POINT[] = {"ROUND_OUTPUT", "ROUND_DOUT", "ROUND_DPARAMS"};
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *L = &m->layers[i];
@@ -334,10 +340,12 @@ static bool hook_ok(Model *m, LowpFormat f) {
             float *buf = at == ROUND_DPARAMS ? m->grads + L->param_offset : xmalloc(n * sizeof(float));
             float *want = xmalloc(n * sizeof(float)), *before = xmalloc(n * sizeof(float));
             fill_unrounded(buf, n, 100 + (uint64_t)i * 3 + (uint64_t)at);
+            if (at == ROUND_DPARAMS)
+                for (size_t j = 0; j < n; j += 4) buf[j] *= 1e-8f;
             memcpy(before, buf, n * sizeof(float));
             memcpy(want, buf, n * sizeof(float));
             bool rounds = f != LOWP_FP32 && (at != ROUND_DPARAMS || compute_low_kind(L->kind));
-            if (rounds) round_lowp(DEVICE_CPU, f, n, want, NULL);
+            if (rounds) round_lowp(DEVICE_CPU, f, n, want, at == ROUND_DPARAMS ? &want_stats : NULL);
             policy_round_hook(&mx, m, i, (RoundPoint)at, buf, n);
             bool same = memcmp(buf, want, n * sizeof(float)) == 0;
             if (!same) {
@@ -366,6 +374,20 @@ static bool hook_ok(Model *m, LowpFormat f) {
             free(want), free(before);
             if (!same) return false;
         }
+    }
+    const LowpStats *got = &mx.grad_stats;
+    if (got->nonzero != want_stats.nonzero || got->underflow != want_stats.underflow ||
+        got->overflow != want_stats.overflow) {
+        print_error("policy_round_hook(%s): mx->grad_stats counted %zu nonzero, %zu underflowed, %zu overflowed weight "
+                    "gradients; the conv and linear weight gradients it rounded hold %zu, %zu, %zu%s\n", lowp_name(f),
+                    got->nonzero, got->underflow, got->overflow, want_stats.nonzero, want_stats.underflow,
+                    want_stats.overflow,
+                    got->nonzero == 0 ? ": pass &mx->grad_stats to the ROUND_DPARAMS rounding (the run's report of fp16 "
+                                        "gradients lost to underflow is built from it)"
+                    : got->nonzero > want_stats.nonzero ? ": count only ROUND_DPARAMS of COMPUTE_LOW layers (activations "
+                                                          "and their gradients are not weight gradients)"
+                                                        : "");
+        return false;
     }
     return true;
 }
@@ -692,10 +714,21 @@ static void test_scaler_update(void **state) {
     // A static scale (--loss-scale N, or none) never changes, whatever the steps.
     LossScaler st = {.scale = 1024.0f, .growth_interval = 2, .good_steps = 0, .growth = 2.0f, .backoff = 0.5f,
                      .dynamic = false, .skipped = 0};
-    for (int i = 0; i < f.n; i++) scaler_update(&st, f.inf[i] != 0);
+    long long infs = 0;
+    for (int i = 0; i < f.n; i++) scaler_update(&st, f.inf[i] != 0), infs += f.inf[i] != 0;
     if (st.scale != 1024.0f) {
         print_error("scaler_update: a static scaler (dynamic = false, scale 1024) became %g: --loss-scale N and none "
                     "never change the scale (the step is still skipped on inf)\n", st.scale);
+        fail();
+    }
+    // Both count the steps they skipped: the run reports it (`N step(s) skipped so far`) and ends non-zero when a
+    // run skips every step; a static scale is where skips go on and on, so it must count them too.
+    if (s.skipped != infs || st.skipped != infs) {
+        print_error("scaler_update: %d steps of which %lld had an inf: the dynamic scaler counted %lld skipped, the "
+                    "static one %lld%s\n", f.n, infs, s.skipped, st.skipped,
+                    st.skipped != infs && s.skipped == infs
+                        ? ": a static scale (dynamic = false) still skips the step on inf: count it before returning"
+                        : ": every found_inf is a skipped step (s->skipped++), dynamic or not");
         fail();
     }
     print_message("scaler_update: %d steps equal to torch.amp.GradScaler's scales\n", f.n);
@@ -752,6 +785,42 @@ static double bf16_ring_bound(int w, double abs_sum) {
     return (pow(1.0 + 0x1p-8, w) * pow(1.0 + 0x1p-24, w + 1) - 1.0) * abs_sum / w;
 }
 
+// The exact value a ring of bf16 messages with float32 sums gives element i, for one order of the ranks along
+// the ring: the partial sum starts as the first rank's value; each hop sends it rounded to bf16 (one rounding) and
+// the next rank adds it to its OWN float32 value (one float32 rounding); the last rank divides by w (x / w, or
+// x * (1 / w): both are written) and rounds the mean to bf16 for the all-gather. Float32 arithmetic is IEEE: an
+// order gives one exact answer, so the check below needs no tolerance at all, only the set of orders a ring can
+// take (each start rank, either direction). Two wrong rings it tells apart, and the error bound above does not:
+//   - the partial sum rounded to bf16 where it is KEPT as well as where it is sent (an fp16/bf16 accumulator):
+//     every hop's rounding is then the same as the message's, except the last: bf16(bf16(S) / w) instead of
+//     bf16(S / w). With w = 2 or 4 the division is exact and the two are the same number: only an odd world
+//     (w = 3, the grade's) shows this double rounding, in about one element in ten;
+//   - every rank's own value rounded to bf16 before it is added (the whole gradient cast to bf16 first).
+// fill_rank makes any rank's values on every rank, so each rank computes the candidates by itself.
+typedef enum { RING_RIGHT, RING_KEEPS_BF16, RING_OWN_BF16 } RingVariant;
+
+static float bf16_round_f(float x) { return bf16_value(bf16_from_float(x)); }
+
+static float ring_value(const float *const *in, int w, size_t i, int start, int dir, bool reciprocal, RingVariant v) {
+    float p = v == RING_OWN_BF16 ? bf16_round_f(in[start][i]) : in[start][i];
+    for (int k = 1; k < w; k++) {
+        int q = ((start + dir * k) % w + w) % w;
+        float own = v == RING_OWN_BF16 ? bf16_round_f(in[q][i]) : in[q][i];
+        p = own + bf16_round_f(p);
+        if (v == RING_KEEPS_BF16) p = bf16_round_f(p);
+    }
+    return bf16_round_f(reciprocal ? p * (1.0f / (float)w) : p / (float)w);
+}
+
+// Whether got is what some ring order gives element i with variant v.
+static bool ring_matches(const float *const *in, int w, size_t i, float got, RingVariant v) {
+    for (int start = 0; start < w; start++)
+        for (int dir = -1; dir <= 1; dir += 2)
+            for (int rec = 0; rec < 2; rec++)
+                if (ring_value(in, w, i, start, dir, rec, v) == got) return true;
+    return false;
+}
+
 // Bytes a ring all-reduce of n floats in bf16 messages puts on the wire, summed over the ranks: each of the w
 // chunks is sent w - 1 times in the reduce-scatter and w - 1 times in the all-gather, 2 bytes a value: 4 (w-1) n,
 // half the fp32 ring's 8 (w-1) n. A message of an odd number of bf16 values travels in whole floats (the kit's
@@ -790,6 +859,29 @@ static bool allreduce_bf16_ok(ProcessGroup *pg, MPI_Comm comm, size_t n, uint64_
     }
     if (!why[0] && !isnan(x[n]))
         snprintf(why, len, "world %d, n %zu: rank %d wrote past the buffer's end", w, n, r);
+    // exact: the value of some ring order, element by element (ring_value; worlds of 3 and more: with 2 ranks a
+    // ring has one hop and the bound above says as much)
+    if (!why[0] && w >= 3) {
+        float **ins = xmalloc((size_t)w * sizeof *ins);
+        for (int q = 0; q < w; q++) ins[q] = xmalloc(n * sizeof(float)), fill_rank(ins[q], n, q, seed);
+        for (size_t i = 0; i < n && !why[0]; i++) {
+            const float *const *cin = (const float *const *)ins;
+            if (ring_matches(cin, w, i, x[i], RING_RIGHT)) continue;
+            bool keeps = ring_matches(cin, w, i, x[i], RING_KEEPS_BF16), own = ring_matches(cin, w, i, x[i], RING_OWN_BF16);
+            snprintf(why, len, "world %d, n %zu: rank %d's element %zu is %.9g; a ring of bf16 messages with float32 "
+                     "sums gives %.9g (within the bound, but not the ring's rounding)%s", w, n, r, i, x[i],
+                     ring_value(cin, w, i, 0, 1, false, RING_RIGHT),
+                     keeps ? ": the partial sum was rounded to bf16 where it is kept too, so the last sum is rounded "
+                             "twice (once before the division by w, once after): round only what goes on the wire, "
+                             "keep the sums in float32"
+                     : own ? ": each rank's own values were rounded to bf16 before they were added: only the "
+                             "messages are bf16, a rank adds what it receives to its float32 values"
+                           : ": each hop rounds the partial sum it sends once, the receiver adds it to its own "
+                             "float32 values, and the owner of the complete sum divides by w and rounds once");
+        }
+        for (int q = 0; q < w; q++) free(ins[q]);
+        free(ins);
+    }
     // identical on every rank: the test's own all-gather of everything
     if (!why[0] || true) {
         float *all = xmalloc((size_t)w * n * sizeof(float));

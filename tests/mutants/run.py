@@ -12,7 +12,11 @@ as a learner's lessons/ folder is graded (tests/grade.py --lessons-dir), and say
 Verdicts: CAUGHT (the score is below full marks: the failing tests and their messages are recorded), MISSED
 (full marks), STALE (a snippet no longer occurs exactly once in the solution: the list needs re-syncing),
 INVALID (the mutant does not compile: a broken entry, not a mistake a test could catch). The caught rate is
-CAUGHT / (CAUGHT + MISSED). The table is printed and written to tests/mutants/RESULTS.md (one section per lesson
+CAUGHT / (CAUGHT + MISSED). A name starting with `alt-` is not a mistake but another RIGHT answer (a choice the
+README leaves to the learner): it must get full marks, ACCEPTED, and an autograder that fails it, REJECTED,
+is wrong; alternatives are left out of the rate and a rejected one is counted in the section's heading. A name
+starting with `core-` is a solution that does the lesson's core only (a stretch goal left as the starter has it):
+every core test must pass, CORE-OK, and a core test that fails, CORE-FAILS, means the core needs the stretch. The table is printed and written to tests/mutants/RESULTS.md (one section per lesson
 and label, with the date, the commit and the command; sections of other lessons and labels are kept).
 
 List format (TAB-separated; '#' starts a comment line):
@@ -143,6 +147,17 @@ def judge(mutant, results, log_path):
         mutant.verdict, mutant.detail = "INVALID", f"the grader wrote no results (log: {log_path})"
         return
     failed = [t for t in results["tests"] if t["score"] < t["max_score"]]
+    if mutant.name.startswith("core-"):  # the core alone: only stretch tests may fail
+        core_failed = [t for t in failed if "stretch" not in t.get("tags", [])]
+        mutant.verdict = "CORE-FAILS" if core_failed else "CORE-OK"
+        for t in core_failed or failed:
+            mutant.caught_by.append((t["name"].split(": ", 1)[-1], first_line(t["output"])))
+        return
+    if mutant.name.startswith("alt-"):  # a right answer the grader must accept
+        mutant.verdict = "REJECTED" if failed else "ACCEPTED"
+        for t in failed:
+            mutant.caught_by.append((t["name"].split(": ", 1)[-1], first_line(t["output"])))
+        return
     if not failed:
         mutant.verdict = "MISSED"
         return
@@ -243,8 +258,10 @@ def section(lesson, label, mutants, stamp):
     pct = f"{100.0 * caught / judged:.0f} %" if judged else "n/a"
     stale = sum(m.verdict == "STALE" for m in mutants)
     invalid = sum(m.verdict == "INVALID" for m in mutants)
+    rejected = sum(m.verdict in ("REJECTED", "CORE-FAILS") for m in mutants)
     lines = [f"<!-- section {lesson} {label} -->", f"## lesson {lesson} ({label}): {caught}/{judged} caught = {pct}"
-             + (f", {stale} stale" if stale else "") + (f", {invalid} invalid" if invalid else ""), "",
+             + (f", {stale} stale" if stale else "") + (f", {invalid} invalid" if invalid else "")
+             + (f", {rejected} right alternative(s) rejected" if rejected else ""), "",
              stamp, "", "| mutant | classic mistake | verdict | caught by | message |", "|---|---|---|---|---|"]
     for m in mutants:
         if m.caught_by:
@@ -375,7 +392,11 @@ def main():
     if not args.no_write and not args.only:
         write_results(sections)
         print(f"mutants: wrote {os.path.relpath(RESULTS, ROOT)}")
-    return 0
+    rejected = [m for m in mutants if m.verdict in ("REJECTED", "CORE-FAILS")]
+    for m in rejected:
+        print(f"mutants: lesson {m.lesson} {m.name} is a right answer (or a right core) the autograder rejects: "
+              f"{m.caught_by}")
+    return 1 if rejected else 0
 
 
 if __name__ == "__main__":
