@@ -59,6 +59,20 @@ slides/%.pdf: slides/%.md $(wildcard slides/*.tex) scripts/build-slides.py
 slides: $(SLIDES_PDF)
 	@echo "make slides: $(words $(SLIDES_PDF)) deck(s): $(SLIDES_PDF)"
 
+# ---------------------------------------------------------------- documents against their one source
+# Every fact the documents repeat (the lessons and decks, from their folders; what ran on a GPU, from
+# bench/results-gpu-check.md; which earlier solution files a lesson runs on, from its lesson.mk) is checked
+# against that source (tools/check_docs.py says which places); then stale lines are planted in a copy, and each
+# must fail (the checker's own test). A second.
+.PHONY: check-docs
+TEST_TARGETS += check-docs
+HELP_TARGETS += check-docs
+check-docs:
+	@$(PYTHON) tools/check_docs.py
+	@mkdir -p $(BUILD); $(PYTHON) tools/check_docs.py --self-test >$(BUILD)/check-docs-self-test.txt 2>&1 || \
+	  { cat $(BUILD)/check-docs-self-test.txt; echo "check-docs: its self-test failed" >&2; exit 1; }
+	@tail -n 1 $(BUILD)/check-docs-self-test.txt
+
 # ---------------------------------------------------------------- plots
 METRICS ?= $(wildcard $(RUN_METRICS_DIR)/*.csv)
 plot:
