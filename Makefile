@@ -30,7 +30,7 @@ all: $(ALL_TARGETS)
 # Every test, in order, the build first and the documents next (a second); the first failure stops the run.
 # tools/run_suite.py prints the steps with their measured times (tests/suite-times.tsv) before it starts, and
 # "[i/n] target (about ...)" as it goes; what it measured this time lands in $(BUILD)/suite-times.tsv.
-SUITE = @$(PYTHON) tools/run_suite.py --make "$(MAKE)" --times tests/suite-times.tsv
+SUITE = @$(PYTHON) tools/run_suite.py --make "$(MAKE)" --times tests/suite-times.tsv --parallel all
 test:
 	$(SUITE) --record $(BUILD)/suite-times.tsv --name "make test" all check-docs $(filter-out check-docs,$(TEST_TARGETS))
 

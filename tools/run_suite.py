@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--make", default="make")
     ap.add_argument("--times", type=pathlib.Path)
     ap.add_argument("--record", type=pathlib.Path)
+    ap.add_argument("--parallel", action="append", default=[], metavar="TARGET",
+                    help="run this target with -j<cores> (the build) when make itself had no -j")
     ap.add_argument("targets", nargs="+")
     args = ap.parse_args()
     times, notes = read_times(args.times)
@@ -60,7 +62,11 @@ def main():
     for i, t in enumerate(args.targets, 1):
         print(f"[{i}/{n}] {t} ({about(times.get(t))})", flush=True)
         t0 = time.monotonic()
-        rc = subprocess.call([args.make, "--no-print-directory", t])
+        cmd = [args.make, "--no-print-directory", t]
+        flags = os.environ.get("MAKEFLAGS", "")
+        if t in args.parallel and "-j" not in flags and "--jobserver" not in flags:
+            cmd.append(f"-j{os.cpu_count()}")  # the build on every core, unless make was given its own -j
+        rc = subprocess.call(cmd, close_fds=False)  # close_fds: make's jobserver is open file descriptors
         sec = time.monotonic() - t0
         measured.append((t, sec))
         if args.record:
