@@ -332,10 +332,10 @@ gpu-bundle:
 	@scripts/gpu-bundle.sh
 
 # ---------------------------------------------------------------- mutation testing of the autograder (not part of make test)
-# make mutants [LESSON=NN] [JOBS=n] [LABEL=name]: each planted classic mistake (tests/mutants/lessonNN.tsv) graded
-# by tests/grade.py; which test caught it -> tests/mutants/RESULTS.md (tests/mutants/run.py --help)
+# make mutants [LESSON=NN] [JOBS=n] [LABEL=name]: each planted classic mistake (tests/machinery/mutants/lessonNN.tsv) graded
+# by tests/grade.py; which test caught it -> tests/machinery/mutants/RESULTS.md (tests/machinery/mutants/run.py --help)
 .PHONY: mutants
 HELP_TARGETS += mutants
 mutants: $(KIT_LIB)
-	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
+	@$(PYTHON) tests/machinery/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
 	  --jobs $(or $(JOBS),1) $(if $(LABEL),--label $(LABEL))

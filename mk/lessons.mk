@@ -301,13 +301,13 @@ endef
 $(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))
 
 # ---- grader self-tests: tests/grade.py against hostile and broken submissions, on a
-# minimal fake lesson (tests/grader/), and two checks on the kit itself (lesson 01: a restored starter is
+# minimal fake lesson (tests/machinery/grader/), and two checks on the kit itself (lesson 01: a restored starter is
 # rebuilt; a class run grades like make grade); about three minutes.
 .PHONY: test-grader
 TEST_TARGETS += test-grader
 HELP_TARGETS += test-grader
 test-grader:
-	@GRADER_KIT_BUILD=$(BUILD) $(PYTHON) tests/grader/test_grader.py
+	@GRADER_KIT_BUILD=$(BUILD) $(PYTHON) tests/machinery/grader/test_grader.py
 
 # ---- README examples of `make grade`: each lesson README's example of the starter's score table
 # (after its <!-- grade-excerpt --> line) must be what the starter prints; read from grade-starters' output.
