@@ -47,6 +47,9 @@ def main():
     ap.add_argument("targets", nargs="+")
     args = ap.parse_args()
     times, notes = read_times(args.times)
+    first = os.environ.get("MAKEFLAGS", "").split(" ")[0]
+    if "n" in first and not first.startswith("-"):  # make -n: the steps print their commands; nothing to time
+        args.record = None
     known = [times[t] for t in args.targets if t in times]
     unknown = [t for t in args.targets if t not in times]
     n = len(args.targets)
