@@ -12,6 +12,7 @@ Checked against them:
   INSTRUCTORS.md     the learning-path table (a row per lesson), the deck count ("ten decks")
   solutions/NN/README.md  the "**Built on**" paragraph: exactly the earlier solution files USES links in
   kit/README.md, tests/GRADING.md: ranges and deck counts as above
+  bench/README.md    the index: each row's files exist, its "last run" is its result file's newest date and machine
 
     tools/check_docs.py              check this checkout; one line per drift, exit 1 when any
     tools/check_docs.py --self-test  plant stale lines in a copy and show that each is caught
@@ -163,6 +164,47 @@ def check(root):
         elif sorted(want) != said:
             errors.append(f"{rel}: '**Built on**' names {', '.join(said) or 'nothing'}; USES in lesson.mk "
                           f"links in {', '.join(want) or 'nothing'}")
+    errors += check_bench_index(root)
+    return errors
+
+
+MACHINES = ("H200", "AMD EPYC", "Xeon", "2 cores", "16 cores")
+
+
+def check_bench_index(root):
+    """bench/README.md's index: each row's result files exist, its figure exists, and its 'last run' (date,
+    machine) is the newest date in its first result file and a machine that file names."""
+    errors = []
+    path = root / "bench/README.md"
+    if not path.exists():
+        return errors
+    rows = [l for l in (section(path.read_text(), "Index") or "").splitlines()
+            if l.startswith("| `") or l.startswith("| make")]
+    if not rows:
+        return ["bench/README.md: no '## Index' table"]
+    for line in rows:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5:
+            errors.append(f"bench/README.md: index row '{cells[0]}' has {len(cells)} cells, not 5")
+            continue
+        results = re.findall(r"`([^`]+)`", cells[2])
+        for f in results + re.findall(r"`(figures/[^`]+)`", cells[3]):
+            if not list((root / "bench").glob(f)):
+                errors.append(f"bench/README.md: index row {cells[0]}: bench/{f} does not exist")
+        if not results or not (root / "bench" / results[0]).exists():
+            continue
+        text = (root / "bench" / results[0]).read_text(errors="replace").replace("-core", " cores")
+        dates = sorted(re.findall(r"20\d\d-\d\d-\d\d", text))
+        said = re.match(r"(20\d\d-\d\d-\d\d|undated)", cells[4])
+        want = dates[-1] if dates else "undated"
+        if not said or said.group(1) != want:
+            errors.append(f"bench/README.md: index row {cells[0]} says '{cells[4]}', bench/{results[0]}'s newest "
+                          f"date is {want}")
+        for m in MACHINES:
+            if m in cells[4] and m not in text:
+                errors.append(f"bench/README.md: index row {cells[0]} names '{m}', bench/{results[0]} does not")
+        if not any(m in cells[4] for m in MACHINES):
+            errors.append(f"bench/README.md: index row {cells[0]}: 'last run' names no machine ({', '.join(MACHINES)})")
     return errors
 
 
@@ -171,6 +213,10 @@ def check(root):
 def copy_tree(src, dst):
     """What the check reads: the documents, the lesson folders' README + lesson.mk (+ empty .c files, for USES),
     deck and run-tests names (empty files), the GPU record."""
+    for f in list((src / "bench").glob("results-*")) + list((src / "bench/figures").glob("*")) + [src / "bench/README.md"]:
+        rel = f.relative_to(src)
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dst / rel)
     for rel in DOCS + (GPU_RECORD,):
         if (src / rel).exists():
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +282,9 @@ def plants(root):
     def uses_changes():
         edit(uses_lesson / "lesson.mk", lambda s: re.sub(r"^USES\s*:=.*$", "USES := 01-single-gpu", s, flags=re.M))
 
+    def stale_bench_row():
+        edit(root / "bench/README.md", lambda s: s.replace("| 2026-11-26, H200 |", "| 2026-11-20, H200 |", 1))
+
     def stale_ranks():
         edit(readme, lambda s: s + "\nlessons 03 and 04 start 2 ranks unless NP says otherwise.\n")
 
@@ -248,6 +297,7 @@ def plants(root):
         ("the GPU record changed, README not", gpu_record_changes, "GPU status"),
         (f"lesson {li.num(uses_lesson)}'s USES changed, its README not", uses_changes, "Built on"),
         ("a stale rank count", stale_ranks, "start 2 ranks"),
+        ("a bench index row with an old date", stale_bench_row, "newest date is"),
     ]
 
 
