@@ -62,7 +62,8 @@ try_link() {
 lesson_nums=$(cd "$root/solutions" 2>/dev/null && ls -d [0-9][0-9]-*/ 2>/dev/null | cut -c1-2)
 mpi_lessons=$(for n in $lesson_nums; do grep -qs '^NEEDS *:=.*\bmpi\b' "$root"/solutions/"$n"-*/lesson.mk && printf '%s ' "$n"; done)
 mpi_lessons=${mpi_lessons% }
-echo "check-setup: what this machine has for the workshop (lessons $(echo $lesson_nums | cut -d' ' -f1)-$(echo $lesson_nums | awk '{print $NF}'))"
+all_lessons="$(echo $lesson_nums | cut -d' ' -f1)-$(echo $lesson_nums | awk '{print $NF}')"
+echo "check-setup: what this machine has for the workshop (lessons $all_lessons)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -388,7 +389,7 @@ if [ $base = 1 ]; then
     say "NOT" "10 mixed precision: needs Open MPI (above)"
   fi
 else
-  say "NOT" "01-10: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
+  say "NOT" "$all_lessons: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
 
 if [ $n_missing -gt 0 ]; then
