@@ -36,7 +36,7 @@ import tempfile
 import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-HERE = os.path.join(ROOT, "tests", "mutants")
+HERE = os.path.join(ROOT, "tests", "machinery", "mutants")
 RESULTS = os.path.join(HERE, "RESULTS.md")
 MESSAGE_CHARS = 150
 
