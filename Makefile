@@ -2,6 +2,7 @@
 #
 #   make run                 install what is missing, build, get data, train lesson 01's solution
 #   make test                build everything and run every test (kit, autograder on solutions and starters)
+#   make test-quick          checking a setup: the kit's tests, the solutions' grades, one short run per lesson
 #   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/, HINTS=full: exact calls)
 #
 # Build switches: NO_CUDA=1 (CPU-only even when nvcc is found), SANITIZE=1 (ASan + UBSan, CPU-only),
@@ -20,13 +21,22 @@ include mk/extras.mk      # run, slides, plots, benchmarks
 include mk/suites.mk      # numeric suites under other OpenBLAS kernels; checkpoint reader, interchange, fuzzing, drill
 include mk/scaleout.mk    # scale-out: Slurm scripts + local Slurm, network-namespace hosts, scaling study, ring bench
 
-.PHONY: all help clean test
+# test-runs (mk/lessons.mk): each lesson's solution, one short run
+QUICK_TARGETS := all check-docs test-kit grade-solutions test-runs
+
+.PHONY: all help clean test test-quick
 all: $(ALL_TARGETS)
 
-# Every test, in order; each part stops the run on failure.
-test: all
-	@for t in $(TEST_TARGETS); do $(MAKE) --no-print-directory $$t || exit 1; done
-	@echo "make test: everything passed"
+# Every test, in order, the build first and the documents next (a second); the first failure stops the run.
+# tools/run_suite.py prints the steps with their measured times (tests/suite-times.tsv) before it starts, and
+# "[i/n] target (about ...)" as it goes; what it measured this time lands in $(BUILD)/suite-times.tsv.
+SUITE = @$(PYTHON) tools/run_suite.py --make "$(MAKE)" --times tests/suite-times.tsv --parallel all
+test:
+	$(SUITE) --record $(BUILD)/suite-times.tsv --name "make test" all check-docs $(filter-out check-docs,$(TEST_TARGETS))
+
+# For a newcomer checking a setup: under 5 minutes on 2 cores (README); `make test` is what CI runs.
+test-quick:
+	$(SUITE) --record $(BUILD)/suite-times-quick.tsv --name "make test-quick" $(QUICK_TARGETS)
 
 help:
 	@sed -n 's/^#   //p' Makefile

@@ -1,9 +1,11 @@
 // kit/cli.h: the command-line options every training program of the workshop shares.
 //
-// One parser for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
+// One option table for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
-// and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options, CLI_PIPE and CLI_ZERO for lessons 08 and 09's);
-// an option outside those groups is an error like any unknown option.
+// and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options, CLI_INFER for lesson 06's, CLI_RDZV for
+// lesson 07's rendezvous, CLI_PIPE, CLI_ZERO and CLI_PREC for lessons 08, 09 and 10's); an option outside
+// those groups is an error like any unknown option. One exception remains: lesson 10's train.c takes
+// --stop-at (counted in optimizer steps there) and --save-params out of argv itself before calling cli_parse.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
 //
 // Adding an option: a field below and a row of the option table in kit/cli.c (name, group, type, field,

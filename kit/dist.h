@@ -1,4 +1,4 @@
-// kit/dist.h: the process group (lessons 03-05): one process per rank, collectives over MPI or NCCL.
+// kit/dist.h: the process group (lesson 03 on): one process per rank, collectives over MPI or NCCL.
 // Gradient buckets, which overlap the all-reduce with backward, are in kit/buckets.h; the backend table and
 // the other decisions that need no MPI in kit/dist_plan.h (included here); the non-blocking all-reduce that only
 // the kit and its tests use in kit/dist_internal.h (the reduce-scatter in flight, below, shares its slots).

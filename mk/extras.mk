@@ -59,6 +59,20 @@ slides/%.pdf: slides/%.md $(wildcard slides/*.tex) scripts/build-slides.py
 slides: $(SLIDES_PDF)
 	@echo "make slides: $(words $(SLIDES_PDF)) deck(s): $(SLIDES_PDF)"
 
+# ---------------------------------------------------------------- documents against their one source
+# Every fact the documents repeat (the lessons and decks, from their folders; what ran on a GPU, from
+# bench/results-gpu-check.md; which earlier solution files a lesson runs on, from its lesson.mk) is checked
+# against that source (tools/check_docs.py says which places); then stale lines are planted in a copy, and each
+# must fail (the checker's own test). A second.
+.PHONY: check-docs
+TEST_TARGETS += check-docs
+HELP_TARGETS += check-docs
+check-docs:
+	@$(PYTHON) tools/check_docs.py
+	@mkdir -p $(BUILD); $(PYTHON) tools/check_docs.py --self-test >$(BUILD)/check-docs-self-test.txt 2>&1 || \
+	  { cat $(BUILD)/check-docs-self-test.txt; echo "check-docs: its self-test failed" >&2; exit 1; }
+	@tail -n 1 $(BUILD)/check-docs-self-test.txt
+
 # ---------------------------------------------------------------- plots
 METRICS ?= $(wildcard $(RUN_METRICS_DIR)/*.csv)
 plot:
@@ -320,12 +334,12 @@ gpu-bundle:
 	@scripts/gpu-bundle.sh
 
 # ---------------------------------------------------------------- mutation testing of the autograder (not part of make test)
-# make mutants [LESSON=NN] [JOBS=n] [LABEL=name]: each planted classic mistake (tests/mutants/lessonNN.tsv) graded
-# by tests/grade.py; which test caught it -> tests/mutants/RESULTS.md (tests/mutants/run.py --help)
+# make mutants [LESSON=NN] [JOBS=n] [LABEL=name]: each planted classic mistake (tests/machinery/mutants/lessonNN.tsv) graded
+# by tests/grade.py; which test caught it -> tests/machinery/mutants/RESULTS.md (tests/machinery/mutants/run.py --help)
 .PHONY: mutants
 HELP_TARGETS += mutants
 mutants: $(KIT_LIB)
-	@$(PYTHON) tests/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
+	@$(PYTHON) tests/machinery/mutants/run.py --build $(BUILD) --emu-build $(EMU_BUILD) $(if $(LESSON),--lesson $(LESSON)) \
 	  --jobs $(or $(JOBS),1) $(if $(LABEL),--label $(LABEL))
 
 # ---------------------------------------------------------------- timelines (--trace FILE, kit/TRACING.md)

@@ -42,6 +42,14 @@ $(LESSON06_DEMO_CKPT): | $(BUILD)/solutions/04-checkpoint/train
 	@echo "lesson-06: no --checkpoint in ARGS: training one with lesson 04's solution (2 ranks, a few seconds) -> $@"
 	scripts/launch.sh 2 $(BUILD)/solutions/04-checkpoint/train $(LESSON06_DEMO_TRAIN) --checkpoint $@
 
+# ---- make test-runs: lesson 06's short run evaluates a checkpoint that lesson 04's solution writes (as above).
+QUICK_RUN_CKPT := $(BUILD)/quick-runs/lesson06.ckpt
+QUICK_ARGS_06-inference = --model tiny-bn --width 8 --checkpoint $(abspath $(QUICK_RUN_CKPT))
+test-run-06: $(QUICK_RUN_CKPT)
+$(QUICK_RUN_CKPT): $(BUILD)/solutions/04-checkpoint/train
+	@mkdir -p $(@D) && rm -f $@
+	@scripts/launch.sh 2 $< $(LESSON06_DEMO_TRAIN) --checkpoint $@ >$@.log 2>&1 || { cat $@.log; exit 1; }
+
 # ---- the bench against PyTorch (bench/inference.sh; PyTorch is needed only there, never by the kit)
 .PHONY: bench-inference
 HELP_TARGETS += bench-inference
@@ -254,6 +262,28 @@ grade-solutions: $(KIT_LIB)
 grade-starters: $(KIT_LIB)
 	@set -o pipefail; $(GRADE_PY) --expect fail --make-arg STRICT=1 --lessons-dir lessons | tee $(BUILD)/grade-starters.txt
 
+# ---------------------------------------------------------------- one short run of each lesson's solution (make test-quick)
+# `make test-runs`: every lesson's solution program runs once as `make lesson-NN` would start it (DEFAULT_NP
+# ranks, the best device), on the synthetic set for one epoch, in $(BUILD)/quick-runs/NN/; it must exit 0 and
+# print its `final:` line once. A lesson that needs other options sets QUICK_ARGS_<folder name> (lesson 06, above).
+QUICK_ARGS := --dataset synthetic --model tiny --width 8 --epochs 1 --batch-size 64
+define lesson_quick_run
+.PHONY: test-run-$(2)
+test-run-$(2): $(BUILD)/solutions/$(1)/train
+	@mkdir -p $(BUILD)/quick-runs/$(2)
+	@cd $(BUILD)/quick-runs/$(2) && \
+	  $(if $(filter-out 0 1,$(DEFAULT_NP_$(1))),$(CURDIR)/scripts/launch.sh $(DEFAULT_NP_$(1)) )$(CURDIR)/$$< \
+	  $$(or $$(QUICK_ARGS_$(1)),$$(QUICK_ARGS)) >run.log 2>&1 || { cat run.log; echo "test-run-$(2): lesson $(1) failed" >&2; exit 1; }
+	@n=$$$$(grep -c '^final:' $(BUILD)/quick-runs/$(2)/run.log); [ "$$$$n" = 1 ] || \
+	  { cat $(BUILD)/quick-runs/$(2)/run.log; echo "test-run-$(2): $$$$n 'final:' lines, not 1" >&2; exit 1; }
+	@echo "test-run-$(2): $$$$(grep -m1 '^final:' $(BUILD)/quick-runs/$(2)/run.log | cut -c1-110)"
+endef
+$(foreach l,$(LESSONS_BUILDABLE),$(eval $(call lesson_quick_run,$(l),$(call lesson_num,$(l)))))
+.PHONY: test-runs
+HELP_TARGETS += test-runs test-quick
+test-runs: $(foreach l,$(LESSONS_BUILDABLE),test-run-$(call lesson_num,$(l)))
+	@echo "test-runs: $(words $^) lessons ran$(if $(LESSONS_SKIPPED), ($(LESSONS_SKIPPED) left out: see config:))"
+
 # ---------------------------------------------------------------- a lesson's extra checks (tests/lessonNN/run-tests.sh)
 lesson_extra = $(wildcard tests/lesson$(call lesson_num,$(1))/run-tests.sh)
 define lesson_extra_rule
@@ -271,13 +301,13 @@ endef
 $(foreach l,$(LESSON_NAMES),$(if $(call lesson_extra,$(l)),$(eval $(call lesson_extra_rule,$(l),$(call lesson_num,$(l))))))
 
 # ---- grader self-tests: tests/grade.py against hostile and broken submissions, on a
-# minimal fake lesson (tests/grader/), and two checks on the kit itself (lesson 01: a restored starter is
+# minimal fake lesson (tests/machinery/grader/), and two checks on the kit itself (lesson 01: a restored starter is
 # rebuilt; a class run grades like make grade); about three minutes.
 .PHONY: test-grader
 TEST_TARGETS += test-grader
 HELP_TARGETS += test-grader
 test-grader:
-	@GRADER_KIT_BUILD=$(BUILD) $(PYTHON) tests/grader/test_grader.py
+	@GRADER_KIT_BUILD=$(BUILD) $(PYTHON) tests/machinery/grader/test_grader.py
 
 # ---- README examples of `make grade`: each lesson README's example of the starter's score table
 # (after its <!-- grade-excerpt --> line) must be what the starter prints; read from grade-starters' output.

@@ -36,7 +36,7 @@ ddp-drift: $(DDP_DRIFT)
 #                           (tools/torch_models.py's resnet9) giving the kit's eval logits; the PyTorch part is
 #                           skipped, saying so, without torch; the whole target without numpy
 #   make fuzz               libFuzzer (clang, ASan + UBSan) over ckpt_decode and the dataset readers,
-#                           FUZZ_SECONDS each (default 60), corpus kept in tests/fuzz/corpus/
+#                           FUZZ_SECONDS each (default 60), corpus kept in tests/machinery/fuzz/corpus/
 #   make fuzz-smoke         the same for 5 s each (part of make test when clang's libFuzzer is installed)
 #   make bench-ckpt         save/load MB/s against a plain write + fsync of the same bytes, and the kill -9
 #                           drill (DRILL_TRIALS saves killed at random moments) -> bench/results-ckpt.md
@@ -82,7 +82,7 @@ $(FUZZ_BUILD)/kit/%.o: kit/%.c $(KIT_HEADERS)
 	$(say) FUZZCC $<
 	$(Q)$(FUZZ_CC) -I. $(OPENBLAS_CFLAGS) -std=c11 -D_GNU_SOURCE -fopenmp $(WARN) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+$(FUZZ_BUILD)/fuzz_%: tests/machinery/fuzz/fuzz_%.c $(FUZZ_OBJ)
 	$(say) FUZZLD $@
 	$(Q)$(FUZZ_CC) -I. -std=c11 -D_GNU_SOURCE $(WARN) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ -fopenmp $(OPENBLAS_LIBS) -lz -lm -lpthread
 
@@ -90,14 +90,14 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
 # them back minimised); prints executions and crashes. A crash leaves crash-* in build-fuzz/ and fails.
 define fuzz_run
 	@set -e; for t in ckpt data; do \
-	  work=$(FUZZ_BUILD)/corpus-$$t; rm -rf $$work; mkdir -p $$work; cp tests/fuzz/corpus/$$t/* $$work/ 2>/dev/null || true; \
+	  work=$(FUZZ_BUILD)/corpus-$$t; rm -rf $$work; mkdir -p $$work; cp tests/machinery/fuzz/corpus/$$t/* $$work/ 2>/dev/null || true; \
 	  echo "fuzz_$$t: $(1) s"; \
 	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t $$work -max_total_time=$(1) -max_len=65536 \
 	    -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- -print_final_stats=1 2>$(FUZZ_BUILD)/fuzz_$$t.log \
 	    || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; echo "fuzz_$$t: CRASH (input in $(FUZZ_BUILD)/crash-$$t-*)"; exit 1; }; \
 	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/fuzz_$$t.log); \
 	  echo "fuzz_$$t: $$execs executions, 0 crashes, corpus $$(ls $$work | wc -l) inputs"; \
-	  if [ "$(2)" = merge ]; then $(FUZZ_BUILD)/fuzz_$$t -merge=1 tests/fuzz/corpus/$$t $$work 2>/dev/null; fi; \
+	  if [ "$(2)" = merge ]; then $(FUZZ_BUILD)/fuzz_$$t -merge=1 tests/machinery/fuzz/corpus/$$t $$work 2>/dev/null; fi; \
 	done
 endef
 

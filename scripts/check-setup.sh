@@ -58,7 +58,12 @@ try_link() {
     "$cc" -x c - -o /dev/null "$@" >/dev/null 2>&1
 }
 
-echo "check-setup: what this machine has for the workshop (lessons 01-10)"
+# The lessons (first-last) and those that start ranks (NEEDS := mpi), read from the lesson folders.
+lesson_nums=$(cd "$root/solutions" 2>/dev/null && ls -d [0-9][0-9]-*/ 2>/dev/null | cut -c1-2)
+mpi_lessons=$(for n in $lesson_nums; do grep -qs '^NEEDS *:=.*\bmpi\b' "$root"/solutions/"$n"-*/lesson.mk && printf '%s ' "$n"; done)
+mpi_lessons=${mpi_lessons% }
+all_lessons="$(echo $lesson_nums | cut -d' ' -f1)-$(echo $lesson_nums | awk '{print $NF}')"
+echo "check-setup: what this machine has for the workshop (lessons $all_lessons)"
 echo "machine:"
 
 # ---------------------------------------------------------------- machine
@@ -159,7 +164,7 @@ if command -v mpicc >/dev/null 2>&1 &&
   mpicc_ok=1
 fi
 if ! command -v mpirun >/dev/null 2>&1 || [ $mpicc_ok = 0 ]; then
-  report MISSING "Open MPI" "$(command -v mpirun >/dev/null 2>&1 || echo "no mpirun")$( [ $mpicc_ok = 0 ] && echo " no mpi.h/libmpi (mpicc)"): lessons 03-07 cannot start ranks" \
+  report MISSING "Open MPI" "$(command -v mpirun >/dev/null 2>&1 || echo "no mpirun")$( [ $mpicc_ok = 0 ] && echo " no mpi.h/libmpi (mpicc)"): lessons ${mpi_lessons// /, } cannot start ranks" \
     "$(apt_fix openmpi-bin libopenmpi-dev)"
 else
   version=$(mpirun --version 2>/dev/null | head -n 1)
@@ -384,7 +389,7 @@ if [ $base = 1 ]; then
     say "NOT" "10 mixed precision: needs Open MPI (above)"
   fi
 else
-  say "NOT" "01-10: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
+  say "NOT" "$all_lessons: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi
 
 if [ $n_missing -gt 0 ]; then

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""How much each lesson's solution changes from the one before it: train.c + lesson.h, consecutive pairs.
+"""How much each lesson's solution changes from the lesson it builds on: train.c + lesson.h.
+
+A lesson builds on the latest earlier lesson whose whole solution it links in (USES in its lesson.mk: 04, 08, 09
+and 10 on 03; 05 and 07 on 04), else on the lesson before it (01 -> 02 -> 03, 05 -> 06): tools/lessoninfo.py.
 
 A lesson's diff should show its idea and nothing else. Added and removed lines are what `diff` counts. Of those,
 the RESTATED lines are the ones a reader meets that are not new: a line removed and added again elsewhere
@@ -8,7 +11,7 @@ or through a struct. They are the changes to look at when a diff is larger than 
 idea; lines that are new or gone altogether are the idea (or its removal).
 
     tools/lesson_diff.py              the table: + and - per pair, and the restated lines
-    tools/lesson_diff.py --show 02    the restated lines of the pair that ends at lesson 02 (01 -> 02)
+    tools/lesson_diff.py --show 08    the restated lines of the pair that ends at lesson 08 (03 -> 08)
     tools/lesson_diff.py --root DIR   the same for another checkout (before and after a change)
 """
 import argparse
@@ -18,13 +21,12 @@ import re
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import lessoninfo  # noqa: E402
+
+ROOT = lessoninfo.ROOT
 FILES = ("train.c", "lesson.h")
 SIMILAR = 0.6  # difflib ratio from which an added line about the same call counts as a removed line rewritten
-
-
-def lessons(root):
-    return sorted(p for p in (root / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d-", p.name))
 
 
 def changed_lines(a, b):
@@ -92,9 +94,12 @@ def main():
     ap.add_argument("--root", type=pathlib.Path, default=ROOT,
                     help="another checkout to measure (e.g. an earlier commit: git worktree add, git archive)")
     args = ap.parse_args()
-    dirs = lessons(args.root)
-    print(f"{'pair':<10} {'+':>5} {'-':>5} {'restated':>9}   ({' + '.join(FILES)})")
-    for a, b in zip(dirs, dirs[1:]):
+    dirs = lessoninfo.lesson_dirs(args.root)
+    print(f"{'pair':<10} {'+':>5} {'-':>5} {'restated':>9}   ({' + '.join(FILES)}; each lesson against the one it builds on)")
+    for b in dirs:
+        a = lessoninfo.base_lesson(args.root, b)
+        if a is None:
+            continue
         removed, added, pairs = pair_stats(a, b)
         if args.show and not b.name.startswith(args.show):
             continue

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Tests of the grading driver (tests/grade.py) against hostile and broken submissions.
 
-A minimal kit with one lesson (tests/grader/fake: lesson 99, `lesson_add`) is copied to a temporary folder
+A minimal kit with one lesson (tests/machinery/grader/fake: lesson 99, `lesson_add`) is copied to a temporary folder
 with the real tests/grade.py and tests/grading.h, then graded: its solution and starter (learner mode), and a
-class of submissions (tests/grader/attacks/<name>/add.c, instructor mode), each with one attack or mistake.
+class of submissions (tests/machinery/grader/attacks/<name>/add.c, instructor mode), each with one attack or mistake.
 Every attack must end with 0 points and a clear reason, the kit's files unchanged, no process left behind,
 and every other student graded. Run by `make test-grader` (part of `make test`); Python 3 standard library.
 """
@@ -20,7 +20,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.dirname(HERE)
+TESTS = os.path.dirname(os.path.dirname(HERE))  # tests/ (this file is in tests/machinery/grader/)
 sys.path.insert(0, TESTS)
 import grade  # noqa: E402  (the pure functions are tested directly)
 

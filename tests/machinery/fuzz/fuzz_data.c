@@ -1,4 +1,4 @@
-// tests/fuzz/fuzz_data.c: libFuzzer target over the dataset readers (kit/data.c).
+// tests/machinery/fuzz/fuzz_data.c: libFuzzer target over the dataset readers (kit/data.c).
 //
 // The first input byte picks the reader: CIFAR-10 (test_batch.bin), CIFAR-100 (test.bin) or Fashion-MNIST
 // (t10k-images-idx3-ubyte + t10k-labels-idx1-ubyte: the next two bytes give the images file's length, the

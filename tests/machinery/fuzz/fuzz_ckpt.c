@@ -1,4 +1,4 @@
-// tests/fuzz/fuzz_ckpt.c: libFuzzer target over the checkpoint reader (kit/ckpt.c).
+// tests/machinery/fuzz/fuzz_ckpt.c: libFuzzer target over the checkpoint reader (kit/ckpt.c).
 //
 // Any byte string goes through ckpt_decode; whatever it accepts then goes through ckpt_check_model against a
 // small model and, when that passes too, ckpt_apply and a read of every tensor. The reader must never crash,
@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static Model *m;
-    if (!m) {  // the model of the seed corpus (tests/fuzz/corpus/ckpt), built once
+    if (!m) {  // the model of the seed corpus (tests/machinery/fuzz/corpus/ckpt), built once
         ModelConfig cfg;
         model_config(&cfg, "tiny-bn", 2, 3, 8, 8, 10);
         m = model_create(&cfg, DEVICE_CPU, 1, 1);

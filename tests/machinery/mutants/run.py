@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Mutation testing of the autograder: does it catch the classic mistakes of each lesson?
 
-Each tests/mutants/lessonNN.tsv lists planted mistakes, written from the lesson's README, its TODO blocks and
+Each tests/machinery/mutants/lessonNN.tsv lists planted mistakes, written from the lesson's README, its TODO blocks and
 what learners of the PyTorch equivalent get wrong, independently of the tests. A mutant is the lesson's
 reference solution with one such mistake in it. This script grades every mutant with the real grader, exactly
 as a learner's lessons/ folder is graded (tests/grade.py --lessons-dir), and says which test caught it:
 
-    tests/mutants/run.py [--lesson NN]... [--only NAME]... [--jobs N] [--label LABEL] [--no-write]
+    tests/machinery/mutants/run.py [--lesson NN]... [--only NAME]... [--jobs N] [--label LABEL] [--no-write]
     make mutants [LESSON=NN] [JOBS=N]
 
 Verdicts: CAUGHT (the score is below full marks: the failing tests and their messages are recorded), MISSED
@@ -16,7 +16,7 @@ CAUGHT / (CAUGHT + MISSED). A name starting with `alt-` is not a mistake but ano
 README leaves to the learner): it must get full marks, ACCEPTED, and an autograder that fails it, REJECTED,
 is wrong; alternatives are left out of the rate and a rejected one is counted in the section's heading. A name
 starting with `core-` is a solution that does the lesson's core only (a stretch goal left as the starter has it):
-every core test must pass, CORE-OK, and a core test that fails, CORE-FAILS, means the core needs the stretch. The table is printed and written to tests/mutants/RESULTS.md (one section per lesson
+every core test must pass, CORE-OK, and a core test that fails, CORE-FAILS, means the core needs the stretch. The table is printed and written to tests/machinery/mutants/RESULTS.md (one section per lesson
 and label, with the date, the commit and the command; sections of other lessons and labels are kept).
 
 List format (TAB-separated; '#' starts a comment line):
@@ -39,8 +39,8 @@ import sys
 import tempfile
 import threading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HERE = os.path.join(ROOT, "tests", "mutants")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+HERE = os.path.join(ROOT, "tests", "machinery", "mutants")
 RESULTS = os.path.join(HERE, "RESULTS.md")
 MESSAGE_CHARS = 150
 
@@ -299,11 +299,11 @@ def write_results(new_sections):
     keep = [s for s in read_sections() if (s["lesson"], s["label"]) not in {(n["lesson"], n["label"]) for n in new_sections}]
     sections = sorted(keep + new_sections, key=lambda s: (s["lesson"], s["label"]))
     head = ["# Mutation testing of the autograder", "",
-            "Each lesson's solution with one classic mistake planted (tests/mutants/lessonNN.tsv, written from the",
+            "Each lesson's solution with one classic mistake planted (tests/machinery/mutants/lessonNN.tsv, written from the",
             "READMEs, the TODOs and PyTorch pitfalls, independently of the tests), graded by tests/grade.py as a",
             "learner's lessons/ folder. CAUGHT: below full marks. Rate = CAUGHT / (CAUGHT + MISSED); STALE (the",
             "solution changed under the list) and INVALID (does not compile) are left out. Regenerate:",
-            "`make mutants [LESSON=NN]` or `tests/mutants/run.py --lesson NN --label LABEL --jobs 2`.", "",
+            "`make mutants [LESSON=NN]` or `tests/machinery/mutants/run.py --lesson NN --label LABEL --jobs 2`.", "",
             "| lesson | label | caught | rate | stale | invalid |", "|---|---|---|---|---|---|"]
     for s in sections:
         pct = f"{100.0 * s['caught'] / s['judged']:.0f} %" if s["judged"] else "n/a"
@@ -364,7 +364,7 @@ def main():
     jobs = max(1, args.jobs)
     slots_dir = args.slots or f"{args.build}-mutants"
     emu = args.emu_build or None
-    command = "tests/mutants/run.py " + " ".join(sys.argv[1:])
+    command = "tests/machinery/mutants/run.py " + " ".join(sys.argv[1:])
     stamp = (f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; commit {commit_id()}; "
              f"command: `{command}`")  # as it was when the run started
     print(f"mutants: {len(mutants)} mutant(s) of lesson(s) {' '.join(lessons)}, {jobs} at a time", flush=True)
