@@ -2,7 +2,8 @@
 # tests/lesson04/outputs-tests.sh: invariant 13 on lesson 04's program (and on lessons 05 and 07, whose programs
 # are lesson 04's run_program_with: their outputs-tests.sh run this one on their own program). One class each:
 #   1. another run's work is never replaced: a fresh run (another --seed) onto another run's --checkpoint FILE,
-#      a --resume into a --checkpoint-dir that holds another run's checkpoints, a --checkpoint that is no
+#      a --resume (of a run stopped at step 10) into a --checkpoint-dir that holds another run's checkpoint of
+#      step 39, which the resumed run would write over at its epoch's end, a --checkpoint that is no
 #      checkpoint at all, --metrics onto a checkpoint: each refused, the files untouched; --overwrite replaces
 #      a file (and only when given);
 #   2. before the first step, agreed on every rank: the same refusal on 2 ranks, every rank out with no step;
@@ -27,6 +28,7 @@ run() {  # NP LOG ARGS...: the program on NP ranks; its exit status
 # ---- 1. another run's work
 run 1 "$work/a.log" --checkpoint "$work/a.ckpt" || { bad "the first run (--checkpoint) failed"; show "$work/a.log"; extras_end; }
 run 1 "$work/b.log" --seed 2 --checkpoint-dir "$work/b" || { bad "the run into --checkpoint-dir failed"; show "$work/b.log"; extras_end; }
+run 1 "$work/m.log" --epochs 2 --stop-at 10 --checkpoint "$work/mid.ckpt" || { bad "the run stopped at step 10 failed"; show "$work/m.log"; extras_end; }
 a=$(sum "$work/a.ckpt") b=$(sum "$work/b")
 run 1 "$work/c1.log" --seed 2 --checkpoint "$work/a.ckpt"
 refused_early "a fresh run (--seed 2) onto another run's --checkpoint" "$work/c1.log" $? "--checkpoint .*another run.*seed 1"
@@ -34,7 +36,7 @@ untouched "... that run's checkpoint" "$work/a.ckpt" "$a"
 run 1 "$work/c2.log" --checkpoint "$work/a.ckpt"
 refused_early "a fresh run with the same options onto --checkpoint" "$work/c2.log" $? "--checkpoint .*another run"
 grep -q -- "--resume .*continues" "$work/c2.log" && ok "... the refusal names --resume" || bad "... the refusal does not name --resume"
-run 1 "$work/c3.log" --resume "$work/a.ckpt" --checkpoint-dir "$work/b"
+run 1 "$work/c3.log" --epochs 2 --resume "$work/mid.ckpt" --checkpoint-dir "$work/b"  # it would save step 39 there
 refused_early "--resume into a --checkpoint-dir of another run" "$work/c3.log" $? "--checkpoint-dir .*another run"
 untouched "... that run's folder" "$work/b" "$b"
 echo "notes" >"$work/notes.txt"
