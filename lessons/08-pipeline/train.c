@@ -244,6 +244,14 @@ static int open_grid(void *ctx, DdpRun *r) {
 static Model *make_pipe(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     PipeRun *run = ctx;
     const TrainOptions *o = r->o;
+    // A micro-batch holds at least one image: more micro-batches than a replica's batch has images would run
+    // fewer than asked while the pipeline line, the bubble formula and the final line said M. Refused, on every
+    // rank alike (the same options, before the first step), with the largest M that runs as asked.
+    if (o->micro_batches > r->local_batch)
+        die("--micro-batches %d: a replica's batch has %d image(s) (--batch-size %d over %d replica(s)), and a "
+            "micro-batch holds at least one\n  HINT: --micro-batches %d (the most this batch allows), or a "
+            "--batch-size of at least %d", o->micro_batches, r->local_batch, o->batch_size,
+            o->batch_size / r->local_batch, r->local_batch, o->micro_batches * (o->batch_size / r->local_batch));
     // The same seed on every rank: the same initial weights, so the copies of a stage start equal.
     run->table = model_create(cfg, DEVICE_CPU, 1, o->seed);
     cut_model(r->pg, pg_device(r->pg), run->table, o, run->cost, run->first);
