@@ -48,5 +48,5 @@ else
   tail -n 8 "$work/w4.log" "$work/w1.log" | sed 's/^/   | /'
 fi
 # ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
-tests/lesson05/outputs-tests.sh "$@" || bad "outputs (tests/lesson05/outputs-tests.sh, above)"
+tests/lesson05/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson05/outputs-tests.sh, above)"
 extras_end

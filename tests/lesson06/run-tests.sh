@@ -143,5 +143,5 @@ elif ! python3 tests/lesson06/test_images.py "$probe"; then
   failed=1
 fi
 # ---- invariant 13: --confusion never replaces a checkpoint
-tests/lesson06/outputs-tests.sh "$@" || bad "outputs (tests/lesson06/outputs-tests.sh, above)"
+tests/lesson06/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson06/outputs-tests.sh, above)"
 extras_end

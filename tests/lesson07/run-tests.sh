@@ -166,5 +166,5 @@ else
 fi
 
 # ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
-tests/lesson07/outputs-tests.sh "$@" || bad "outputs (tests/lesson07/outputs-tests.sh, above)"
+tests/lesson07/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson07/outputs-tests.sh, above)"
 extras_end

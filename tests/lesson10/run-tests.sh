@@ -105,5 +105,5 @@ for opt in "--accumulate 3" "--precision fp8" "--master fp16" "--accumulate 0"; 
   else bad "$opt: exit $rc without a message naming ${o[0]}"; show "$log"; fi
 done
 # ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
-tests/lesson10/outputs-tests.sh "$@" || bad "outputs (tests/lesson10/outputs-tests.sh, above)"
+tests/lesson10/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson10/outputs-tests.sh, above)"
 extras_end
