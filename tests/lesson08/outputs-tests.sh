@@ -6,7 +6,8 @@
 #   2. before the first step, agreed on every rank: that refusal on 2 ranks (one stage each), one error line;
 #   3. the run says what it did: --micro-batches 8 with a batch of 4 is refused with the largest valid value (4)
 #      on one process and on 2 ranks (it ran 4 and printed 8); a lesson-04 checkpoint saved after an epoch's
-#      last batch is refused as that, not as "the middle of epoch 1".
+#      last batch is refused as that, not as "the middle of epoch 1"; a run that never recovers (--lr 100: a NaN
+#      loss) stops every rank and ends non-zero.
 #
 #   tests/lesson08/outputs-tests.sh TEST_BINARY TRAIN_BINARY [CKPT_COMPARE]
 set -u
@@ -49,6 +50,13 @@ for np in 1 2; do
   refused_early "$np rank(s), --micro-batches 8 with a batch of 4" "$work/mb$np.log" $? "--micro-batches 8.*4 image"
   grep -q -- "HINT: --micro-batches 4 " "$work/mb$np.log" && ok "... it names --micro-batches 4, the largest that runs" ||
     bad "... no --micro-batches 4 in the refusal"
+done
+for np in 1 2; do  # a run that never recovers (--lr 100: a NaN loss) ends non-zero, nothing saved over the last epoch
+  run "$np" "$work/n$np.log" --model tiny --width 16 --epochs 1 --lr 100 --checkpoint "$work/n$np.ckpt"
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q "error: the loss is NaN or Inf" "$work/n$np.log" && [ ! -e "$work/n$np.ckpt" ]; then
+    ok "$np rank(s), --lr 100: every rank stopped on the NaN, exit $rc"
+  else bad "$np rank(s), --lr 100: exit $rc, not stopped on the NaN"; show "$work/n$np.log"; fi
 done
 train04=$(dirname "$(dirname "$train")")/04-checkpoint/train
 if [ -x "$train04" ]; then
