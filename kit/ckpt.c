@@ -524,9 +524,10 @@ bool ckpt_same_run(const CkptState *st, const CkptState *id, char *why, size_t w
 }
 
 // What is in the existing checkpoint file `path` may be replaced? 0, or -1 with the reason and the way out.
-// folder: the --checkpoint-dir path holds `path` as its newest (NULL: path is the output file itself).
-static int check_owner_of(const char *flag, const char *path, const char *folder, const CkptOwner *me, char *err,
-                          size_t errlen) {
+// folder: the --checkpoint-dir path holds `path` as its newest (NULL: path is the output file itself); what: the
+// folder holds "checkpoints" or "sets".
+static int check_owner_of(const char *flag, const char *path, const char *folder, const char *what,
+                          const CkptOwner *me, char *err, size_t errlen) {
     Ckpt ck;
     char why[1024];
     if (ckpt_read(&ck, path, why, sizeof why) != 0) {
@@ -544,9 +545,9 @@ static int check_owner_of(const char *flag, const char *path, const char *folder
     if (same) snprintf(detail, sizeof detail, "step %lld, trained with these same options", st.step);
     else snprintf(detail, sizeof detail, "step %lld; its %s", st.step, why);
     if (folder)
-        return check_reason(err, errlen, "%s %s holds the checkpoints of another run (the newest: %s, %s): this run "
-                            "would mix its own with them, and prune them\n  HINT: %sgive another folder (or move "
-                            "those files away); --overwrite does not apply to a folder", flag, folder, path, detail,
+        return check_reason(err, errlen, "%s %s holds the %s of another run (the newest: %s, %s): this run would mix "
+                            "its own with them, and prune them\n  HINT: %sgive another folder (or move those files "
+                            "away); --overwrite does not apply to a folder", flag, folder, what, path, detail,
                             same && me->can_resume ? "--resume auto continues that run; " : "");
     char resume[1200] = "";
     if (me->can_resume)
@@ -573,24 +574,14 @@ int ckpt_check_file_owner(const char *flag, const char *path, CkptOutputKind kin
         return 0;
     }
     if (me->overwrite) return 0;
-    return check_owner_of(flag, path, NULL, me, err, errlen);
+    return check_owner_of(flag, path, NULL, NULL, me, err, errlen);
 }
 
 int ckpt_check_dir_owner(const char *flag, const char *dir, const char *newest, const char *what, const CkptOwner *me,
                          char *err, size_t errlen) {
     if (check_dir_writable(flag, dir, err, errlen) != 0) return -1;
     if (!newest) return 0;
-    if (check_owner_of(flag, newest, dir, me, err, errlen) == 0) return 0;
-    if (strcmp(what, "checkpoints") != 0) {  // the same words for a folder of sets
-        char tmp[2048];
-        snprintf(tmp, sizeof tmp, "%s", err);
-        char *at = strstr(tmp, "the checkpoints ");
-        if (at) {
-            *at = 0;
-            snprintf(err, errlen, "%sthe %s %s", tmp, what, at + strlen("the checkpoints "));
-        }
-    }
-    return -1;
+    return check_owner_of(flag, newest, dir, what, me, err, errlen);
 }
 
 // ---------------------------------------------------------------- names from a file, printed
