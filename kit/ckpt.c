@@ -484,20 +484,6 @@ int ckpt_check_output(const char *file, const char *dir, char *err, size_t errle
 
 // ---------------------------------------------------------------- whose file is it?
 
-void ckpt_identity(CkptState *id, const ModelConfig *cfg, const TrainOptions *o, const LrSchedule *sched) {
-    memset(id, 0, sizeof *id);
-    id->model = *cfg;
-    snprintf(id->dataset, sizeof id->dataset, "%s", o->dataset ? o->dataset : "");
-    id->global_batch = o->batch_size;
-    id->epochs = o->epochs;
-    id->seed = o->seed;
-    id->peak_lr = sched->peak_lr;
-    id->warmup_steps = sched->warmup_steps;
-    id->momentum = o->momentum;  // what train_sgd_config gives the optimizer and lesson 04's capture saves
-    id->weight_decay = o->weight_decay;
-    id->nesterov = o->nesterov;
-}
-
 bool ckpt_same_run(const CkptState *st, const CkptState *id, char *why, size_t whylen) {
     char a[CKPT_ESCAPED_LEN], b[CKPT_ESCAPED_LEN];
     const ModelConfig *m = &st->model, *n = &id->model;

@@ -23,9 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kit/cli.h"
 #include "kit/model.h"
-#include "kit/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,7 +109,8 @@ int ckpt_check_output(const char *file, const char *dir, char *err, size_t errle
 // a folder of checkpoints or of shard sets, a consolidated file, saved parameters) is checked by rank 0
 // before the first step with ckpt_check_file_owner / ckpt_check_dir_owner, and the verdict agreed on every
 // rank. Who wrote a checkpoint is in its header: the run's identity is what a resume must match (the model,
-// the dataset, the global batch, the epochs, the seed, the optimizer and the schedule's peak and warmup).
+// the dataset, the global batch, the epochs, the seed, the optimizer and the schedule's peak and warmup;
+// kit/train.h's train_identity makes it from a run's options).
 //
 //   what is at the path                        verdict
 //   nothing                                    ok (when a file can be created there)
@@ -122,9 +121,6 @@ int ckpt_check_output(const char *file, const char *dir, char *err, size_t errle
 // A folder is never given over with --overwrite: two runs' checkpoints in one folder would leave its newest
 // (what --resume auto loads) to chance; the message names --resume auto or another folder.
 
-// This run's identity as a checkpoint header records it (every other field 0): cfg is the model's, o the
-// options, sched the schedule the loop steps with (its peak is the learning rate after any scaling rule).
-void ckpt_identity(CkptState *id, const ModelConfig *cfg, const TrainOptions *o, const LrSchedule *sched);
 // Was st written by the run id names? true, or false with the first difference in why ("seed 2, this run 1").
 bool ckpt_same_run(const CkptState *st, const CkptState *id, char *why, size_t whylen);
 
@@ -135,7 +131,7 @@ typedef enum {
 
 // Who is asking: this run, and what the user allowed.
 typedef struct {
-    const CkptState *id;  // ckpt_identity of this run
+    const CkptState *id;  // this run (kit/train.h: train_identity)
     bool resuming;        // --resume given: a checkpoint of this same run may be replaced (it is continued)
     bool overwrite;       // --overwrite given: a file (not a folder) may be replaced whoever wrote it
     bool can_resume;      // the program has --resume for this output: the refusal names it as the way to continue

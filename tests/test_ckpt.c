@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "kit/ckpt.h"
+#include "kit/train.h"
 #include "kit/model.h"
 
 // The format's fixed sizes (kit/CHECKPOINT.md), restated here so a change of layout fails a test.
@@ -372,12 +373,12 @@ static void test_owner_of_outputs(void **state) {
     assert_non_null(f);
     fputs("a,b\n1,2\n", f);
     fclose(f);
-    // ckpt_identity of this run equals what it saves: ckpt_same_run says so, and names a difference.
+    // train_identity of this run equals what it saves: ckpt_same_run says so, and names a difference.
     TrainOptions o = {.dataset = "synthetic", .batch_size = 64, .epochs = 3, .seed = ours.seed, .momentum = 0.9f,
                       .weight_decay = 5e-4f, .nesterov = true};
     LrSchedule sched = {.peak_lr = 0.05f, .warmup_steps = 78, .total_steps = 234};
     CkptState id;
-    ckpt_identity(&id, &m->cfg, &o, &sched);
+    train_identity(&id, &m->cfg, &o, &sched);
     char why[256];
     assert_true(ckpt_same_run(&ours, &id, why, sizeof why));
     assert_false(ckpt_same_run(&theirs, &id, why, sizeof why));

@@ -123,7 +123,7 @@ static int check_outputs(DdpRun *r, const Checkpointer *ck) {
     if (r->is_main) {
         const TrainOptions *o = r->o;
         CkptState id;
-        ckpt_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
         CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
         char newest[1024], why[1024];
         int rc = 0;

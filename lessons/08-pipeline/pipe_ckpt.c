@@ -15,6 +15,7 @@
 #include "kit/check.h"
 #include "kit/ckpt.h"
 #include "kit/device.h"
+#include "kit/train.h"
 #include "lesson.h"
 #include "solutions/04-checkpoint/lesson.h"
 
@@ -132,7 +133,7 @@ static void check_options(PipeCkpt *c) {
     char err[2400] = "";
     if (pg_rank(c->world) == 0) {
         CkptState id;
-        ckpt_identity(&id, &c->table->cfg, o, &c->sched);
+        train_identity(&id, &c->table->cfg, o, &c->sched);
         CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
         char newest[1024], why[1024];
         if (o->save_every > 0 || o->stop_at > 0)

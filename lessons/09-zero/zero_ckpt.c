@@ -29,6 +29,7 @@
 #include "kit/check.h"
 #include "kit/ckpt.h"
 #include "kit/device.h"
+#include "kit/train.h"
 #include "kit/log.h"
 #include "zero_ckpt.h"
 
@@ -802,7 +803,7 @@ static int check_options(ZeroCkpt *c, DdpRun *r) {
     char err[2400] = "";
     if (r->is_main) {
         CkptState id;
-        ckpt_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
         CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
         char newest[2200];
         if (o->checkpoint)

@@ -291,7 +291,7 @@ static int check_outputs(DdpRun *r, const TrainOptions *o, const PrecOptions *po
     char err[2400] = "";
     if (r->is_main) {
         CkptState id;
-        ckpt_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
         CkptOwner me = {.id = &id, .overwrite = o->overwrite};  // no --resume here: a file is never continued
         if (po->save_params &&
             ckpt_check_file_owner("--save-params", po->save_params, CKPT_OUT_CHECKPOINT, &me, err, sizeof err) != 0) {
