@@ -443,36 +443,134 @@ static int probe_folder(const char *folder, const char *opt, const char *value, 
     return 0;
 }
 
-int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen) {
+// A folder for outputs of `flag`: created when missing (its parent must exist), and a file can be made in it.
+static int check_dir_writable(const char *flag, const char *dir, char *err, size_t errlen) {
     struct stat st;
-    if (dir) {
-        if (!*dir) return check_reason(err, errlen, "--checkpoint-dir is empty: name a folder");
-        if (stat(dir, &st) == 0) {
-            if (!S_ISDIR(st.st_mode))
-                return check_reason(err, errlen, "--checkpoint-dir '%s' is not a folder (a file of that name exists)", dir);
-        } else if (errno != ENOENT || mkdir(dir, 0755) != 0) {
-            int saved = errno;
-            char parent[4096];
-            dir_of(dir, parent, sizeof parent);
-            bool no_parent = stat(parent, &st) != 0 || !S_ISDIR(st.st_mode);
-            return check_reason(err, errlen, "--checkpoint-dir '%s': cannot create the folder: %s%s", dir,
-                                strerror(saved), no_parent ? " (its parent folder does not exist: create it first)" : "");
-        }
-        return probe_folder(dir, "--checkpoint-dir", dir, err, errlen);
+    if (!*dir) return check_reason(err, errlen, "%s is empty: name a folder", flag);
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return check_reason(err, errlen, "%s '%s' is not a folder (a file of that name exists)", flag, dir);
+    } else if (errno != ENOENT || mkdir(dir, 0755) != 0) {
+        int saved = errno;
+        char parent[4096];
+        dir_of(dir, parent, sizeof parent);
+        bool no_parent = stat(parent, &st) != 0 || !S_ISDIR(st.st_mode);
+        return check_reason(err, errlen, "%s '%s': cannot create the folder: %s%s", flag, dir, strerror(saved),
+                            no_parent ? " (its parent folder does not exist: create it first)" : "");
     }
-    if (file) {
-        if (!*file) return check_reason(err, errlen, "--checkpoint is empty: name a file");
-        if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
-            return check_reason(err, errlen, "--checkpoint '%s' is a folder: name a file (e.g. %s/run.ckpt), or use "
-                                "--checkpoint-dir", file, file);
-        char folder[4096];
-        dir_of(file, folder, sizeof folder);
-        if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
-            return check_reason(err, errlen, "--checkpoint '%s' cannot be written: its folder '%s' does not exist "
-                                "(create it first)", file, folder);
-        return probe_folder(folder, "--checkpoint", file, err, errlen);
-    }
+    return probe_folder(dir, flag, dir, err, errlen);
+}
+
+// A file `flag` writes: not a folder, in a folder that exists and takes a new file (a save writes PATH.tmp
+// there and renames it; a report is written in place, so an existing file must be writable too).
+static int check_file_writable(const char *flag, const char *file, char *err, size_t errlen) {
+    struct stat st;
+    if (!*file) return check_reason(err, errlen, "%s is empty: name a file", flag);
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode))
+        return check_reason(err, errlen, "%s '%s' is a folder: name a file (e.g. %s/run.ckpt)%s", flag, file, file,
+                            strcmp(flag, "--checkpoint") == 0 ? ", or use --checkpoint-dir" : "");
+    char folder[4096];
+    dir_of(file, folder, sizeof folder);
+    if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+        return check_reason(err, errlen, "%s '%s' cannot be written: its folder '%s' does not exist (create it "
+                            "first)", flag, file, folder);
+    if (access(file, F_OK) == 0 && access(file, W_OK) != 0)
+        return check_reason(err, errlen, "%s '%s' cannot be written: %s", flag, file, strerror(errno));
+    return probe_folder(folder, flag, file, err, errlen);
+}
+
+int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen) {
+    if (dir) return check_dir_writable("--checkpoint-dir", dir, err, errlen);
+    if (file) return check_file_writable("--checkpoint", file, err, errlen);
     return 0;
+}
+
+// ---------------------------------------------------------------- whose file is it?
+
+bool ckpt_same_run(const CkptState *st, const CkptState *id, char *why, size_t whylen) {
+    char a[CKPT_ESCAPED_LEN], b[CKPT_ESCAPED_LEN];
+    const ModelConfig *m = &st->model, *n = &id->model;
+    if (strncmp(m->name, n->name, sizeof m->name) != 0 || m->width != n->width || m->in_c != n->in_c ||
+        m->in_h != n->in_h || m->in_w != n->in_w || m->classes != n->classes)
+        return check_reason(why, whylen, "model %s width %d, this run %s width %d",
+                            ckpt_escape(m->name, a, sizeof a), m->width, n->name, n->width), false;
+    if (strncmp(st->dataset, id->dataset, sizeof st->dataset) != 0)
+        return check_reason(why, whylen, "dataset %s, this run %s", ckpt_escape(st->dataset, b, sizeof b),
+                            id->dataset), false;
+#define DIFFER(cond, fmt, x, y)                                                                                    \
+    if (cond) return check_reason(why, whylen, fmt, x, y), false
+    DIFFER(st->seed != id->seed, "seed %llu, this run %llu", (unsigned long long)st->seed, (unsigned long long)id->seed);
+    DIFFER(st->global_batch != id->global_batch, "batch size %d, this run %d", st->global_batch, id->global_batch);
+    DIFFER(st->epochs != id->epochs, "%d epochs, this run %d", st->epochs, id->epochs);
+    DIFFER(st->peak_lr != id->peak_lr, "lr %g, this run %g", (double)st->peak_lr, (double)id->peak_lr);
+    DIFFER(st->warmup_steps != id->warmup_steps, "%d warmup steps, this run %d", st->warmup_steps, id->warmup_steps);
+    DIFFER(st->momentum != id->momentum, "momentum %g, this run %g", (double)st->momentum, (double)id->momentum);
+    DIFFER(st->weight_decay != id->weight_decay, "weight decay %g, this run %g", (double)st->weight_decay,
+           (double)id->weight_decay);
+    DIFFER(st->nesterov != id->nesterov, "nesterov %d, this run %d", st->nesterov, id->nesterov);
+#undef DIFFER
+    return true;
+}
+
+// What is in the existing checkpoint file `path` may be replaced? 0, or -1 with the reason and the way out.
+// folder: the --checkpoint-dir path holds `path` as its newest (NULL: path is the output file itself); what: the
+// folder holds "checkpoints" or "sets".
+static int check_owner_of(const char *flag, const char *path, const char *folder, const char *what,
+                          const CkptOwner *me, char *err, size_t errlen) {
+    Ckpt ck;
+    char why[1024];
+    if (ckpt_read(&ck, path, why, sizeof why) != 0) {
+        if (folder)  // a folder's newest is chosen among VALID checkpoints: it cannot be unreadable here
+            return check_reason(err, errlen, "%s: cannot read %s: %s", flag, path, why);
+        return check_reason(err, errlen, "%s '%s' exists and is not a checkpoint of this kit (%s): this run would "
+                            "replace it\n  HINT: --overwrite replaces it; or name another file", flag, path, why);
+    }
+    const CkptState st = ck.state;
+    ckpt_free(&ck);
+    bool same = ckpt_same_run(&st, me->id, why, sizeof why);
+    if (same && me->resuming) return 0;  // the run it continues: its own file
+    // A fresh run is another run even with the same options: the file is the work of the run that wrote it.
+    char detail[1200];
+    if (same) snprintf(detail, sizeof detail, "step %lld, trained with these same options", st.step);
+    else snprintf(detail, sizeof detail, "step %lld; its %s", st.step, why);
+    if (folder)
+        return check_reason(err, errlen, "%s %s holds the %s of another run (the newest: %s, %s): this run would mix "
+                            "its own with them, and prune them\n  HINT: %sgive another folder (or move those files "
+                            "away); --overwrite does not apply to a folder", flag, folder, what, path, detail,
+                            same && me->can_resume ? "--resume auto continues that run; " : "");
+    char resume[1200] = "";
+    if (me->can_resume)
+        snprintf(resume, sizeof resume, "--resume %s%s continues that run; ", path, same ? "" : " (with its options)");
+    return check_reason(err, errlen, "%s '%s' holds a checkpoint of another run (%s): this %s would replace it\n"
+                        "  HINT: --overwrite replaces it; %sor name another file", flag, path, detail,
+                        me->resuming ? "run" : "fresh run", resume);
+}
+
+int ckpt_check_file_owner(const char *flag, const char *path, CkptOutputKind kind, const CkptOwner *me, char *err,
+                          size_t errlen) {
+    if (check_file_writable(flag, path, err, errlen) != 0) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;  // nothing there: nothing to lose
+    if (kind == CKPT_OUT_REPORT) {
+        // A report replaces (or appends to) a text file, never a checkpoint: a run's work is not a report.
+        char magic[8] = {0};
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(magic, 1, sizeof magic, f) : 0;
+        if (f) fclose(f);
+        if (n == sizeof magic && memcmp(magic, CKPT_MAGIC, sizeof magic) == 0 && !me->overwrite)
+            return check_reason(err, errlen, "%s '%s' is a checkpoint: this run would write its report over it\n"
+                                "  HINT: name another file (--overwrite replaces it)", flag, path);
+        return 0;
+    }
+    if (me->overwrite) return 0;
+    return check_owner_of(flag, path, NULL, NULL, me, err, errlen);
+}
+
+int ckpt_check_dir_owner(const char *flag, const char *dir, const char *newest, const char *what, const CkptOwner *me,
+                         char *err, size_t errlen) {
+    if (check_dir_writable(flag, dir, err, errlen) != 0) return -1;
+    if (!newest) return 0;
+    return check_owner_of(flag, newest, dir, what, me, err, errlen);
 }
 
 // ---------------------------------------------------------------- names from a file, printed

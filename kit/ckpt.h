@@ -103,6 +103,51 @@ int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, 
 // the folder, and removes it. Returns 0, or -1 with one line in err naming the option and the reason.
 int ckpt_check_output(const char *file, const char *dir, char *err, size_t errlen);
 
+// ---------------------------------------------------------------- whose file is it? (before the first step)
+//
+// A program never replaces another run's work. Every output a training program writes (a checkpoint file,
+// a folder of checkpoints or of shard sets, a consolidated file, saved parameters) is checked by rank 0
+// before the first step with ckpt_check_file_owner / ckpt_check_dir_owner, and the verdict agreed on every
+// rank. Who wrote a checkpoint is in its header: the run's identity is what a resume must match (the model,
+// the dataset, the global batch, the epochs, the seed, the optimizer and the schedule's peak and warmup;
+// kit/train.h's train_identity makes it from a run's options).
+//
+//   what is at the path                        verdict
+//   nothing                                    ok (when a file can be created there)
+//   a checkpoint of this run, under --resume   ok: the run continues and replaces its own file
+//   a checkpoint of this run, a fresh run      refused: --resume continues it, --overwrite starts over
+//   another run's checkpoint                   refused: --overwrite replaces it (a file only)
+//   a file that is no checkpoint of this kit   refused: --overwrite replaces it
+// A folder is never given over with --overwrite: two runs' checkpoints in one folder would leave its newest
+// (what --resume auto loads) to chance; the message names --resume auto or another folder.
+
+// Was st written by the run id names? true, or false with the first difference in why ("seed 2, this run 1").
+bool ckpt_same_run(const CkptState *st, const CkptState *id, char *why, size_t whylen);
+
+typedef enum {
+    CKPT_OUT_CHECKPOINT,  // the path gets a kit checkpoint (--checkpoint, --consolidate, --save-params)
+    CKPT_OUT_REPORT,      // a text report written or appended (--metrics, --confusion): anything but a checkpoint
+} CkptOutputKind;
+
+// Who is asking: this run, and what the user allowed.
+typedef struct {
+    const CkptState *id;  // this run (kit/train.h: train_identity)
+    bool resuming;        // --resume given: a checkpoint of this same run may be replaced (it is continued)
+    bool overwrite;       // --overwrite given: a file (not a folder) may be replaced whoever wrote it
+    bool can_resume;      // the program has --resume for this output: the refusal names it as the way to continue
+} CkptOwner;
+
+// The output FILE `path` of the option `flag` ("--checkpoint", "--consolidate", "--save-params", "--metrics"):
+// writable (its folder exists and takes a new file; not a folder itself), and replacing it loses nobody's work
+// (the table above). Returns 0, or -1 with one line (and a HINT line) in err naming flag and path.
+int ckpt_check_file_owner(const char *flag, const char *path, CkptOutputKind kind, const CkptOwner *me, char *err,
+                          size_t errlen);
+// The output FOLDER `dir` of `flag` (--checkpoint-dir): created when missing (its parent must exist), writable,
+// and `newest` (the newest valid checkpoint file in it, which says whose the folder is; NULL: none) this run's
+// under --resume. what: "checkpoints", "sets". Returns 0, or -1 with the reason in err.
+int ckpt_check_dir_owner(const char *flag, const char *dir, const char *newest, const char *what, const CkptOwner *me,
+                         char *err, size_t errlen);
+
 // ---------------------------------------------------------------- reading
 
 // Validates n bytes as a checkpoint file and fills *ck (pointing into buf, which must outlive it).

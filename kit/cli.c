@@ -96,6 +96,9 @@ static const CliOption OPTIONS[] = {
      "resume from FILE, or from the newest valid checkpoint of\n--checkpoint-dir (none there: start from step 0)"},
     {"stop-at", "STEP", CLI_CKPT, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
      "save and stop after global step STEP (0: never; to chain jobs)"},
+    {"overwrite", NULL, CLI_CKPT | CLI_PREC | CLI_INFER, OPT_FLAG, FIELD(overwrite), NULL, 0, 0, NULL,
+     "an output file (--checkpoint, --consolidate, --save-params,\n--confusion) may replace a file that is not this run's:\n"
+     "another run's checkpoint, or any other file (never a folder)"},
     // lesson 07: how ranks started without mpirun find each other (torch.distributed's init_method)
     {"init-method", "URL", CLI_RDZV, OPT_STRING, FIELD(init_method), "env", 0, 0, NULL,
      "without mpirun: env (tcp://MASTER_ADDR:MASTER_PORT), tcp://HOST:PORT\nor file:///SHARED/PATH"},

@@ -46,6 +46,7 @@ typedef struct {
     int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
     int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
+    bool overwrite;              // CLI_CKPT, CLI_PREC, CLI_INFER: an output file may replace another run's (ckpt.h)
     const char *init_method;     // CLI_RDZV (lesson 07): env (MASTER_ADDR/MASTER_PORT), tcp://HOST:PORT or file:///PATH
     // lesson 06 (inference) reads --checkpoint FILE too
     const char *image;           // CLI_INFER: predict this image file (PNG, or raw C*H*W bytes)

@@ -104,6 +104,20 @@ SgdConfig train_sgd_config(const TrainOptions *o) {
     return c;
 }
 
+void train_identity(CkptState *id, const ModelConfig *cfg, const TrainOptions *o, const LrSchedule *sched) {
+    memset(id, 0, sizeof *id);
+    id->model = *cfg;
+    snprintf(id->dataset, sizeof id->dataset, "%s", o->dataset ? o->dataset : "");
+    id->global_batch = o->batch_size;
+    id->epochs = o->epochs;
+    id->seed = o->seed;
+    id->peak_lr = sched->peak_lr;
+    id->warmup_steps = sched->warmup_steps;
+    id->momentum = o->momentum;  // what train_sgd_config gives the optimizer and lesson 04's capture saves
+    id->weight_decay = o->weight_decay;
+    id->nesterov = o->nesterov;
+}
+
 LrSchedule train_schedule(const TrainOptions *o, int steps_per_epoch) {
     LrSchedule s = {.peak_lr = o->lr, .warmup_steps = o->warmup_epochs * steps_per_epoch,
                     .total_steps = o->epochs * steps_per_epoch, .final_lr = 0.0f, .decay = DECAY_LINEAR};

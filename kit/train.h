@@ -16,6 +16,7 @@
 #ifndef KIT_TRAIN_H
 #define KIT_TRAIN_H
 
+#include "kit/ckpt.h"
 #include "kit/cli.h"
 #include "kit/data.h"
 #include "kit/log.h"
@@ -64,6 +65,9 @@ void train_data_close(TrainData *td);
 // returned SgdConfig.lr is 0 (no step moves the weights) until the loop sets it from the schedule.
 SgdConfig train_sgd_config(const TrainOptions *o);
 LrSchedule train_schedule(const TrainOptions *o, int steps_per_epoch);
+// This run's identity as a checkpoint header records it (kit/ckpt.h: what ckpt_same_run compares, every other
+// field 0): cfg is the model's, sched the schedule the loop steps with (its peak after any scaling rule).
+void train_identity(CkptState *id, const ModelConfig *cfg, const TrainOptions *o, const LrSchedule *sched);
 // Prints the dataset and the model's layer table.
 void train_print_setup(const TrainData *td, const Model *m);
 

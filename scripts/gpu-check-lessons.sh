@@ -90,6 +90,7 @@ infer() {
   local train04=$1 train06=$2 dir=$3 dev out ref got status=0
   local -a net=(--dataset synthetic --model tiny-bn --width 8)
   mkdir -p "$dir"
+  rm -f "$dir/l06.ckpt"  # a fresh run never replaces a checkpoint (invariant 13): this check's own, from a past run
   echo "== lesson 04 on the GPU (1 rank, NCCL) writes $dir/l06.ckpt"
   start mpi:1 "$train04" "${net[@]}" --epochs 1 --lr 0.03 --batch-size 64 --device cuda --backend nccl \
     --checkpoint "$dir/l06.ckpt" 2>&1

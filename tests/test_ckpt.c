@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "kit/ckpt.h"
+#include "kit/train.h"
 #include "kit/model.h"
 
 // The format's fixed sizes (kit/CHECKPOINT.md), restated here so a change of layout fails a test.
@@ -353,6 +354,77 @@ static void test_check_output(void **state) {
     }
 }
 
+// Invariant 13, the kit's one check: what is at an output path may be replaced only when it is nothing, this
+// run's own checkpoint under --resume, or anything with --overwrite (a file; never a folder). Every refusal
+// names the flag passed and the way out.
+static void test_owner_of_outputs(void **state) {
+    Model *m = filled_model(7);
+    CkptState ours = some_state(m, 40), theirs = ours, err_state;
+    theirs.seed = 99;  // another run: the same model, another seed
+    char mine[400], other[400], text[400], absent[400], dir[400], err[2048];
+    path_in_dir(mine, sizeof mine, "mine.ckpt");
+    path_in_dir(other, sizeof other, "other.ckpt");
+    path_in_dir(text, sizeof text, "notes.txt");
+    path_in_dir(absent, sizeof absent, "absent.ckpt");
+    path_in_dir(dir, sizeof dir, "runs");
+    assert_int_equal(ckpt_save(mine, m, &ours, err, sizeof err), 0);
+    assert_int_equal(ckpt_save(other, m, &theirs, err, sizeof err), 0);
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("a,b\n1,2\n", f);
+    fclose(f);
+    // train_identity of this run equals what it saves: ckpt_same_run says so, and names a difference.
+    TrainOptions o = {.dataset = "synthetic", .batch_size = 64, .epochs = 3, .seed = ours.seed, .momentum = 0.9f,
+                      .weight_decay = 5e-4f, .nesterov = true};
+    LrSchedule sched = {.peak_lr = 0.05f, .warmup_steps = 78, .total_steps = 234};
+    CkptState id;
+    train_identity(&id, &m->cfg, &o, &sched);
+    char why[256];
+    assert_true(ckpt_same_run(&ours, &id, why, sizeof why));
+    assert_false(ckpt_same_run(&theirs, &id, why, sizeof why));
+    assert_non_null(strstr(why, "seed 99"));
+    err_state = ours, err_state.model.width = 16;
+    assert_false(ckpt_same_run(&err_state, &id, why, sizeof why));
+    assert_non_null(strstr(why, "width 16"));
+
+    CkptOwner fresh = {.id = &id, .can_resume = true}, resuming = fresh, forced = fresh;
+    resuming.resuming = true, forced.overwrite = true;
+    const struct { const char *path; CkptOutputKind kind; const CkptOwner *me; const char *expect; } cases[] = {
+        {absent, CKPT_OUT_CHECKPOINT, &fresh, NULL},
+        {mine, CKPT_OUT_CHECKPOINT, &resuming, NULL},             // this run, continued
+        {mine, CKPT_OUT_CHECKPOINT, &fresh, "these same options"},  // a fresh run is another run
+        {other, CKPT_OUT_CHECKPOINT, &resuming, "seed 99"},
+        {other, CKPT_OUT_CHECKPOINT, &fresh, "--overwrite"},
+        {other, CKPT_OUT_CHECKPOINT, &forced, NULL},
+        {text, CKPT_OUT_CHECKPOINT, &fresh, "not a checkpoint of this kit"},
+        {text, CKPT_OUT_CHECKPOINT, &forced, NULL},
+        {text, CKPT_OUT_REPORT, &fresh, NULL},                     // a report replaces a report
+        {other, CKPT_OUT_REPORT, &resuming, "is a checkpoint"},    // never a run's work
+        {"/nonexistent-parent/x.ckpt", CKPT_OUT_CHECKPOINT, &forced, "--save-params '/nonexistent-parent"},
+        {g_dir, CKPT_OUT_CHECKPOINT, &forced, "is a folder"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err[0] = 0;
+        int rc = ckpt_check_file_owner("--save-params", cases[i].path, cases[i].kind, cases[i].me, err, sizeof err);
+        if (cases[i].expect ? rc != -1 || !strstr(err, cases[i].expect) || !strstr(err, "--save-params") : rc != 0)
+            fail_msg("case %zu (%s): expected %s%s, got %d '%s'", i, cases[i].path, cases[i].expect ? "an error saying " : "0",
+                     cases[i].expect ? cases[i].expect : "", rc, err);
+    }
+    // A folder: its newest checkpoint says whose it is; --overwrite never gives it over.
+    assert_int_equal(ckpt_check_dir_owner("--checkpoint-dir", dir, NULL, "checkpoints", &fresh, err, sizeof err), 0);
+    assert_int_equal(ckpt_check_dir_owner("--checkpoint-dir", dir, mine, "checkpoints", &resuming, err, sizeof err), 0);
+    assert_int_equal(ckpt_check_dir_owner("--checkpoint-dir", dir, mine, "checkpoints", &fresh, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--resume auto"));
+    assert_int_equal(ckpt_check_dir_owner("--checkpoint-dir", dir, other, "sets", &forced, err, sizeof err), -1);
+    assert_non_null(strstr(err, "holds the sets of another run"));
+    // Nothing was written by any check.
+    Ckpt ck;
+    assert_int_equal(ckpt_read(&ck, other, err, sizeof err), 0);
+    assert_true(ck.state.seed == 99);
+    ckpt_free(&ck);
+    model_free(m);
+}
+
 static void test_save_errors(void **state) {
     Model *m = filled_model(1);
     CkptState s = some_state(m, 1);
@@ -492,6 +564,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_from_the_file_are_escaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_of_outputs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_during_save_leaves_a_valid_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_skips_corrupt_and_prune, setup, teardown),

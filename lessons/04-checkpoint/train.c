@@ -116,20 +116,29 @@ static void model_built(void *ctx, ProcessGroup *pg, Model *m) {
 // ---------------------------------------------------------------- before the first step
 
 // Every path this run will write, checked by rank 0 before the first step (a save that fails after an hour of
-// training loses the hour), its verdict shared with every rank. A fresh run (no --resume) does not write over
-// the checkpoints of another run in --checkpoint-dir: a user who lost a week of training would not forgive it.
+// training loses the hour), its verdict shared with every rank. No output replaces another run's work: the
+// kit's one check (kit/ckpt.h, ckpt_check_file_owner) reads what is there and refuses a file or a folder of
+// another run, naming --overwrite (a file) and --resume. A user who lost a week of training would not forgive it.
 static int check_outputs(DdpRun *r, const Checkpointer *ck) {
-    char err[1200];
+    char err[2400];
     double bad = 0.0;
-    if (r->is_main && checkpointer_enabled(ck)) {
-        char newest[1024];
-        if (ckpt_check_output(ck->file, ck->dir, err, sizeof err) != 0) {
+    if (r->is_main) {
+        const TrainOptions *o = r->o;
+        CkptState id;
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
+        char newest[1024], why[1024];
+        int rc = 0;
+        if (ck->file) rc = ckpt_check_file_owner("--checkpoint", ck->file, CKPT_OUT_CHECKPOINT, &me, err, sizeof err);
+        else if (ck->dir) {
+            bool any = ckpt_find_latest(ck->dir, newest, sizeof newest, why, sizeof why) == 0;
+            rc = ckpt_check_dir_owner("--checkpoint-dir", ck->dir, any ? newest : NULL, "checkpoints", &me, err,
+                                      sizeof err);
+        }
+        if (rc == 0 && o->metrics)
+            rc = ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
+        if (rc != 0) {
             fprintf(stderr, "error: %s\n", err);
-            bad = 1.0;
-        } else if (ck->dir && !r->o->resume && ckpt_find_latest(ck->dir, newest, sizeof newest, err, sizeof err) == 0) {
-            fprintf(stderr, "error: --checkpoint-dir %s holds the checkpoints of another run (the newest: %s): this fresh "
-                    "run would overwrite and prune them.\n  HINT: --resume auto continues that run; to start a new one, "
-                    "give another folder (or move those files away)\n", ck->dir, newest);
             bad = 1.0;
         }
     }

@@ -64,8 +64,9 @@ static void print_per_class(const EvalReport *r, const char *dataset) {
 }
 
 // --confusion FILE must be writable BEFORE the evaluation runs (minutes on a large test set), not found out after
-// it: opened for appending (which truncates nothing), and removed again when this check created it.
-static int check_writable(const char *path, char *err, size_t errlen) {
+// it: opened for appending (which truncates nothing), and removed again when this check created it; and not a
+// checkpoint (--overwrite allows even that).
+static int check_writable(const char *path, bool o_overwrite, char *err, size_t errlen) {
     struct stat sb;
     bool existed = stat(path, &sb) == 0;
     if (existed && S_ISDIR(sb.st_mode))
@@ -75,7 +76,11 @@ static int check_writable(const char *path, char *err, size_t errlen) {
     if (!f) return check_reason(err, errlen, "--confusion %s: cannot write there: %s", path, strerror(errno));
     fclose(f);
     if (!existed) unlink(path);
-    return 0;
+    // A report never replaces a run's work: a checkpoint there is refused (the kit's check, kit/ckpt.h).
+    CkptState none;
+    memset(&none, 0, sizeof none);
+    CkptOwner me = {.id = &none, .overwrite = o_overwrite};
+    return ckpt_check_file_owner("--confusion", path, CKPT_OUT_REPORT, &me, err, errlen);
 }
 
 // CSV for scripts/plot-metrics.sh (make plot): a header "true\predicted,0,1,...", then one row per true class.
@@ -216,7 +221,7 @@ int run_inference(const TrainOptions *o) {
     }
     char err[1024];
     bool evaluates = !o->image && !o->latency;
-    if (o->confusion && evaluates && check_writable(o->confusion, err, sizeof err) != 0) {
+    if (o->confusion && evaluates && check_writable(o->confusion, o->overwrite, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }

@@ -18,6 +18,7 @@
 //                     step per stage (N ranks: the stage's gradient averaged over its replicas first)
 //       the copies of each stage compared; evaluate through the stages on the test split
 //   print the stages, their time, and the bubble: (P-1)/(M+P-1) next to the measured idle time (N ranks)
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,7 @@ typedef struct {
     DistPipe *dp;                     // several ranks: this rank's stage, its place in the grid and its groups
     PipePlan plan;
     PipeCkpt ck;                      // --checkpoint / --resume: lesson 04's file of the whole model (pipe_ckpt.c)
+    bool nonfinite;                   // the loss became NaN or Inf: every rank stopped, the run ends non-zero
 } PipeRun;
 
 // One process: --stage-devices names the device of every stage (default: --device for all).
@@ -248,6 +250,14 @@ static int open_grid(void *ctx, DdpRun *r) {
 static Model *make_pipe(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     PipeRun *run = ctx;
     const TrainOptions *o = r->o;
+    // A micro-batch holds at least one image: more micro-batches than a replica's batch has images would run
+    // fewer than asked while the pipeline line, the bubble formula and the final line said M. Refused, on every
+    // rank alike (the same options, before the first step), with the largest M that runs as asked.
+    if (o->micro_batches > r->local_batch)
+        die("--micro-batches %d: a replica's batch has %d image(s) (--batch-size %d over %d replica(s)), and a "
+            "micro-batch holds at least one\n  HINT: --micro-batches %d (the most this batch allows), or a "
+            "--batch-size of at least %d", o->micro_batches, r->local_batch, o->batch_size,
+            o->batch_size / r->local_batch, r->local_batch, o->micro_batches * (o->batch_size / r->local_batch));
     // The same seed on every rank: the same initial weights, so the copies of a stage start equal.
     run->table = model_create(cfg, DEVICE_CPU, 1, o->seed);
     cut_model(r->pg, pg_device(r->pg), run->table, o, run->cost, run->first);
@@ -294,6 +304,21 @@ static void check_stage_copies(void *ctx, DdpRun *r, const char *what) {
     if (st->n_params > 0) pg_check_identical(r->replicas, st->params, st->n_params, line);
 }
 
+// After every step, as lesson 04 does: a NaN or Inf loss (the last stage has it; every rank learns it in one
+// all-reduce) stops every rank before the epoch's save, and the run ends non-zero: it never recovers.
+static bool stop_on_nan(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
+    PipeRun *run = ctx;
+    double bad = isfinite(batch->loss_sum) ? 0.0 : 1.0;
+    pg_allreduce_sum_double_host(r->pg, &bad, 1);
+    if (bad == 0.0) return false;
+    progress_end(&r->log.bar);
+    if (r->is_main)
+        fprintf(stderr, "error: the loss is NaN or Inf at step %lld (epoch %d, batch %d): every rank stops without "
+                "saving\n  HINT: a lower --lr, or more --warmup-epochs\n", r->run.step, r->run.epoch + 1, b->index + 1);
+    run->nonfinite = true;
+    return true;
+}
+
 static bool save_epoch(void *ctx, DdpRun *r) {
     PipeRun *run = ctx;
     pipe_ckpt_epoch_end(&run->ck, r->run.images, &r->log);
@@ -325,7 +350,8 @@ static void report(PipeRun *run, DdpRun *r, char *extra, size_t len) {
     }
 }
 
-static void train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
+// Returns the program's exit status: 1 when the run never recovered (a NaN loss), else 0.
+static int train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
     bool several = pg_world(pg) > 1;
     if (several && o->stage_devices)
         die("--stage-devices places the stages of ONE process; with several ranks each rank runs its stage on "
@@ -335,7 +361,7 @@ static void train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
     PipeRun run = {0};
     parse_stage_devices(o, pg_device(pg), run.devices);
     TrainHooks hooks = {.ctx = &run, .open = several ? open_grid : NULL, .make_model = make_pipe,
-                        .step = pipeline_step, .after_epoch = save_epoch, .evaluate = pipeline_evaluate,
+                        .step = pipeline_step, .after_step = stop_on_nan, .after_epoch = save_epoch, .evaluate = pipeline_evaluate,
                         .check_replicas = check_stage_copies};
     DdpRun r;
     ddp_run_open(&r, pg, o, &hooks);  // lesson 03: data, model (the hooks'), optimizer, schedule
@@ -355,6 +381,7 @@ static void train_pipeline(ProcessGroup *pg, const TrainOptions *o) {
     if (several) pipe_dist_free(run.dp);
     else pipe_free(run.p);
     model_free(run.table);
+    return run.nonfinite ? 1 : 0;
 }
 
 // ---------------------------------------------------------------- main
@@ -367,8 +394,8 @@ int main(int argc, char **argv) {
     device_parse(o.device, &dev, true);
     // One rank: every stage in this process. Several (mpirun): one stage per rank.
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    train_pipeline(pg, &o);
+    int rc = train_pipeline(pg, &o);
     pg_finalize(pg);
-    return 0;
+    return rc;
 }
 #endif  // AUTOGRADER

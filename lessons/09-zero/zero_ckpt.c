@@ -29,6 +29,7 @@
 #include "kit/check.h"
 #include "kit/ckpt.h"
 #include "kit/device.h"
+#include "kit/train.h"
 #include "kit/log.h"
 #include "zero_ckpt.h"
 
@@ -718,20 +719,34 @@ static void w_check_replicas(void *ctx, DdpRun *r, const char *what) {
     c->inner.check_replicas(c->inner.ctx, r, what);
 }
 
-// After every step: the lesson's own hook, then a save when --save-every or --stop-at asks for one.
+// After every step: the lesson's own hook; then, as lesson 04 does (its ckpt_stop_flags: one all-reduce, the
+// same answers on every rank), a stop without saving on a NaN loss, and a save when --save-every, --stop-at or
+// a signal (SIGTERM: a preemption, SIGINT: Ctrl-C) asks for one: a preempted ZeRO run loses at most one step.
 static bool w_after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
     ZeroCkpt *c = ctx;
     if (c->inner.after_step && c->inner.after_step(c->inner.ctx, r, b, batch)) return true;
     const TrainOptions *o = r->o;
-    bool stop = o->stop_at > 0 && r->run.step >= o->stop_at;
+    bool signalled, nonfinite;
+    ckpt_stop_flags(r->pg, batch, &signalled, &nonfinite);
+    if (nonfinite) {  // before any save: the last good set must survive
+        progress_end(&r->log.bar);
+        if (r->is_main)
+            fprintf(stderr, "error: the loss is NaN or Inf at step %lld (epoch %d, batch %d): stopping without saving."
+                    "\n  The last good set: %s\n  HINT: a lower --lr, or more --warmup-epochs\n", r->run.step,
+                    r->run.epoch + 1, b->index + 1, c->last_set[0] ? c->last_set : "none");
+        c->nonfinite = true;
+        return true;
+    }
+    bool stop = signalled || (o->stop_at > 0 && r->run.step >= o->stop_at);
     bool due = o->save_every > 0 && r->run.step % o->save_every == 0;
     if ((stop || due) && o->checkpoint_dir && save_now(c, r, r->log.local) != 0) return true;
     if (stop) {
         progress_end(&r->log.bar);
         c->stopped = true;
         if (r->is_main)
-            printf("stopped after step %lld by --stop-at; checkpoint %s\nresume with the same command and: --resume "
-                   "auto\n", r->run.step, c->last_set[0] ? c->last_set : "none (no --checkpoint-dir)");
+            printf("stopped after step %lld by %s; checkpoint %s\nresume with the same command and: --resume "
+                   "auto\n", r->run.step, signalled ? "SIGTERM or SIGINT" : "--stop-at",
+                   c->last_set[0] ? c->last_set : "none (no --checkpoint-dir)");
     }
     return stop;
 }
@@ -763,12 +778,34 @@ void zero_ckpt_attach(ZeroCkpt *c, TrainHooks *h, const TrainOptions *o) {
 
 // ---------------------------------------------------------------- before the first step
 
-// Rank 0's verdict on the options and the folders, before anything is trained; every rank gets it.
+// The shard file of the newest set of dir that says whose the folder is (rank 0's: every shard's header holds
+// the run state), into out; false when dir has no valid set.
+static bool newest_set_file(const char *dir, char *out, size_t outlen) {
+    char set[1024], why[1024];
+    if (zero_ckpt_find_latest(dir, set, sizeof set, false, why, sizeof why) != 0) return false;
+    Manifest m;
+    char path[2100];
+    snprintf(path, sizeof path, "%s/" ZCKPT_MANIFEST, set);
+    if (manifest_read(path, &m, why, sizeof why) != 0) return false;
+    char name[64];
+    shard_name(name, sizeof name, 0, m.world);
+    manifest_free(&m);
+    snprintf(out, outlen, "%s/%s", set, name);
+    return true;
+}
+
+// Rank 0's verdict on the options and every output, before anything is trained; every rank gets it. No output
+// replaces another run's work (the kit's check, kit/ckpt.h): a folder of another run's sets (also under
+// --resume: a set of this run resumed into another run's folder would mix the two), a --consolidate file that
+// is another run's (--overwrite replaces it), --metrics over a checkpoint.
 static int check_options(ZeroCkpt *c, DdpRun *r) {
     const TrainOptions *o = r->o;
-    char err[2048] = "";
+    char err[2400] = "";
     if (r->is_main) {
-        char newest[1024], why[1024];
+        CkptState id;
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
+        char newest[2200];
         if (o->checkpoint)
             snprintf(err, sizeof err, "--checkpoint FILE: lesson 09 saves sharded sets, one file per rank\n"
                      "  HINT: --checkpoint-dir DIR saves them; --consolidate FILE writes one file of the whole model");
@@ -776,13 +813,19 @@ static int check_options(ZeroCkpt *c, DdpRun *r) {
             snprintf(err, sizeof err, "--resume '' is empty: give a set's folder (DIR/step-N), or auto");
         else if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
             snprintf(err, sizeof err, "--resume auto needs --checkpoint-dir (the folder to look in)");
-        else if (o->checkpoint_dir && ckpt_check_output(NULL, o->checkpoint_dir, err, sizeof err) != 0) {
-        } else if (c->consolidate && ckpt_check_output(c->consolidate, NULL, err, sizeof err) != 0) {
-        } else if (o->checkpoint_dir && !o->resume &&
-                   zero_ckpt_find_latest(o->checkpoint_dir, newest, sizeof newest, false, why, sizeof why) == 0)
-            snprintf(err, sizeof err, "--checkpoint-dir %s holds the sets of another run (the newest: %s): this fresh "
-                     "run would prune them\n  HINT: --resume auto continues that run; or give another folder",
-                     o->checkpoint_dir, newest);
+        else if (o->checkpoint_dir &&
+                 ckpt_check_dir_owner("--checkpoint-dir", o->checkpoint_dir,
+                                      newest_set_file(o->checkpoint_dir, newest, sizeof newest) ? newest : NULL,
+                                      "sets", &me, err, sizeof err) != 0) {
+        } else if (c->consolidate) {
+            CkptOwner whole = me;
+            whole.can_resume = false;  // lesson 04's program resumes a consolidated file, this one does not
+            if (ckpt_check_file_owner("--consolidate", c->consolidate, CKPT_OUT_CHECKPOINT, &whole, err, sizeof err) == 0 &&
+                o->metrics)
+                ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
+        } else if (o->metrics) {
+            ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
+        }
         if (err[0]) fprintf(stderr, "error: %s\n", err);
     }
     return agree(r->pg, err[0] != 0) ? -1 : 0;
@@ -836,9 +879,38 @@ static int resume_set(DdpRun *r, char *out, size_t outlen) {
     return 1;
 }
 
+// SIGTERM and SIGINT ask for a save at the next step (lesson 04's handler and flag, g_stop_signal), when there
+// is a folder to save in; zero_ckpt_end puts the old handlers back (restore_signals).
+static struct sigaction old_term, old_int;
+static bool handling;
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+static void handle_signals(void) {
+    if (!handling) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
+    handling = true;
+}
+
+// After the loop. After a stop on a signal the handler stays (a scheduler may send its SIGTERM again while the
+// job step ends: lesson 04's reason); a second Ctrl-C ends the program at once.
+static void restore_signals(bool stopped) {
+    if (!handling) return;
+    if (!stopped) sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    handling = false;
+}
+
 int zero_ckpt_begin(ZeroCkpt *c, DdpRun *r, Zero *z) {
     c->z = z;
     if (check_options(c, r) != 0) return -1;
+    if (r->o->checkpoint_dir) handle_signals();
     if (!r->o->resume) return 0;
     char set[1024], err[2048];
     int found = resume_set(r, set, sizeof set);
@@ -863,7 +935,8 @@ int zero_ckpt_end(ZeroCkpt *c, DdpRun *r) {
     if (r->is_main && r->o->checkpoint_dir && c->last_step >= 0)
         printf("checkpoints: %.2f s spent saving; the last set: %s (step %lld)\n", c->save_seconds, c->last_set,
                c->last_step);
-    if (c->failed) return -1;
+    restore_signals(c->stopped);
+    if (c->failed || c->nonfinite) return -1;  // a run that ends on a NaN never recovered: non-zero, nothing written
     if (!c->consolidate) return 0;
     bool root = r->is_main;
     Model *whole = root ? model_create(&r->ddp.model->cfg, DEVICE_CPU, 1, r->o->seed) : NULL;

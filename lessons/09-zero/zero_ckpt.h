@@ -71,15 +71,17 @@ typedef struct {
     long long resumed_from;    // -1: a fresh run
     double save_seconds;       // rank 0's time in saves
     bool failed;               // a save failed: the loop was stopped
-    bool stopped;              // --stop-at stopped the loop after a save
+    bool stopped;              // --stop-at or a signal stopped the loop after a save
+    bool nonfinite;            // the loss became NaN or Inf: stopped without saving (the run ends non-zero)
 } ZeroCkpt;
 
 // Before ddp_run_open: sets *c up from the options (o->consolidate: the kit's --consolidate) and wraps h so
-// that the loop saves a set after every epoch (and every --save-every steps, and at --stop-at); every other
+// that the loop saves a set after every epoch (and every --save-every steps, at --stop-at, and at the step after
+// a SIGTERM or SIGINT, as lesson 04 does; a NaN loss stops every rank without saving); every other
 // hook of h is called as before (c keeps them in c->inner and becomes h->ctx).
 void zero_ckpt_attach(ZeroCkpt *c, TrainHooks *h, const TrainOptions *o);
-// After ddp_run_open, before the first step, on every rank: checks the options and the folder (a fresh run
-// into a folder that holds another run's sets is refused), then --resume (auto: the newest valid set of
+// After ddp_run_open, before the first step, on every rank: checks the options and every output (kit/ckpt.h: a
+// folder that holds another run's sets, a --consolidate file of another run, are refused), then --resume (auto: the newest valid set of
 // --checkpoint-dir; or a set's folder or its manifest): every rank takes what it owns from the old shards and
 // r->run its position. Returns 0, or -1 on EVERY rank after an "error:" line.
 int zero_ckpt_begin(ZeroCkpt *c, DdpRun *r, Zero *z);

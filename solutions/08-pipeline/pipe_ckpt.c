@@ -15,6 +15,7 @@
 #include "kit/check.h"
 #include "kit/ckpt.h"
 #include "kit/device.h"
+#include "kit/train.h"
 #include "lesson.h"
 #include "solutions/04-checkpoint/lesson.h"
 
@@ -125,22 +126,30 @@ void pipe_ckpt_epoch_end(PipeCkpt *c, long long images, const TrainLog *log) {
 
 // ---------------------------------------------------------------- before the first step
 
-// Rank 0's verdict on the options and the output, shared: every rank goes on, or every rank stops.
+// Rank 0's verdict on the options and the outputs, shared: every rank goes on, or every rank stops. No output
+// replaces another run's work (the kit's check, kit/ckpt.h: --overwrite for a file, --resume to continue).
 static void check_options(PipeCkpt *c) {
     const TrainOptions *o = c->o;
-    char err[1200] = "";
+    char err[2400] = "";
     if (pg_rank(c->world) == 0) {
+        CkptState id;
+        train_identity(&id, &c->table->cfg, o, &c->sched);
+        CkptOwner me = {.id = &id, .resuming = o->resume != NULL, .overwrite = o->overwrite, .can_resume = true};
         char newest[1024], why[1024];
         if (o->save_every > 0 || o->stop_at > 0)
             snprintf(err, sizeof err, "lesson 08 saves at the end of every epoch only: --save-every and --stop-at "
                      "are lesson 04's (a pipeline in the middle of a step holds micro-batches on every stage)");
         else if (o->resume && !saving(c) && strcmp(o->resume, "auto") == 0)
             snprintf(err, sizeof err, "--resume auto needs --checkpoint-dir (the folder to look in)");
-        else if (saving(c) && ckpt_check_output(o->checkpoint, o->checkpoint_dir, err, sizeof err) != 0) {
-        } else if (o->checkpoint_dir && !o->resume && ckpt_find_latest(o->checkpoint_dir, newest, sizeof newest,
-                                                                        why, sizeof why) == 0)
-            snprintf(err, sizeof err, "--checkpoint-dir %s holds the checkpoints of another run (the newest: %s)\n"
-                     "  HINT: --resume auto continues it; or give another folder", o->checkpoint_dir, newest);
+        else if (o->checkpoint &&
+                 ckpt_check_file_owner("--checkpoint", o->checkpoint, CKPT_OUT_CHECKPOINT, &me, err, sizeof err)) {
+        } else if (o->checkpoint_dir &&
+                   ckpt_check_dir_owner("--checkpoint-dir", o->checkpoint_dir,
+                                        ckpt_find_latest(o->checkpoint_dir, newest, sizeof newest, why, sizeof why) == 0
+                                            ? newest : NULL, "checkpoints", &me, err, sizeof err)) {
+        } else if (o->metrics) {
+            ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
+        }
         if (err[0]) fprintf(stderr, "error: %s\n", err);
     }
     double bad = err[0] ? 1.0 : 0.0;
@@ -166,9 +175,13 @@ static int check_same_run(const CkptState *got, const CkptState *want, char *err
                  "options (saved: %d epochs, seed %llu, lr %g; asked: %d, %llu, %g)", got->epochs,
                  (unsigned long long)got->seed, (double)got->peak_lr, want->epochs,
                  (unsigned long long)want->seed, (double)want->peak_lr);
+    else if (got->batch_in_epoch == got->steps_per_epoch)  // lesson 04's save after a last batch: not an end
+        snprintf(err, errlen, "the checkpoint was saved after the last batch of epoch %d (batch %d of %d), before "
+                 "that epoch's evaluation: lesson 08 resumes from a save at the end of an epoch only (its "
+                 "evaluation done)", got->epoch + 1, got->batch_in_epoch, got->steps_per_epoch);
     else if (got->batch_in_epoch != 0)
-        snprintf(err, errlen, "the checkpoint was saved in the middle of epoch %d (batch %d): lesson 08 resumes "
-                 "at the end of an epoch only", got->epoch + 1, got->batch_in_epoch);
+        snprintf(err, errlen, "the checkpoint was saved in the middle of epoch %d (after batch %d of %d): lesson 08 "
+                 "resumes at the end of an epoch only", got->epoch + 1, got->batch_in_epoch, got->steps_per_epoch);
     else return 0;
     return -1;
 }

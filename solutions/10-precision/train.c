@@ -17,6 +17,7 @@
 //   check_replicas  what must agree across ranks: the master weights, the model's weights, the BN statistics
 //   after_epoch     the precision report: loss scale, skipped steps, fp16 gradient underflow
 // and the learning rate of the global batch (TODO 6) set before the loop builds its schedule.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,9 @@ typedef struct {
     double stalled, moved;             // updates with a nonzero gradient that left a master weight unchanged / not
     float *before, *after, *grad;      // (n_params) host copies for that count
     bool count_stalled;
+    long long skipped_before;          // the scaler's skipped count before this step, and at the epoch's start
+    long long epoch_skipped, epoch_step;
+    bool diverged;                     // the run never recovers (never_recovers): stopped, it ends non-zero
 } PrecRun;
 
 // Does this CPU have bf16 arithmetic (AVX512-BF16 or AMX-BF16)? Read from /proc/cpuinfo's flags (Linux).
@@ -168,9 +172,35 @@ static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
     return m;
 }
 
+// A run that never recovers stops, says why, and ends non-zero (a loss curve of NaN that exits 0 looks like a
+// finished run to a job script). Never recovering means what no loss scale explains. Every rank decides alike:
+// the skips are agreed (scaler_found_inf, TODO 3a), the scale, the step counts and the epoch's loss the same.
+//   - fp32 or bf16 with a static scale of 1 (their default): a step skipped for a NaN or Inf gradient. Both
+//     have float32's exponent range: the loss or the weights are not finite. At that step.
+//   - any format: every step of an epoch skipped with the scale at its end 1 or less (a dynamic scale halves at
+//     each skip: 17 in a row take fp16's 2^16 below 1). At the epoch's end.
+//   - any format: the last epoch's mean training loss is NaN or Inf (an fp16 forward that overflows). At the end.
+static bool never_recovers(PrecRun *pr, DdpRun *r, const char *why) {
+    progress_end(&r->log.bar);
+    if (r->is_main)
+        fprintf(stderr, "error: the run diverged and never recovers: %s; stopped after step %lld, nothing saved\n"
+                "  HINT: a lower --lr, more --warmup-epochs, or --lr-rule fixed\n", why, r->run.step);
+    pr->diverged = true;
+    return true;
+}
+
 static bool after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batch) {
     PrecRun *pr = ctx;
     (void)b, (void)batch;
+    const LossScaler *s = &pr->mx->scaler;
+    bool skipped = s->skipped > pr->skipped_before;
+    pr->skipped_before = s->skipped;
+    if (skipped && !s->dynamic && s->scale <= 1.0f && pr->mx->format != LOWP_FP16) {
+        char why[160];
+        snprintf(why, sizeof why, "a NaN or Inf gradient at step %lld in %s with a loss scale of %g, which no "
+                 "scale explains", r->run.step, lowp_name(pr->mx->format), (double)s->scale);
+        return never_recovers(pr, r, why);
+    }
     return pr->po->stop_at > 0 && r->run.step >= pr->po->stop_at;
 }
 
@@ -243,6 +273,14 @@ static bool after_epoch(void *ctx, DdpRun *r) {
                "underflowed to 0, %.4f%% overflowed (of %zu nonzero)\n", mx->scaler.scale, mx->scaler.skipped,
                lowp_name(mx->format), 100.0 * share(e.underflow, e.nonzero), 100.0 * share(e.overflow, e.nonzero),
                e.nonzero);
+    long long steps = r->run.step - pr->epoch_step, skipped = mx->scaler.skipped - pr->epoch_skipped;
+    pr->epoch_step = r->run.step, pr->epoch_skipped = mx->scaler.skipped;
+    if (steps > 0 && skipped == steps && mx->scaler.scale <= 1.0f) {
+        char why[160];
+        snprintf(why, sizeof why, "every one of the %lld steps of epoch %d skipped, and the loss scale down to %g",
+                 steps, r->run.epoch, (double)mx->scaler.scale);
+        return never_recovers(pr, r, why);
+    }
     return false;
 }
 
@@ -285,6 +323,34 @@ static void save_params(PrecRun *pr, DdpRun *r, const TrainOptions *o, const cha
     printf("saved: %s (master weights after step %lld)\n", path, r->run.step);
 }
 
+// Every output, checked by rank 0 before the first step (a --save-params that cannot be written would be found
+// out after the whole training), its verdict agreed on every rank; nothing of another run replaced (the kit's
+// check, kit/ckpt.h: --overwrite allows it). Returns 0, or -1 on every rank after an "error:" line.
+static int check_outputs(DdpRun *r, const TrainOptions *o, const PrecOptions *po) {
+    char err[2400] = "";
+    if (r->is_main) {
+        CkptState id;
+        train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
+        CkptOwner me = {.id = &id, .overwrite = o->overwrite};  // no --resume here: a file is never continued
+        if (po->save_params &&
+            ckpt_check_file_owner("--save-params", po->save_params, CKPT_OUT_CHECKPOINT, &me, err, sizeof err) != 0) {
+        } else if (o->metrics) {
+            ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
+        }
+        if (err[0]) fprintf(stderr, "error: %s\n", err);
+    }
+    double bad = err[0] ? 1.0 : 0.0;
+    pg_allreduce_sum_double_host(r->pg, &bad, 1);  // rank 0's verdict: every rank stops, or none
+    return bad != 0.0 ? -1 : 0;
+}
+
+// The end of a run: did its last epoch train on finite losses? (rank 0's log, agreed)
+static bool ended_finite(DdpRun *r) {
+    double bad = r->is_main && !isfinite(r->log.last_loss) ? 1.0 : 0.0;
+    pg_allreduce_sum_double_host(r->pg, &bad, 1);
+    return bad == 0.0;
+}
+
 static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po) {
     // TODO 6 is applied here, once: the schedule (warmup, decay) is built from this peak.
     TrainOptions scaled = *o;
@@ -303,7 +369,18 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
         pr.grad = xmalloc(n * sizeof(float) + 1);
     }
     if (r.is_main) print_setup(pr.mx, &r, o, scaled.lr);
+    if (check_outputs(&r, &scaled, po) != 0) {
+        mixed_free(pr.mx);
+        free(pr.before), free(pr.after), free(pr.grad);
+        model_free(ddp_run_close(&r));
+        return 1;
+    }
     ddp_run_epochs(&r);
+    if (!pr.diverged && r.run.step > 0 && !ended_finite(&r)) {
+        char why[96];
+        snprintf(why, sizeof why, "the last epoch's mean training loss is %g", r.log.last_loss);
+        never_recovers(&pr, &r, why);
+    }
     r.ddp.compute_seconds = pr.mx->compute_seconds, r.ddp.comm_seconds = pr.mx->comm_seconds;
     take_grad_stats(&pr, pg);  // the part of an epoch a --stop-at cut short
     const LowpStats *s = &pr.run_stats;
@@ -316,11 +393,11 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
              "underflow=%.3g", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
              pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped, share(s->underflow, s->nonzero));
     ddp_run_report(&r, extra);
-    if (po->save_params) save_params(&pr, &r, &scaled, po->save_params);
+    if (po->save_params && !pr.diverged) save_params(&pr, &r, &scaled, po->save_params);
     mixed_free(pr.mx);
     free(pr.before), free(pr.after), free(pr.grad);
     model_free(ddp_run_close(&r));
-    return 0;
+    return pr.diverged ? 1 : 0;
 }
 
 // ---------------------------------------------------------------- main

@@ -145,4 +145,6 @@ else
   bad "no checkpoints of the elastic run to test a fresh run against"
 fi
 
+# ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
+tests/lesson04/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson04/outputs-tests.sh, above)"
 extras_end

@@ -47,4 +47,6 @@ else
   bad "the --keep-last-batch runs (4 ranks, 1 rank) failed or did not make 5 steps"
   tail -n 8 "$work/w4.log" "$work/w1.log" | sed 's/^/   | /'
 fi
+# ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
+tests/lesson05/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson05/outputs-tests.sh, above)"
 extras_end

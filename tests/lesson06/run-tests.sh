@@ -142,4 +142,6 @@ if [ ! -x "$probe" ]; then
 elif ! python3 tests/lesson06/test_images.py "$probe"; then
   failed=1
 fi
+# ---- invariant 13: --confusion never replaces a checkpoint
+tests/lesson06/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson06/outputs-tests.sh, above)"
 extras_end

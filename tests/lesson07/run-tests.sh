@@ -165,4 +165,6 @@ else
   head -n 8 "$work/killed.err" | sed 's/^/   | /'
 fi
 
+# ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
+tests/lesson07/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson07/outputs-tests.sh, above)"
 extras_end

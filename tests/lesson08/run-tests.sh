@@ -78,4 +78,5 @@ else
 fi
 # a pipeline saved as one lesson-04 checkpoint (its own verdict lines)
 tests/lesson08/ckpt-tests.sh "$@" || bad "checkpoints of a pipeline (tests/lesson08/ckpt-tests.sh, above)"
+tests/lesson08/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs: invariant 13 (tests/lesson08/outputs-tests.sh, above)"
 extras_end

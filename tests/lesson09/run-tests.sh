@@ -122,4 +122,5 @@ if [ "${gpus:-0}" -gt 0 ]; then
 else
   echo "skip ${verdict_prefix}stage 3 on a GPU: no GPU here; the path is compiled only"
 fi
+tests/lesson09/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs: invariant 13 (tests/lesson09/outputs-tests.sh, above)"
 extras_end

@@ -105,4 +105,6 @@ for opt in "--accumulate 3" "--precision fp8" "--master fp16" "--accumulate 0"; 
   if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -q -- "${o[0]}" "$log"; then ok "$opt: exit $rc, $(grep -m1 -- "${o[0]}" "$log" | cut -c1-110)"
   else bad "$opt: exit $rc without a message naming ${o[0]}"; show "$log"; fi
 done
+# ---- invariant 13: outputs (another run's files, before the first step, a run that never recovers)
+tests/lesson10/outputs-tests.sh "$tests" "$train" "${compare:-}" || bad "outputs (tests/lesson10/outputs-tests.sh, above)"
 extras_end
