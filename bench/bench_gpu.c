@@ -31,39 +31,18 @@
 #include "kit/rng.h"
 #include "kit/train.h"
 #ifdef KIT_CUDA
+#include "bench/gpu_step.h"
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
 #endif
 
 #ifdef KIT_CUDA
-static float *gpu_random(size_t n, uint64_t seed) {
-    float *h = xmalloc(n * sizeof(float));
-    Rng r = rng_make(seed, 0);
-    for (size_t i = 0; i < n; i++) h[i] = 2.0f * rng_uniform(&r) - 1.0f;
-    float *d = device_alloc(DEVICE_CUDA, n * sizeof(float));
-    device_copy_to(DEVICE_CUDA, d, h, n * sizeof(float));
-    free(h);
-    return d;
-}
-
-static void train_step(Model *m, int batch) {
-    const SgdConfig opt = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
-    int k = m->cfg.classes;
-    const float *logits = model_forward(m, m->input, batch, true);
-    cross_entropy_forward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, m->loss);
-    device_memset_zero(DEVICE_CUDA, m->dlogits, (size_t)batch * k * sizeof(float));
-    cross_entropy_backward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
-    model_zero_grad(m);
-    model_backward(m, m->input, m->dlogits, batch);
-    optim_step(m, &opt);
-}
-
 // Images per second over `steps` training steps, after 3 warm-up steps (cuBLAS heuristics, caches).
 static double train_throughput(Model *m, int batch, int steps) {
-    for (int i = 0; i < 3; i++) train_step(m, batch);
+    for (int i = 0; i < 3; i++) gpu_train_step(m, batch);
     device_synchronize(DEVICE_CUDA);
     double t0 = time_now();
-    for (int i = 0; i < steps; i++) train_step(m, batch);
+    for (int i = 0; i < steps; i++) gpu_train_step(m, batch);
     device_synchronize(DEVICE_CUDA);
     return (double)steps * batch / (time_now() - t0);
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/gpu_step.h"
 #include "kit/check.h"
 #include "kit/device.h"
 #include "kit/log.h"
@@ -34,43 +35,19 @@
 #ifdef KIT_CUDA
 enum { MAX_ROWS = 64 };
 
-static const SgdConfig OPT = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
-
-static float *gpu_random(size_t n, uint64_t seed) {
-    float *h = xmalloc(n * sizeof(float));
-    Rng r = rng_make(seed, 0);
-    for (size_t i = 0; i < n; i++) h[i] = 2.0f * rng_uniform(&r) - 1.0f;
-    float *d = device_alloc(DEVICE_CUDA, n * sizeof(float));
-    device_copy_to(DEVICE_CUDA, d, h, n * sizeof(float));
-    free(h);
-    return d;
-}
-
-// The bare step: every op queued, nothing read back (bench_gpu.c's train_step).
-static void bare_step(Model *m, int batch) {
-    int k = m->cfg.classes;
-    const float *logits = model_forward(m, m->input, batch, true);
-    cross_entropy_forward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, m->loss);
-    device_memset_zero(DEVICE_CUDA, m->dlogits, (size_t)batch * k * sizeof(float));
-    cross_entropy_backward(DEVICE_CUDA, batch, k, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
-    model_zero_grad(m);
-    model_backward(m, m->input, m->dlogits, batch);
-    optim_step(m, &OPT);
-}
-
 // The lessons' step on a batch already on the host (its copy included, as a lesson without the loader's
 // overlap pays it).
 static void lesson_step(Model *m, const Batch *b) {
     train_forward_backward(m, b, 0.0f, 1.0f / (float)b->n);
-    optim_step(m, &OPT);
+    optim_step(m, &GPU_BENCH_OPT);
 }
 
 // Milliseconds per step over `steps` steps after 2 warm-up steps; lesson: the lessons' step, else the bare one.
 static double step_ms(Model *m, const Batch *b, int steps, bool lesson) {
-    for (int i = 0; i < 2; i++) lesson ? lesson_step(m, b) : bare_step(m, b->n);
+    for (int i = 0; i < 2; i++) lesson ? lesson_step(m, b) : gpu_train_step(m, b->n);
     device_synchronize(DEVICE_CUDA);
     const double start = time_now();
-    for (int i = 0; i < steps; i++) lesson ? lesson_step(m, b) : bare_step(m, b->n);
+    for (int i = 0; i < steps; i++) lesson ? lesson_step(m, b) : gpu_train_step(m, b->n);
     device_synchronize(DEVICE_CUDA);
     return (time_now() - start) / steps * 1e3;
 }
@@ -101,9 +78,9 @@ static double sgemm_ceiling(int n) {
 // Table 2: the kit's kernels over `steps` bare steps.
 static void kernel_table(Model *m, int batch, int steps, double bare_ms) {
     CudaProfileRow rows[MAX_ROWS];
-    bare_step(m, batch);
+    gpu_train_step(m, batch);
     cuda_profile_start();
-    for (int i = 0; i < steps; i++) bare_step(m, batch);
+    for (int i = 0; i < steps; i++) gpu_train_step(m, batch);
     int n = cuda_profile_stop(rows, MAX_ROWS);
     printf("\n## The kit's kernels in one step (GPU time, %d steps profiled)\n\n", steps);
     printf("| kernel | calls/step | ms/step | %% of step |\n|---|---:|---:|---:|\n");

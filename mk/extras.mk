@@ -143,7 +143,7 @@ test-zero-tools: $(ZERO_PROBE)
 
 # ---------------------------------------------------------------- benchmarks (bench/README.md)
 # One rule builds every bench/bench_NAME.c; those whose needs are missing here are left out of `all`.
-$(BUILD)/bench/bench_%: bench/bench_%.c $(KIT_LIB)
+$(BUILD)/bench/bench_%: bench/bench_%.c bench/gpu_step.h $(KIT_LIB)
 	@mkdir -p $(dir $@)
 	$(say) LINK $@
 	$(Q)$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(DIST_LIBS) $(LDLIBS)
