@@ -94,8 +94,8 @@ static const CliOption OPTIONS[] = {
     {"keep", "K", CLI_CKPT, OPT_INT, FIELD(keep), "3", 1, 1000000, NULL, "checkpoints kept in --checkpoint-dir"},
     {"resume", "FILE|auto", CLI_CKPT, OPT_STRING, FIELD(resume), NULL, 0, 0, NULL,
      "resume from FILE, or from the newest valid checkpoint of\n--checkpoint-dir (none there: start from step 0)"},
-    {"stop-at", "STEP", CLI_CKPT, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
-     "save and stop after global step STEP (0: never; to chain jobs)"},
+    {"stop-at", "STEP", CLI_CKPT | CLI_PREC, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
+     "stop after global (optimizer) step STEP, 0: never; a run\nthat checkpoints saves first (to chain jobs)"},
     {"overwrite", NULL, CLI_CKPT | CLI_PREC | CLI_INFER, OPT_FLAG, FIELD(overwrite), NULL, 0, 0, NULL,
      "an output file (--checkpoint, --consolidate, --save-params,\n--confusion) may replace a file that is not this run's:\n"
      "another run's checkpoint, or any other file (never a folder)"},
@@ -126,6 +126,8 @@ static const CliOption OPTIONS[] = {
      ": linear = --lr x --batch-size / --lr-ref-batch"},
     {"lr-ref-batch", "N", CLI_PREC, OPT_INT, FIELD(lr_ref_batch), "128", 1, 65536, NULL,
      "the global batch the base --lr was tuned for"},
+    {"save-params", "FILE", CLI_PREC, OPT_STRING, FIELD(save_params), NULL, 0, 0, NULL,
+     "at the end, rank 0 writes the fp32 master weights, the\nmomentum and the BN statistics to FILE (lesson 04's\nformat: build/tests/ckpt_compare A B)"},
     // lesson 08 (pipelines; the ranges are its PIPE_MAX_STAGES and PIPE_MAX_MICRO)
     {"stages", "N", CLI_PIPE, OPT_INT, FIELD(stages), "2", 1, 8, NULL, "stages the model is cut into, 1..8"},
     {"micro-batches", "M", CLI_PIPE, OPT_INT, FIELD(micro_batches), "4", 1, 64, NULL,
@@ -341,6 +343,7 @@ void cli_parse(TrainOptions *o, int argc, char **argv, unsigned groups) {
     if (o->trace && !*o->trace) usage_error("--trace '%s' is empty: name a file", o->trace);
     if (o->consolidate && !*o->consolidate)
         usage_error("--consolidate '%s' is empty: name a file", o->consolidate);
+    if (o->save_params && !*o->save_params) usage_error("--save-params '%s' is empty: name a file", o->save_params);
     if (o->checkpoint && o->checkpoint_dir) usage_error("give --checkpoint FILE or --checkpoint-dir DIR, not both%s", "");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         usage_error("--resume auto takes the newest checkpoint of --checkpoint-dir: give that folder too%s", "");

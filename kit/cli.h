@@ -4,8 +4,8 @@
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
 // and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options, CLI_INFER for lesson 06's, CLI_RDZV for
 // lesson 07's rendezvous, CLI_PIPE, CLI_ZERO and CLI_PREC for lessons 08, 09 and 10's); an option outside
-// those groups is an error like any unknown option. One exception remains: lesson 10's train.c takes
-// --stop-at (counted in optimizer steps there) and --save-params out of argv itself before calling cli_parse.
+// those groups is an error like any unknown option. An option may belong to several groups (--stop-at: CLI_CKPT
+// and CLI_PREC), and every program parses its options here, with no second parser.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
 //
 // Adding an option: a field below and a row of the option table in kit/cli.c (name, group, type, field,
@@ -45,7 +45,8 @@ typedef struct {
     const char *resume;          // CLI_CKPT: a checkpoint file to resume from, or "auto" (newest valid in the folder)
     int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
-    int stop_at;                 // CLI_CKPT: save and stop after this global step (0: never), e.g. to chain jobs
+    int stop_at;                 // CLI_CKPT, CLI_PREC: stop after this global (optimizer) step (0: never); a run
+                                 //   that checkpoints saves first, e.g. to chain jobs
     bool overwrite;              // CLI_CKPT, CLI_PREC, CLI_INFER: an output file may replace another run's (ckpt.h)
     const char *init_method;     // CLI_RDZV (lesson 07): env (MASTER_ADDR/MASTER_PORT), tcp://HOST:PORT or file:///PATH
     // lesson 06 (inference) reads --checkpoint FILE too
@@ -62,6 +63,7 @@ typedef struct {
     int accumulate;              // CLI_PREC: micro-batches per optimizer step (each rank's batch split K ways)
     const char *lr_rule;         // CLI_PREC: fixed|linear, linear: --lr x global batch / --lr-ref-batch
     int lr_ref_batch;            // CLI_PREC: the global batch the base --lr was tuned for
+    const char *save_params;     // CLI_PREC: at the end, rank 0 writes the master weights, momentum, BN statistics here
     // lesson 08 (pipelines)
     int stages, micro_batches;   // CLI_PIPE: stages the model is cut into, micro-batches per batch
     const char *balance;         // CLI_PIPE: params|time, what a cut balances

@@ -100,9 +100,14 @@ static void test_precision_options(void **state) {
     assert_int_equal(o.accumulate, 1);
     assert_string_equal(o.lr_rule, "fixed");
     assert_int_equal(o.lr_ref_batch, 128);
+    assert_int_equal(o.stop_at, 0);
+    assert_null(o.save_params);
     char *a1[] = {"train", "--precision", "fp16", "--loss-scale", "none", "--scale-window", "50", "--master", "bf16",
-                  "--allreduce", "bf16", "--accumulate", "1024", "--lr-rule", "linear", "--lr-ref-batch", "256", NULL};
-    o = parse(CLI_DIST | CLI_PREC, 17, a1);
+                  "--allreduce", "bf16", "--accumulate", "1024", "--lr-rule", "linear", "--lr-ref-batch", "256",
+                  "--stop-at", "3", "--save-params", "p.ckpt", NULL};
+    o = parse(CLI_DIST | CLI_PREC, 21, a1);
+    assert_int_equal(o.stop_at, 3);  // the one parser: no lesson takes options out of argv itself
+    assert_string_equal(o.save_params, "p.ckpt");
     assert_string_equal(o.precision, "fp16");
     assert_string_equal(o.loss_scale, "none");
     assert_int_equal(o.scale_window, 50);
@@ -127,6 +132,7 @@ static void test_precision_options(void **state) {
                       {"train", "--loss-scale", "0"},    {"train", "--loss-scale", "-8"},
                       {"train", "--loss-scale", "2e30"}, {"train", "--loss-scale", "static"},
                       {"train", "--loss-scale", "8x"},   {"train", "--loss-scale", "nan"},
+                      {"train", "--stop-at", "-1"},      {"train", "--save-params", ""},
                       {"train", "--precision", NULL}};
     const char *why[] = {"--precision must be fp32, bf16 or fp16, got 'fp8'",
                          "--master must be fp32 or bf16, got 'fp16'",
@@ -142,6 +148,8 @@ static void test_precision_options(void **state) {
                          "--loss-scale must be dynamic, none or a number in (0, 1e30], got 'static'",
                          "--loss-scale must be dynamic, none or a number in (0, 1e30], got '8x'",
                          "--loss-scale must be dynamic, none or a number in (0, 1e30], got 'nan'",
+                         "--stop-at needs an integer in [0, 2147483647], got '-1'",
+                         "--save-params '' is empty",
                          "without its value"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         check_error(CLI_DIST | CLI_PREC, bad[i][2] ? 3 : 2, bad[i], 2, why[i]);
@@ -149,6 +157,8 @@ static void test_precision_options(void **state) {
     check_error(CLI_DIST | CLI_CKPT | CLI_PIPE, 3, other, 2, "--precision does not apply");
     char *other2[] = {"train", "--accumulate", "2", NULL};
     check_error(CLI_DIST, 3, other2, 2, "--accumulate does not apply");
+    char *other3[] = {"train", "--save-params", "p.ckpt", NULL};
+    check_error(CLI_DIST | CLI_CKPT, 3, other3, 2, "--save-params does not apply");
 }
 
 // Lesson 08's options (CLI_PIPE): their defaults, their values, their ranges and choices, and no other lesson's.

@@ -38,59 +38,9 @@
 
 #ifndef AUTOGRADER
 
-// ---------------------------------------------------------------- this lesson's options
-
-typedef struct {
-    int stop_at;              // stop after this many optimizer steps (0: never)
-    const char *save_params;  // write the master weights, momentum and BN statistics here at the end
-} PrecOptions;
-
-static void prec_usage(FILE *out) {
-    fprintf(out, "lesson 10 options (besides the kit's --precision, --loss-scale, --scale-window, --master,\n"
-                 "--allreduce, --accumulate, --lr-rule, --lr-ref-batch):\n"
-                 "  --stop-at N          stop after N optimizer steps (to compare one step of two runs)\n"
-                 "  --save-params FILE   at the end, rank 0 writes the fp32 master weights, the momentum and the BN\n"
-                 "                       statistics to FILE (lesson 04's format: build/tests/ckpt_compare A B)\n");
-}
-
-// Takes this lesson's options out of argv (the kit's parser rejects options it does not know); the rest is the
-// kit's. --help prints both usages.
-static PrecOptions prec_parse(int *argc, char **argv) {
-    PrecOptions po = {0};
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--stop-at") == 0) {
-            char *end;
-            long x = v ? strtol(v, &end, 10) : -1;
-            if (!v || *v == '\0' || *end != '\0' || x < 0 || x > 0x7fffffff) {
-                fprintf(stderr, "error: --stop-at takes a number of steps (0: never): '%s'\n", v ? v : "(missing)");
-                prec_usage(stderr);
-                exit(2);
-            }
-            po.stop_at = (int)x, i++;
-        } else if (strcmp(a, "--save-params") == 0) {
-            if (!v || *v == '\0') {
-                fprintf(stderr, "error: --save-params takes a file name\n");
-                prec_usage(stderr);
-                exit(2);
-            }
-            po.save_params = v, i++;
-        } else {
-            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) prec_usage(stdout);
-            argv[out++] = argv[i];
-        }
-    }
-    *argc = out;
-    argv[out] = NULL;
-    return po;
-}
-
 // ---------------------------------------------------------------- the hooks into lesson 03's loop
 
 typedef struct {
-    const PrecOptions *po;
     Mixed *mx;
     LowpStats run_stats;               // the weight gradients' rounding counts of the whole run, all ranks
     double stalled, moved;             // updates with a nonzero gradient that left a master weight unchanged / not
@@ -201,7 +151,7 @@ static bool after_step(void *ctx, DdpRun *r, const Batch *b, const Metrics *batc
                  "scale explains", r->run.step, lowp_name(pr->mx->format), (double)s->scale);
         return never_recovers(pr, r, why);
     }
-    return pr->po->stop_at > 0 && r->run.step >= pr->po->stop_at;
+    return r->o->stop_at > 0 && r->run.step >= r->o->stop_at;
 }
 
 // The test split through the model's (rounded) weights, its input rounded as in training, in pieces of the
@@ -326,14 +276,14 @@ static void save_params(PrecRun *pr, DdpRun *r, const TrainOptions *o, const cha
 // Every output, checked by rank 0 before the first step (a --save-params that cannot be written would be found
 // out after the whole training), its verdict agreed on every rank; nothing of another run replaced (the kit's
 // check, kit/ckpt.h: --overwrite allows it). Returns 0, or -1 on every rank after an "error:" line.
-static int check_outputs(DdpRun *r, const TrainOptions *o, const PrecOptions *po) {
+static int check_outputs(DdpRun *r, const TrainOptions *o) {
     char err[2400] = "";
     if (r->is_main) {
         CkptState id;
         train_identity(&id, &r->ddp.model->cfg, o, &r->sched);
         CkptOwner me = {.id = &id, .overwrite = o->overwrite};  // no --resume here: a file is never continued
-        if (po->save_params &&
-            ckpt_check_file_owner("--save-params", po->save_params, CKPT_OUT_CHECKPOINT, &me, err, sizeof err) != 0) {
+        if (o->save_params &&
+            ckpt_check_file_owner("--save-params", o->save_params, CKPT_OUT_CHECKPOINT, &me, err, sizeof err) != 0) {
         } else if (o->metrics) {
             ckpt_check_file_owner("--metrics", o->metrics, CKPT_OUT_REPORT, &me, err, sizeof err);
         }
@@ -351,11 +301,11 @@ static bool ended_finite(DdpRun *r) {
     return bad == 0.0;
 }
 
-static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po) {
+static int train(ProcessGroup *pg, const TrainOptions *o) {
     // TODO 6 is applied here, once: the schedule (warmup, decay) is built from this peak.
     TrainOptions scaled = *o;
     scaled.lr = lr_for_batch(o->lr_rule, o->lr, o->batch_size, o->lr_ref_batch);
-    PrecRun pr = {.po = po};
+    PrecRun pr = {0};
     TrainHooks hooks = {.ctx = &pr, .make_model = make_model, .step = step, .after_step = after_step,
                         .after_epoch = after_epoch, .evaluate = evaluate, .check_replicas = check_replicas};
     DdpRun r;
@@ -369,7 +319,7 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
         pr.grad = xmalloc(n * sizeof(float) + 1);
     }
     if (r.is_main) print_setup(pr.mx, &r, o, scaled.lr);
-    if (check_outputs(&r, &scaled, po) != 0) {
+    if (check_outputs(&r, &scaled) != 0) {
         mixed_free(pr.mx);
         free(pr.before), free(pr.after), free(pr.grad);
         model_free(ddp_run_close(&r));
@@ -393,7 +343,7 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
              "underflow=%.3g", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
              pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped, share(s->underflow, s->nonzero));
     ddp_run_report(&r, extra);
-    if (po->save_params && !pr.diverged) save_params(&pr, &r, &scaled, po->save_params);
+    if (o->save_params && !pr.diverged) save_params(&pr, &r, &scaled, o->save_params);
     mixed_free(pr.mx);
     free(pr.before), free(pr.after), free(pr.grad);
     model_free(ddp_run_close(&r));
@@ -403,14 +353,13 @@ static int train(ProcessGroup *pg, const TrainOptions *o, const PrecOptions *po)
 // ---------------------------------------------------------------- main
 
 int main(int argc, char **argv) {
-    PrecOptions po = prec_parse(&argc, argv);
     TrainOptions o;
-    cli_parse(&o, argc, argv, CLI_DIST | CLI_PREC);  // lesson 03's options plus --precision ... --lr-ref-batch
+    cli_parse(&o, argc, argv, CLI_DIST | CLI_PREC);  // lesson 03's options plus --precision ... --save-params
     cli_apply_dataset_defaults(&o);
     Device dev;
     device_parse(o.device, &dev, true);  // quiet: rank 0 names the device in the process group's line
     ProcessGroup *pg = pg_init(&argc, &argv, o.backend, dev, o.timeout_s);
-    int rc = train(pg, &o, &po);
+    int rc = train(pg, &o);
     pg_finalize(pg);
     return rc;
 }
