@@ -344,7 +344,8 @@ mutants: $(KIT_LIB)
 
 # ---------------------------------------------------------------- timelines (--trace FILE, kit/TRACING.md)
 # make test-trace             lesson 03 on 2 ranks with --trace: the file is valid, and a bucket's all-reduce starts
-#                             during backward (not with one flat all-reduce); Perfetto's engine where it can run
+#                             during backward (not with one flat all-reduce); Perfetto's engine where it can run;
+#                             then lessons 04, 08, 09, 10 (tests/trace/run-lessons.sh: each one's own spans)
 #                             (the writer's own unit test, tests/test_trace.c, runs in test-kit)
 # make plot-trace TRACE=FILE  FILE.png: ranks as rows, phases by colour (tools/plot_trace.py + gnuplot); STEPS=3:
 #                             three steps from the middle of the run; FROM=/TO= seconds; OUT=, TITLE=
@@ -352,8 +353,9 @@ mutants: $(KIT_LIB)
 TEST_TARGETS += test-trace
 HELP_TARGETS += test-trace plot-trace
 ifeq ($(HAVE_MPI),yes)
-test-trace: $(BUILD)/solutions/03-ddp/train
+test-trace: $(foreach l,03-ddp 04-checkpoint 08-pipeline 09-zero 10-precision,$(BUILD)/solutions/$(l)/train)
 	@tests/trace/run-lesson03.sh $(BUILD)/solutions/03-ddp/train
+	@tests/trace/run-lessons.sh $(BUILD)
 else
 test-trace:
 	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The timelines of lessons 04-10 (make test-trace, after lesson 03's run-lesson03.sh): each lesson's program on
+# 2 ranks, one short epoch of the synthetic set, with --trace. Every merged file must be what Perfetto reads
+# (tools/trace_check.py: valid JSON, nesting, async pairs, both ranks named) and show the lesson's own spans:
+#   04  a checkpoint save;
+#   08  M forward and M backward micro-batch spans per step on each stage (M = --micro-batches);
+#   09  ZeRO-3: every "all-gather unit u" inside the window of unit u's forward or backward, on the same track
+#       (a parameter is gathered for its unit's compute, never for the whole model);
+#   10  the steps, and the gradient all-reduce of each.
+#
+# Usage: tests/trace/run-lessons.sh BUILD    (BUILD/solutions/NN-*/train)
+set -u
+build=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0  # Open MPI's plugins (tests/run-dist-tests.sh)
+failed=0
+steps=8  # --stop-at: a few steps are enough to see each thing, and keep make test short
+run() {  # LESSON ARGS...: trains with --trace $dir/LESSON.json; 1 when the program fails
+  local lesson=$1
+  shift
+  if ! timeout --kill-after=5 300 scripts/launch.sh 2 "$build/solutions/$lesson/train" --dataset synthetic \
+       --epochs 1 --batch-size 64 --trace "$dir/$lesson.json" "$@" >"$dir/$lesson.log" 2>&1; then
+    echo "!! lesson $lesson with --trace $* failed:"; tail -20 "$dir/$lesson.log"; return 1
+  fi
+}
+check() { python3 tools/trace_check.py --ranks 2 "$@" || failed=1; }
+
+echo "== lesson 04: a checkpoint save on the timeline"
+if run 04-checkpoint --checkpoint "$dir/c04.ckpt" --stop-at $steps; then
+  check "$dir/04-checkpoint.json" --min-count 0:backward:$steps --min-count 1:backward:$steps
+  grep -q '"name":"checkpoint' "$dir/04-checkpoint.json" || { echo "!! no checkpoint span in lesson 04's trace"; failed=1; }
+else failed=1; fi
+
+echo "== lesson 08: M = 2 micro-batches each way per step, on each stage"
+if run 08-pipeline --stages 2 --micro-batches 2; then
+  check "$dir/08-pipeline.json"
+  python3 - "$dir/08-pipeline.json" <<'PY' || failed=1
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for r in (0, 1):
+    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))
+    fw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("forward micro-batch"))
+    bw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("backward micro-batch"))
+    print(f"rank {r}: {steps} steps, {fw} forward and {bw} backward micro-batch spans")
+    # forwards also run in evaluation (no backward there): at least 2 per step, backwards exactly 2
+    if steps == 0 or bw != 2 * steps or fw < 2 * steps:
+        sys.exit(f"!! rank {r}: expected 2 backward micro-batch spans per step and at least 2 forward")
+PY
+else failed=1; fi
+
+echo "== lesson 09: ZeRO-3's all-gathers inside their units' windows"
+if run 09-zero --zero 3 --stop-at $steps; then
+  check "$dir/09-zero.json"
+  python3 - "$dir/09-zero.json" <<'PY' || failed=1
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+gathers = [e for e in ev if e["name"].startswith("all-gather unit ")]
+windows = [e for e in ev if e["name"].startswith(("forward unit ", "backward unit "))]
+def inside(g):
+    u = g["name"].rsplit(" ", 1)[1]
+    return any(w["pid"] == g["pid"] and w["tid"] == g["tid"] and w["name"].rsplit(" ", 1)[1] == u
+               and w["ts"] <= g["ts"] and g["ts"] + g["dur"] <= w["ts"] + w["dur"] for w in windows)
+out = [g for g in gathers if not inside(g)]
+print(f"{len(gathers)} unit all-gathers, {len(out)} outside their unit's window")
+sys.exit(1 if not gathers or out else 0)
+PY
+else failed=1; fi
+
+echo "== lesson 10: the steps and their gradient all-reduce (bf16)"
+if run 10-precision --precision bf16 --stop-at $steps; then
+  check "$dir/10-precision.json" --min-count "0:step 1:1" --min-count "1:step 1:1"
+  grep -q '"name":"all-reduce ' "$dir/10-precision.json" || { echo "!! no all-reduce span in lesson 10's trace"; failed=1; }
+else failed=1; fi
+
+[ $failed -eq 0 ] && echo "test-trace (lessons 04-10): passed" || echo "test-trace (lessons 04-10): FAILED"
+exit $failed
