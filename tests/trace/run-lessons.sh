@@ -3,7 +3,10 @@
 # 2 ranks, one short epoch of the synthetic set, with --trace. Every merged file must be what Perfetto reads
 # (tools/trace_check.py: valid JSON, nesting, async pairs, both ranks named) and show the lesson's own spans:
 #   04  a checkpoint save;
-#   08  M forward and M backward micro-batch spans per step on each stage (M = --micro-batches);
+#   08  M forward and M backward micro-batch spans per step on each stage (M = --micro-batches), and each
+#       rank's idle share on the timeline (its "recv ..." and "wait: send" spans over its "step N" spans) equal to
+#       the one the program prints, within 1 point: the spans and the program's counters time the same intervals
+#       with their own clock reads (microseconds apart), and the print rounds to 0.01 ms;
 #   09  ZeRO-3: every "all-gather unit u" inside the window of unit u's forward or backward, on the same track
 #       (a parameter is gathered for its unit's compute, never for the whole model);
 #   10  the steps, and the gradient all-reduce of each.
@@ -46,6 +49,24 @@ for r in (0, 1):
     # forwards also run in evaluation (no backward there): at least 2 per step, backwards exactly 2
     if steps == 0 or bw != 2 * steps or fw < 2 * steps:
         sys.exit(f"!! rank {r}: expected 2 backward micro-batch spans per step and at least 2 forward")
+PY
+  python3 - "$dir/08-pipeline.json" "$dir/08-pipeline.log" <<'PY' || failed=1
+import json, re, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+printed = {int(m[0]): float(m[2]) / float(m[1]) for m in
+           re.findall(r"rank (\d+) \(stage.*?\): step ([\d.]+) = computing [\d.]+ \+ waiting ([\d.]+)",
+                      open(sys.argv[2]).read())}
+if sorted(printed) != [0, 1]:
+    sys.exit("!! lesson 08 printed no per-rank 'step = computing + waiting' line for ranks 0 and 1")
+for r in (0, 1):
+    steps = [e for e in ev if e["pid"] == r and e["name"].startswith("step ")]
+    def in_step(e):
+        return any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] for s in steps)
+    wait = sum(e["dur"] for e in ev if e["pid"] == r and e["name"].startswith(("recv ", "wait: send")) and in_step(e))
+    idle = wait / sum(s["dur"] for s in steps)
+    print(f"rank {r}: idle {100 * idle:.1f} % on the timeline, {100 * printed[r]:.1f} % printed")
+    if abs(idle - printed[r]) > 0.01:
+        sys.exit(f"!! rank {r}: the timeline's idle share differs from the printed one by more than 1 point")
 PY
 else failed=1; fi
 
