@@ -76,12 +76,8 @@ static void conv_layers(const Model *m, int batch, FILE *out) {
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->kind != LAYER_CONV) continue;
-        int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
-        if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
-        Conv2dDims s = {.n = batch, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize, .stride = l->stride,
-                        .pad = l->pad};
-        size_t nx = (size_t)batch * c * h * w, nw = (size_t)l->out_c * c * l->ksize * l->ksize;
-        size_t ny = (size_t)batch * l->out_c * conv2d_out_h(&s) * conv2d_out_w(&s);
+        size_t nx, nw, ny;
+        const Conv2dDims s = bench_conv_dims(m, i, batch, &nx, &nw, &ny);
         ConvBufs b = {.s = s, .x = gpu_random(nx, 1), .w = gpu_random(nw, 2), .dy = gpu_random(ny, 3)};
         b.y = device_alloc(DEVICE_CUDA, ny * sizeof(float));
         b.dx = device_alloc(DEVICE_CUDA, nx * sizeof(float));
@@ -89,13 +85,13 @@ static void conv_layers(const Model *m, int batch, FILE *out) {
         b.work = device_alloc(DEVICE_CUDA, conv2d_work_floats(DEVICE_CUDA, &s) * sizeof(float));
         device_memset_zero(DEVICE_CUDA, b.dx, nx * sizeof(float));
         device_memset_zero(DEVICE_CUDA, b.dw, nw * sizeof(float));
-        double flops = 2.0 * (double)ny * c * l->ksize * l->ksize;  // 2 * MACs of one pass
+        double flops = 2.0 * (double)ny * s.c * l->ksize * l->ksize;  // 2 * MACs of one pass
         double tf = conv_time(&b, PASS_FWD, 5), tb = conv_time(&b, PASS_BWD, 5);
-        fprintf(stderr, "conv %d: %dx%dx%d -> %d: fwd %.2f ms (%.1f TFLOP/s), bwd %.2f ms (%.1f TFLOP/s)\n", i, c,
-                h, w, l->out_c, tf * 1e3, flops / tf / 1e12, tb * 1e3, 2 * flops / tb / 1e12);
+        fprintf(stderr, "conv %d: %dx%dx%d -> %d: fwd %.2f ms (%.1f TFLOP/s), bwd %.2f ms (%.1f TFLOP/s)\n", i, s.c,
+                s.h, s.w, l->out_c, tf * 1e3, flops / tf / 1e12, tb * 1e3, 2 * flops / tb / 1e12);
         fprintf(out, "%s\n    {\"layer\": %d, \"c\": %d, \"h\": %d, \"w\": %d, \"k\": %d, \"r\": %d, "
                      "\"fwd_ms\": %.4f, \"fwd_tflops\": %.3f, \"bwd_ms\": %.4f, \"bwd_tflops\": %.3f}",
-                first ? "" : ",", i, c, h, w, l->out_c, l->ksize, tf * 1e3, flops / tf / 1e12, tb * 1e3,
+                first ? "" : ",", i, s.c, s.h, s.w, l->out_c, l->ksize, tf * 1e3, flops / tf / 1e12, tb * 1e3,
                 2 * flops / tb / 1e12);
         first = 0;
         float *bufs[] = {b.x, b.w, b.dy, b.y, b.dx, b.dw, b.work};

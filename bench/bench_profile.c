@@ -139,25 +139,21 @@ static void conv_table(const Model *m, int batch, double ceiling, int reps) {
     for (int i = 0; i < m->n_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->kind != LAYER_CONV) continue;
-        int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
-        if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
-        Conv2dDims s = {.n = batch, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize, .stride = l->stride,
-                        .pad = l->pad};
-        size_t nx = (size_t)batch * c * h * w, nw = (size_t)l->out_c * c * l->ksize * l->ksize;
-        size_t ny = (size_t)batch * l->out_c * conv2d_out_h(&s) * conv2d_out_w(&s);
+        size_t nx, nw, ny;
+        const Conv2dDims s = bench_conv_dims(m, i, batch, &nx, &nw, &ny);
         float *x = gpu_random(nx, 1), *wt = gpu_random(nw, 2), *dy = gpu_random(ny, 3);
         float *y = device_alloc(DEVICE_CUDA, ny * sizeof(float)), *dx = device_alloc(DEVICE_CUDA, nx * sizeof(float));
         float *dw = device_alloc(DEVICE_CUDA, nw * sizeof(float));
         float *work = device_alloc(DEVICE_CUDA, conv2d_work_floats(DEVICE_CUDA, &s) * sizeof(float));
         device_memset_zero(DEVICE_CUDA, dx, nx * sizeof(float));
         device_memset_zero(DEVICE_CUDA, dw, nw * sizeof(float));
-        const double flops = 2.0 * (double)ny * c * l->ksize * l->ksize;  // one GEMM's worth: 2 * MACs
+        const double flops = 2.0 * (double)ny * s.c * l->ksize * l->ksize;  // one GEMM's worth: 2 * MACs
         for (int pass = 0; pass < 2; pass++) {
             OpTime t = conv_time(&s, x, wt, y, dy, dx, dw, work, pass == 1, reps);
             const double f = pass ? 2 * flops : flops;  // backward: the dx and the dw GEMMs
             const double gemm_ms = t.ms - t.kernels_ms;
             const double op_tf = f / (t.ms * 1e-3) / 1e12, gemm_tf = gemm_ms > 0 ? f / (gemm_ms * 1e-3) / 1e12 : 0.0;
-            printf("| %d | %d x %d x %d -> %d | %s | %.3f | %.3f | %.3f | %.1f | %.0f | %.0f |\n", m->first + i, c, h, w,
+            printf("| %d | %d x %d x %d -> %d | %s | %.3f | %.3f | %.3f | %.1f | %.0f | %.0f |\n", m->first + i, s.c, s.h, s.w,
                    l->out_c, pass ? "bwd" : "fwd", t.ms, t.kernels_ms, gemm_ms, op_tf, 100.0 * op_tf / ceiling,
                    100.0 * gemm_tf / ceiling);
         }

@@ -40,4 +40,17 @@ static inline void gpu_train_step(Model *m, int batch) {
     optim_step(m, &GPU_BENCH_OPT);
 }
 
+// Conv layer i of m (LAYER_CONV) at this batch: its dims, and the floats of its input x (N, C, H, W), its
+// weights (K, C, R, R) and its output y (N, K, P, Q).
+static inline Conv2dDims bench_conv_dims(const Model *m, int i, int batch, size_t *nx, size_t *nw, size_t *ny) {
+    const Layer *l = &m->layers[i];
+    int c = m->cfg.in_c, h = m->cfg.in_h, w = m->cfg.in_w;
+    if (l->in >= 0) c = m->layers[l->in].c, h = m->layers[l->in].h, w = m->layers[l->in].w;
+    Conv2dDims s = {.n = batch, .c = c, .h = h, .w = w, .k = l->out_c, .r = l->ksize, .stride = l->stride,
+                    .pad = l->pad};
+    *nx = (size_t)batch * c * h * w, *nw = (size_t)l->out_c * c * l->ksize * l->ksize;
+    *ny = (size_t)batch * l->out_c * conv2d_out_h(&s) * conv2d_out_w(&s);
+    return s;
+}
+
 #endif  // BENCH_GPU_STEP_H
