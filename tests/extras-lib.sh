@@ -92,3 +92,19 @@ rank0_port() {
   done
   return 1
 }
+
+# term_after_epoch1 LAUNCHER LOG BIN: once LOG shows that epoch 1 ended (the ranks are deep in training), SIGTERM
+# the newest rank running BIN that the launcher (a background scripts/launch.sh) started, as a preemption would;
+# then waits for the launcher. Sets victim (the rank's pid, empty when none was found) and rc (the launcher's exit).
+term_after_epoch1() {
+  local launcher=$1 log=$2 bin=$3
+  for _ in $(seq 1 600); do
+    grep -q '^epoch 1:' "$log" && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  victim=$(pgrep -P "$launcher" -f "$bin" | sort -n | tail -n 1)
+  [ -n "$victim" ] && kill -TERM "$victim"
+  wait "$launcher"
+  rc=$?
+}

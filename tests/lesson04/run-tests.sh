@@ -30,16 +30,7 @@ run() {
 bn="--model tiny-bn --epochs 3 --batch-size 64"
 if run 2 "$work/ref.log" $bn --checkpoint-dir "$work/ref"; then
   scripts/launch.sh 2 "$train" --dataset synthetic --timeout 20 $bn --checkpoint-dir "$work/sig" >"$work/sig.log" 2>&1 &
-  launcher=$!
-  for _ in $(seq 1 600); do  # until the first epoch is done: the ranks are deep in training
-    grep -q '^epoch 1:' "$work/sig.log" && break
-    kill -0 "$launcher" 2>/dev/null || break
-    sleep 0.1
-  done
-  victim=$(pgrep -P "$launcher" -f "$train" | sort -n | tail -n 1)
-  [ -n "$victim" ] && kill -TERM "$victim"
-  wait "$launcher"
-  rc=$?
+  term_after_epoch1 $! "$work/sig.log" "$train"
   if [ -z "$victim" ] || [ $rc -ne 0 ] || ! grep -q '^resume with the same command and: --resume auto' "$work/sig.log"; then
     bad "SIGTERM to one rank: expected exit 0 and a line saying how to resume (exit $rc, victim '${victim}')"
     show "$work/sig.log"

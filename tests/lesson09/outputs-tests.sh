@@ -53,16 +53,7 @@ if [ $rc -ne 0 ] && grep -q "NaN or Inf" "$work/n.log" && ! grep -q "^consolidat
   ok "--lr 100: stopped on the NaN, exit $rc"
 else bad "--lr 100: exit $rc, no NaN stop"; show "$work/n.log"; fi
 scripts/launch.sh 2 "$train" "${opts[@]}" --zero 2 --epochs 3 --checkpoint-dir "$work/s" >"$work/s.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 600); do  # until the first epoch is done: the ranks are deep in training
-  grep -q '^epoch 1:' "$work/s.log" && break
-  kill -0 "$launcher" 2>/dev/null || break
-  sleep 0.1
-done
-victim=$(pgrep -P "$launcher" -f "$train" | sort -n | tail -n 1)
-[ -n "$victim" ] && kill -TERM "$victim"
-wait "$launcher"
-rc=$?
+term_after_epoch1 $! "$work/s.log" "$train"
 stop=$(sed -n 's/^stopped after step \([0-9]*\) by SIGTERM.*/\1/p' "$work/s.log")
 newest=$(ls -d "$work/s"/step-* 2>/dev/null | tail -n 1)
 if [ $rc -eq 0 ] && [ -n "$stop" ] && [ -n "$newest" ] && [ "$((10#${newest##*step-}))" = "$stop" ] &&
