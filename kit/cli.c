@@ -94,7 +94,7 @@ static const CliOption OPTIONS[] = {
     {"keep", "K", CLI_CKPT, OPT_INT, FIELD(keep), "3", 1, 1000000, NULL, "checkpoints kept in --checkpoint-dir"},
     {"resume", "FILE|auto", CLI_CKPT, OPT_STRING, FIELD(resume), NULL, 0, 0, NULL,
      "resume from FILE, or from the newest valid checkpoint of\n--checkpoint-dir (none there: start from step 0)"},
-    {"stop-at", "STEP", CLI_CKPT | CLI_PREC, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
+    {"stop-at", "STEP", CLI_CKPT | CLI_PREC | CLI_TP, OPT_INT, FIELD(stop_at), "0", 0, 0x7fffffff, NULL,
      "stop after global (optimizer) step STEP, 0: never; a run\nthat checkpoints saves first (to chain jobs)"},
     {"overwrite", NULL, CLI_CKPT | CLI_PREC | CLI_INFER, OPT_FLAG, FIELD(overwrite), NULL, 0, 0, NULL,
      "an output file (--checkpoint, --consolidate, --save-params,\n--confusion) may replace a file that is not this run's:\n"
@@ -147,8 +147,10 @@ static const CliOption OPTIONS[] = {
      "units the model is cut into, 1..32, balanced by parameter\ncount (default: one per layer with parameters)"},
     {"recompute", NULL, CLI_ZERO, OPT_FLAG, FIELD(recompute), NULL, 0, 0, NULL,
      "keep only each unit's output in forward; recompute its\nactivations in backward"},
-    {"memory", NULL, CLI_ZERO, OPT_FLAG, FIELD(memory), NULL, 0, 0, NULL,
+    {"memory", NULL, CLI_ZERO | CLI_TP, OPT_FLAG, FIELD(memory), NULL, 0, 0, NULL,
      "print every rank's memory by part (live, peak) after the\nfirst step, beside the arithmetic"},
+    {"tp", "T", CLI_TP, OPT_INT, FIELD(tp), "0", 0, 64, NULL,
+     "ranks of a tensor group, 1..64 (0: every rank): each residual\nblock split over T ranks; the world is T x data replicas"},
     {"consolidate", "FILE", CLI_ZERO, OPT_STRING, FIELD(consolidate), NULL, 0, 0, NULL,
      "after the training, one lesson-04 checkpoint of the whole\nmodel (lesson 06 reads it)"},
 };

@@ -3,7 +3,7 @@
 // One option table for all lessons, so `--epochs` means the same thing everywhere. A lesson says which
 // extra groups of options it accepts (CLI_DP for lesson 02's --devices, CLI_DIST for DDP's --backend
 // and --bucket-mb, CLI_CKPT for lesson 04's checkpoint options, CLI_INFER for lesson 06's, CLI_RDZV for
-// lesson 07's rendezvous, CLI_PIPE, CLI_ZERO and CLI_PREC for lessons 08, 09 and 10's); an option outside
+// lesson 07's rendezvous, CLI_PIPE, CLI_ZERO, CLI_PREC and CLI_TP for lessons 08-11's); an option outside
 // those groups is an error like any unknown option. An option may belong to several groups (--stop-at: CLI_CKPT
 // and CLI_PREC), and every program parses its options here, with no second parser.
 // A wrong option or value prints one line saying what is wrong, then the usage, and exits with status 2.
@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 // Lesson 10's precision options (--precision, --loss-scale, --master, --allreduce, --accumulate, --lr-rule, ...).
-enum { CLI_PREC = 1 << 7 };
+enum { CLI_PREC = 1 << 7, CLI_TP = 1 << 8 };
 
 enum { CLI_BASE = 0, CLI_DP = 1 << 0, CLI_DIST = 1 << 1, CLI_CKPT = 1 << 2, CLI_RDZV = 1 << 3, CLI_INFER = 1 << 4,
        CLI_PIPE = 1 << 5, CLI_ZERO = 1 << 6 };
@@ -45,7 +45,7 @@ typedef struct {
     const char *resume;          // CLI_CKPT: a checkpoint file to resume from, or "auto" (newest valid in the folder)
     int save_every;              // CLI_CKPT: also save every N steps (0: at the end of every epoch only)
     int keep;                    // CLI_CKPT: checkpoints kept in --checkpoint-dir
-    int stop_at;                 // CLI_CKPT, CLI_PREC: stop after this global (optimizer) step (0: never); a run
+    int stop_at;                 // CLI_CKPT, CLI_PREC, CLI_TP: stop after this global (optimizer) step (0: never); a run
                                  //   that checkpoints saves first, e.g. to chain jobs
     bool overwrite;              // CLI_CKPT, CLI_PREC, CLI_INFER: an output file may replace another run's (ckpt.h)
     const char *init_method;     // CLI_RDZV (lesson 07): env (MASTER_ADDR/MASTER_PORT), tcp://HOST:PORT or file:///PATH
@@ -74,8 +74,10 @@ typedef struct {
     int zero;                    // CLI_ZERO: 0..3, what is sharded: nothing, momentum, + gradients, + parameters
     int units;                   // CLI_ZERO: units the model is cut into, 1..ZERO_MAX_UNITS (0: one per layer)
     bool recompute;              // CLI_ZERO: keep a unit's output only, recompute its activations in backward
-    bool memory;                 // CLI_ZERO: print every rank's memory by part (live, peak) after the first step
+    bool memory;                 // CLI_ZERO, CLI_TP: print every rank's memory by part (live, peak) after the first step
     const char *consolidate;     // CLI_ZERO: after the training, one lesson-04 checkpoint of the whole model
+    // lesson 11 (tensor parallelism)
+    int tp;                      // CLI_TP: ranks of a tensor group, 1..64, 0: the world (the world: tp x replicas)
 } TrainOptions;
 
 // Parses argv into *o (the table's defaults first). `groups` is CLI_BASE or'ed with the extra groups
