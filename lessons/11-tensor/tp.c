@@ -98,6 +98,7 @@ void tp_block_forward(TpBlock *blk, ProcessGroup *tensor, const float *x, int n,
     //   belong. Which of these steps see only this rank's k channels, and which every channel? After which step
     //   does a rank hold only a PART of what one process computes? The helpers above (bn_relu_forward,
     //   bn1_saved, ...) and the dims (c1, c2, s1, s2) are ready; conv2 has no bias (BN2 follows it).
+    (void)bn_relu_forward, (void)bn1_saved, (void)bn2_saved, (void)bn1_running, (void)bn2_running;
 }
 
 void tp_block_backward(TpBlock *blk, ProcessGroup *tensor, const float *x, const float *dout, int n) {
