@@ -2,7 +2,7 @@
 #
 #   make run                 install what is missing, build, get data, train lesson 01's solution
 #   make test                build everything and run every test (kit, autograder on solutions and starters)
-#   make test-quick          checking a setup: the kit's tests, the solutions' grades, one short run per lesson
+#   make test-quick          checking a setup: the kit's tests, two lessons graded, one short run per lesson
 #   make grade [LESSON=NN]   grade your work in lessons/ (SOLUTIONS=1 grades solutions/, HINTS=full: exact calls)
 #
 # Build switches: NO_CUDA=1 (CPU-only even when nvcc is found), SANITIZE=1 (ASan + UBSan, CPU-only),
@@ -22,7 +22,7 @@ include mk/suites.mk      # numeric suites under other OpenBLAS kernels; checkpo
 include mk/scaleout.mk    # scale-out: Slurm scripts + local Slurm, network-namespace hosts, scaling study, ring bench
 
 # test-runs (mk/lessons.mk): each lesson's solution, one short run
-QUICK_TARGETS := all check-docs test-kit grade-solutions test-runs
+QUICK_TARGETS := all check-docs test-kit grade-quick test-runs
 
 .PHONY: all help clean test test-quick
 all: $(ALL_TARGETS)
