@@ -492,12 +492,14 @@ static const float *forward_pieces(Tp *tp, const float *x, int n, bool train, co
     for (int p = 0; p < tp->n_pieces; p++) {
         const TpPiece *pc = &tp->pieces[p];
         if (input_of) input_of[p] = h;
+        double t = trace_begin("forward piece");  // on the timeline (--trace): g's all-reduce inside a block's span
         if (pc->stage) {
             h = model_forward(pc->stage, h, n, train);
         } else {
             tp_block_forward(pc->block, tp->tensor, h, n, train);
             h = pc->block->out;
         }
+        trace_endf(t, TRACE_COMPUTE, "forward %s %d-%d", pc->stage ? "layers" : "block", pc->first, pc->last - 1);
     }
     return h;
 }
@@ -552,6 +554,7 @@ Metrics tp_step(Tp *tp, const Batch *b, const SgdConfig *opt, float label_smooth
     const float *dout = tp->dlogits;
     for (int p = tp->n_pieces - 1; p >= 0; p--) {
         const TpPiece *pc = &tp->pieces[p];
+        double tb = trace_begin("backward piece");
         if (pc->stage) {
             model_backward(pc->stage, input_of[p], dout, n);
             dout = model_input_grad(pc->stage);
@@ -559,6 +562,7 @@ Metrics tp_step(Tp *tp, const Batch *b, const SgdConfig *opt, float label_smooth
             tp_block_backward(pc->block, tp->tensor, input_of[p], dout, n);
             dout = pc->block->dx;
         }
+        trace_endf(tb, TRACE_COMPUTE, "backward %s %d-%d", pc->stage ? "layers" : "block", pc->first, pc->last - 1);
     }
     trace_end(t, TRACE_COMPUTE, "backward");
     double c = time_now();
