@@ -13,6 +13,7 @@
 #include "kit/data.h"
 #include "kit/device.h"
 #include "kit/log.h"
+#include "kit/trace.h"
 #ifdef KIT_CUDA
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
@@ -140,7 +141,10 @@ static void *loader_worker(void *arg) {
         // epoch are not touched by the caller while a job is pending (start_epoch waits first).
         pthread_mutex_unlock(&L->mu);
         if (wait_copy) stage_wait_copy(L, slot);
+        if (kit_trace_flags) trace_thread_name("loader");  // its own track on the timeline (--trace)
+        double t = trace_begin("load batch");
         loader_fill(L, batch, slot);
+        trace_endf(t, TRACE_DATA, "load batch %d", batch);
         pthread_mutex_lock(&L->mu);
         if (L->staging && L->overlap) stage_queue_copy(L, slot);
         L->job_pending = false;

@@ -67,7 +67,7 @@ double trace_clock_us(void) {
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
-// The calling thread's track; the first to ask is "main". Call with the lock held.
+// The calling thread's track; the first to ask (trace_open's caller) is "main". Call with the lock held.
 static int thread_index(void) {
     if (my_thread >= 0 && my_generation == T.generation) return my_thread;
     my_generation = T.generation;
@@ -152,6 +152,7 @@ void trace_open(const char *path, int rank, int world) {
     T.next_id = 1;
     T.generation++;
     T.n_threads = 0;
+    thread_index();  // the thread that opens the file is "main", whichever thread records first (the loader's may)
     memset(T.open_async, 0, sizeof T.open_async);
     fprintf(T.f, "{\"traceEvents\":[\n");
     kit_trace_flags |= FLAG_JSON;

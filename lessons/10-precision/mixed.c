@@ -28,6 +28,7 @@
 #include "lesson.h"
 #include "kit/check.h"
 #include "kit/log.h"
+#include "kit/trace.h"
 
 #define F sizeof(float)
 
@@ -105,14 +106,18 @@ static Metrics micro_forward_backward(Mixed *mx, const Batch *b, int k, int K, f
     }
     device_copy_to(d, m->labels, labels, (size_t)n * sizeof(int));
     lowp_round_buffer(d, mx->format, m->input, (size_t)n * image, NULL);
+    double span = trace_begin("forward");  // the timeline (--trace): one span each way per micro-batch
     const float *logits = model_forward(m, m->input, n, true);  // (n, classes)
     cross_entropy_forward(d, n, classes, logits, m->labels, label_smoothing, m->loss);
     argmax_rows(d, n, classes, logits, m->pred);
     device_memset_zero(d, m->dlogits, (size_t)n * classes * F);  // backward ops accumulate
     cross_entropy_backward(d, n, classes, logits, m->labels, label_smoothing, grad_scale, m->dlogits);
     lowp_round_buffer(d, mx->format, m->dlogits, (size_t)n * classes, NULL);
+    trace_endf(span, TRACE_COMPUTE, "forward micro-batch %d of %d", k, K);
+    span = trace_begin("backward");
     model_zero_grad(m);
     model_backward(m, m->input, m->dlogits, n);
+    trace_endf(span, TRACE_COMPUTE, "backward micro-batch %d of %d", k, K);
     // The metrics, as the kit's train_forward_backward counts them.
     device_copy_from(d, m->host_loss, m->loss, (size_t)n * F);
     device_copy_from(d, m->host_pred, m->pred, (size_t)n * sizeof(int));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The timelines of lessons 04-10 (make test-trace, after lesson 03's run-lesson03.sh): each lesson's program on
+# The timelines of lessons 04-11 (make test-trace, after lesson 03's run-lesson03.sh): each lesson's program on
 # 2 ranks, one short epoch of the synthetic set, with --trace. Every merged file must be what Perfetto reads
 # (tools/trace_check.py: valid JSON, nesting, async pairs, both ranks named) and show the lesson's own spans:
 #   04  a checkpoint save;
@@ -9,7 +9,8 @@
 #       with their own clock reads (microseconds apart), and the print rounds to 0.01 ms;
 #   09  ZeRO-3: every "all-gather unit u" inside the window of unit u's forward or backward, on the same track
 #       (a parameter is gathered for its unit's compute, never for the whole model);
-#   10  the steps, and the gradient all-reduce of each.
+#   10  the steps, the gradient all-reduce of each, one forward and one backward micro-batch span per step;
+#   11  each block's tensor all-reduce inside the block's span: g in its forward, f in its backward.
 #
 # Usage: tests/trace/run-lessons.sh BUILD    (BUILD/solutions/NN-*/train)
 set -u
@@ -92,7 +93,43 @@ echo "== lesson 10: the steps and their gradient all-reduce (bf16)"
 if run 10-precision --precision bf16 --stop-at $steps; then
   check "$dir/10-precision.json" --min-count "0:step 1:1" --min-count "1:step 1:1"
   grep -q '"name":"all-reduce ' "$dir/10-precision.json" || { echo "!! no all-reduce span in lesson 10's trace"; failed=1; }
+  python3 - "$dir/10-precision.json" <<'PY' || failed=1
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for r in (0, 1):
+    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))
+    fw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("forward micro-batch"))
+    bw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("backward micro-batch"))
+    print(f"rank {r}: {steps} steps, {fw} forward and {bw} backward micro-batch spans")
+    if steps == 0 or fw != steps or bw != steps:  # --accumulate 1: one micro-batch per step, each way
+        sys.exit(f"!! rank {r}: expected one forward and one backward micro-batch span per step")
+PY
 else failed=1; fi
 
-[ $failed -eq 0 ] && echo "test-trace (lessons 04-10): passed" || echo "test-trace (lessons 04-10): FAILED"
+echo "== lesson 11: each block's tensor all-reduce inside its forward (g) and its backward (f)"
+if run 11-tensor --model resnet9 --width 4 --tp 2 --stop-at $steps; then
+  check "$dir/11-tensor.json"
+  python3 - "$dir/11-tensor.json" <<'PY' || failed=1
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for r in (0, 1):
+    mine = [e for e in ev if e["pid"] == r]
+    steps = sum(1 for e in mine if e["name"].startswith("step "))
+    def inside(e, prefix):
+        return any(w["name"].startswith(prefix) and w["tid"] == e["tid"] and w["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= w["ts"] + w["dur"] for w in mine)
+    reduces = [e for e in mine if e["name"].startswith("all-reduce ") and "floats" in e["name"]]
+    fw = sum(1 for e in reduces if inside(e, "forward block"))
+    bw = sum(1 for e in reduces if inside(e, "backward block"))
+    print(f"rank {r}: {steps} steps; float all-reduces: {fw} in block forwards, {bw} in block backwards, "
+          f"{len(reduces) - fw - bw} elsewhere")
+    # ResNet-9 has 2 blocks: g once per block forward (training and evaluation), f once per block backward;
+    # with one replica (2 ranks, --tp 2) no other float all-reduce exists.
+    if steps == 0 or bw != 2 * steps or fw < 2 * steps or len(reduces) != fw + bw:
+        sys.exit(f"!! rank {r}: expected 2 tensor all-reduces per step in block backwards, at least 2 in block "
+                 "forwards, and none elsewhere")
+PY
+else failed=1; fi
+
+[ $failed -eq 0 ] && echo "test-trace (lessons 04-11): passed" || echo "test-trace (lessons 04-11): FAILED"
 exit $failed
