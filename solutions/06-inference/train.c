@@ -24,6 +24,7 @@
 #include "kit/device.h"
 #include "kit/log.h"
 #include "kit/model.h"
+#include "kit/trace.h"
 #include "lesson.h"
 
 #define TOP_K 5
@@ -213,6 +214,14 @@ static int evaluate_and_report(Model *m, const TrainOptions *o, const Dataset *t
     return status;
 }
 
+// --trace: the timeline of this one process (kit/trace.h), its file merged into the path asked for.
+static void finish_trace(const char *path) {
+    if (!path) return;
+    trace_close();
+    long n = trace_merge(path, 1);
+    if (n >= 0) printf("trace: %s (%ld events, 1 process): open it at https://ui.perfetto.dev\n", path, n);
+}
+
 int run_inference(const TrainOptions *o) {
     if (!o->checkpoint) {
         fprintf(stderr, "error: no --checkpoint FILE to load\n  HINT: lesson 04 writes one (`make lesson-06` "
@@ -236,7 +245,10 @@ int run_inference(const TrainOptions *o) {
     model_config(&cfg, o->model, o->width, test.c, test.h, test.w, test.classes);  // as training built it
     int max_batch = o->latency && o->batch_size < THROUGHPUT_BATCH ? THROUGHPUT_BATCH : o->batch_size;
     CkptState st;
+    if (o->trace) trace_open(o->trace, 0, 1);  // one process: its file, then merged into o->trace at the end
+    double t = trace_begin("load checkpoint");
     Model *m = infer_load(o->checkpoint, &cfg, o->dataset, dev, max_batch, &st, err, sizeof err);
+    trace_end(t, TRACE_IO, "load checkpoint");
     if (!m) {
         fprintf(stderr, "error: %s\n", err);
         dataset_free(&test);
@@ -251,8 +263,15 @@ int run_inference(const TrainOptions *o) {
     printf("device: %s; inference model for batches of %d: %.2f MB (training would take %.2f MB: no gradients, "
            "momentum, activation gradients)\n", device_name(dev), max_batch, (double)model_device_bytes(m) / 1e6,
            (double)train_bytes / 1e6);
+    t = trace_begin("inference");
     int status = o->image ? predict_image(m, o, &test) : evaluates ? evaluate_and_report(m, o, &test, &st) : 0;
-    if (status == 0 && o->latency) measure_latency(m, &test);
+    trace_end(t, TRACE_EVAL, o->image ? "predict one image" : "evaluate the test split");
+    if (status == 0 && o->latency) {
+        t = trace_begin("latency");
+        measure_latency(m, &test);
+        trace_end(t, TRACE_EVAL, "measure latency and throughput");
+    }
+    finish_trace(o->trace);
     fflush(stdout);
     model_free(m);
     dataset_free(&test);

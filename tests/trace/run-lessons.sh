@@ -3,6 +3,7 @@
 # 2 ranks, one short epoch of the synthetic set, with --trace. Every merged file must be what Perfetto reads
 # (tools/trace_check.py: valid JSON, nesting, async pairs, both ranks named) and show the lesson's own spans:
 #   04  a checkpoint save;
+#   06  (one process, lesson 04's checkpoint) the load, the evaluation, and the loader's batches on its track;
 #   08  M forward and M backward micro-batch spans per step on each stage (M = --micro-batches), and each
 #       rank's idle share on the timeline (its "recv ..." and "wait: send" spans over its "step N" spans) equal to
 #       the one the program prints, within 1 point: the spans and the program's counters time the same intervals
@@ -35,6 +36,13 @@ if run 04-checkpoint --checkpoint "$dir/c04.ckpt" --stop-at $steps; then
   check "$dir/04-checkpoint.json" --min-count 0:backward:$steps --min-count 1:backward:$steps
   grep -q '"name":"checkpoint' "$dir/04-checkpoint.json" || { echo "!! no checkpoint span in lesson 04's trace"; failed=1; }
 else failed=1; fi
+
+echo "== lesson 06: one process, the checkpoint load and the evaluation, the loader on its own track"
+if timeout --kill-after=5 120 "$build/solutions/06-inference/train" --dataset synthetic --checkpoint "$dir/c04.ckpt" \
+     --trace "$dir/06-inference.json" >"$dir/06-inference.log" 2>&1; then
+  python3 tools/trace_check.py --ranks 1 "$dir/06-inference.json" --count "0:load checkpoint:1" \
+    --count "0:evaluate the test split:1" --min-count "0:load batch 0:1" || failed=1
+else echo "!! lesson 06 with --trace failed:"; tail -20 "$dir/06-inference.log"; failed=1; fi
 
 echo "== lesson 08: M = 2 micro-batches each way per step, on each stage"
 if run 08-pipeline --stages 2 --micro-batches 2; then
