@@ -29,7 +29,12 @@ run() {  # LESSON ARGS...: trains with --trace $dir/LESSON.json; 1 when the prog
     echo "!! lesson $lesson with --trace $* failed:"; tail -20 "$dir/$lesson.log"; return 1
   fi
 }
-check() { python3 tools/trace_check.py --ranks 2 "$@" || failed=1; }
+# check FILE ARGS...: tools/trace_check.py's checks, then the file loaded by Perfetto's own engine where it can run
+# (tools/trace_perfetto.py: it says why when it skips).
+check() {
+  python3 tools/trace_check.py --ranks 2 "$@" || failed=1
+  python3 tools/trace_perfetto.py "$1" || failed=1
+}
 
 echo "== lesson 04: a checkpoint save on the timeline"
 if run 04-checkpoint --checkpoint "$dir/c04.ckpt" --stop-at $steps; then
@@ -42,6 +47,7 @@ if timeout --kill-after=5 120 "$build/solutions/06-inference/train" --dataset sy
      --trace "$dir/06-inference.json" >"$dir/06-inference.log" 2>&1; then
   python3 tools/trace_check.py --ranks 1 "$dir/06-inference.json" --count "0:load checkpoint:1" \
     --count "0:evaluate the test split:1" --min-count "0:load batch 0:1" || failed=1
+  python3 tools/trace_perfetto.py "$dir/06-inference.json" || failed=1
 else echo "!! lesson 06 with --trace failed:"; tail -20 "$dir/06-inference.log"; failed=1; fi
 
 echo "== lesson 08: M = 2 micro-batches each way per step, on each stage"
