@@ -360,7 +360,9 @@ void tp_free(Tp *tp) {
     device_free(d, tp->input), device_free(d, tp->labels), device_free(d, tp->pred);
     device_free(d, tp->loss), device_free(d, tp->dlogits);
     free(tp->host_loss), free(tp->host_pred);
-    free(tp);  // the groups are freed by pg_finalize of the world
+    pg_finalize(tp->data);  // sub-groups, before their parent (collective: every rank frees its Tp)
+    pg_finalize(tp->tensor);
+    free(tp);
 }
 
 // ---------------------------------------------------------------- given: gather and scatter of the whole model
