@@ -388,6 +388,11 @@ if [ $base = 1 ]; then
   else
     say "NOT" "10 mixed precision: needs Open MPI (above)"
   fi
+  if [ "$mpi" = 1 ]; then  # lesson 11 builds against MPI and grades on 4 ranks (a tensor group of 4, a 2 x 2 grid)
+    say ready "11 tensor parallelism: the column / row split, f and g, a block over 2 or 4 ranks, the tensor x data grid, make grade"
+  else
+    say "NOT" "11 tensor parallelism: needs Open MPI (above)"
+  fi
 else
   say "NOT" "$all_lessons: a MISSING item under \"every lesson\" above; fix it first (or: scripts/install-deps.sh)"
 fi

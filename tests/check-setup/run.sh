@@ -79,6 +79,7 @@ expect no-gpu '^  ready +07 scale-out' "lesson 07's exercise runs"
 expect no-gpu '^  ready +08 pipeline: .*one stage per rank' "lesson 08 runs in full"
 expect no-gpu '^  ready +09 ZeRO / FSDP: ' "lesson 09 runs in full"
 expect no-gpu '^  ready +10 mixed precision: ' "lesson 10 runs in full"
+expect no-gpu '^  ready +11 tensor parallelism: ' "lesson 11 runs in full"
 refute no-gpu 'not in the kit yet|planned' "every lesson is in the kit"
 if [ "$(id -u)" -eq 0 ]; then
   expect no-gpu '`mpirun --allow-run-as-root .*-np 2` works' "as root, mpirun is launched (and works) with --allow-run-as-root"
@@ -107,7 +108,7 @@ expect no-openblas "fix: ${sudo_prefix}apt-get install -y libopenblas-dev\$" "wi
 expect no-openblas '^  MISSING +Open MPI +no mpirun' "Open MPI is reported missing"
 expect no-openblas "fix: ${sudo_prefix}apt-get install -y openmpi-bin libopenmpi-dev\$" "with the command that installs it"
 expect no-openblas '^  OK +zlib' "the other libraries are still found"
-expect no-openblas '^  NOT +01-10' "no lesson can run"
+expect no-openblas '^  NOT +01-11' "no lesson can run"
 expect no-openblas 'lesson 01 cannot run here yet' "the verdict"
 
 # Open MPI missing alone does not stop lesson 01: exit 0, lesson 03 not ready
@@ -119,6 +120,7 @@ expect no-mpi '^  NOT +07 scale-out: needs Open MPI' "nor lesson 07"
 expect no-mpi '^  NOT +08 pipeline: needs Open MPI' "nor lesson 08"
 expect no-mpi '^  NOT +09 ZeRO / FSDP: needs Open MPI' "nor lesson 09"
 expect no-mpi '^  NOT +10 mixed precision: needs Open MPI' "nor lesson 10"
+expect no-mpi '^  NOT +11 tensor parallelism: needs Open MPI' "nor lesson 11"
 expect no-mpi '^  ready +06 inference: .*pass a --checkpoint made elsewhere' "lesson 06 runs, on a checkpoint from elsewhere"
 
 # No libpng: lesson 06 only (exit 0: lesson 01 still runs)
