@@ -119,7 +119,9 @@ void pipe_dist_make_stage(DistPipe *dp, const Model *table, Device d, const int 
 void pipe_dist_free(DistPipe *dp) {
     if (!dp) return;
     pipe_free(dp->local);
-    free(dp);  // the groups are freed by pg_finalize of the world
+    pg_finalize(dp->pipe);  // the sub-groups, before their parent (collective: every rank frees its DistPipe)
+    pg_finalize(dp->same_stage);
+    free(dp);
 }
 
 void pipe_dist_plan(const DistPipe *dp, int n, PipePlan *plan) {

@@ -316,9 +316,20 @@ static void join_grid(Tp *tp, ProcessGroup *world, int T) {
           "TODO 4b: the data group holds one rank per replica, ranked by replica");
 }
 
-Tp *tp_create(ProcessGroup *world, int T, const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+Tp *tp_join(ProcessGroup *world, int T) {
     Tp *tp = xcalloc(1, sizeof *tp);
     join_grid(tp, world, T);
+    return tp;
+}
+
+Tp *tp_create(ProcessGroup *world, int T, const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+    Tp *tp = tp_join(world, T);
+    tp_make_pieces(tp, cfg, d, max_batch, seed);
+    return tp;
+}
+
+void tp_make_pieces(Tp *tp, const ModelConfig *cfg, Device d, int max_batch, uint64_t seed) {
+    const int T = tp->grid.tp;
     tp->cfg = *cfg, tp->device = d, tp->max_batch = max_batch, tp->classes = cfg->classes;
     if (tp->grid.dp > 1) tp->bn_ops.sync = (BatchNormSync){.allreduce_sum = bn_sync_data, .ctx = tp->data};
     const BatchNormSync *sync = tp->grid.dp > 1 ? &tp->bn_ops.sync : NULL;
@@ -347,7 +358,6 @@ Tp *tp_create(ProcessGroup *world, int T, const ModelConfig *cfg, Device d, int 
     tp->dlogits = device_alloc_as(d, (size_t)max_batch * tp->classes * F, MEM_ACTS);
     tp->host_loss = xmalloc((size_t)max_batch * F);
     tp->host_pred = xmalloc((size_t)max_batch * sizeof(int));
-    return tp;
 }
 
 void tp_free(Tp *tp) {

@@ -36,22 +36,22 @@
 
 typedef struct {
     Tp *tp;
-    int T;       // the tensor group's size: --tp, or the world
     TpGrid grid;
     PgTraffic tensor0, data0;  // the groups' counters before step 1
 } TpRun;
 
-// This rank's place and its replica's data. The rank that prints: world rank 0 (tensor rank 0 of replica 0).
+// This rank's place in the grid and its groups (TODO 4a-b), its replica's data (TODO 4c), the ranks that hold
+// copies of its slices (the data group: the loop broadcasts among them, and counts the replicas by it), and the
+// rank that prints: world rank 0 (tensor rank 0 of replica 0).
 static int open_grid(void *ctx, DdpRun *r) {
     TpRun *run = ctx;
-    run->T = r->o->tp ? r->o->tp : pg_world(r->pg);  // --tp 0: one tensor group of every rank
-    if (!tp_grid(pg_rank(r->pg), pg_world(r->pg), run->T, &run->grid))
-        die("%d rank(s) cannot be cut into tensor groups of --tp %d\n"
-            "  HINT: launch a multiple of --tp ranks (T x data replicas), or finish TODO 4a (tp_grid)",
-            pg_world(r->pg), run->T);
+    const int T = r->o->tp ? r->o->tp : pg_world(r->pg);  // --tp 0: one tensor group of every rank
+    run->tp = tp_join(r->pg, T);
+    run->grid = run->tp->grid;
     if (r->o->batch_size % run->grid.dp != 0)
         die("--batch-size %d is not a multiple of the %d data replica(s)", r->o->batch_size, run->grid.dp);
     tp_data_open(&r->data, r->o, &run->grid);
+    r->replicas = run->tp->data;
     r->is_main = pg_rank(r->pg) == 0;
     return r->o->batch_size / run->grid.dp;
 }
@@ -60,8 +60,7 @@ static int open_grid(void *ctx, DdpRun *r) {
 static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     TpRun *run = ctx;
     Device dev = pg_device(r->pg);
-    run->tp = tp_create(r->pg, run->T, cfg, dev, r->local_batch, r->o->seed);
-    r->replicas = run->tp->data;  // the loop broadcasts and compares its model among the copies of a slice
+    tp_make_pieces(run->tp, cfg, dev, r->local_batch, r->o->seed);
     return model_create(cfg, dev, 1, r->o->seed);
 }
 

@@ -151,13 +151,19 @@ typedef struct {
     float *dlogits;            // (max_batch, classes)
     float *host_loss;          // (max_batch) in host memory
     int *host_pred;            // (max_batch) in host memory
-    double compute_seconds, comm_seconds;  // since tp_create: comm = the tensor group's f and g, and the data
-                                           // group's gradient average
+    double compute_seconds;  // since tp_create: the step but for comm_seconds (f and g run inside the blocks: the
+                             // timeline, --trace, shows them apart)
+    double comm_seconds;     // the data group's gradient average (TODO 4d)
     long steps;
 } Tp;
 
-// Given: this rank's place in the grid, its groups, and its pieces of the model made from cfg (seed: the same
-// initial weights as one process's model_create). Collective over world.
+// Given: this rank's place in the grid of tensor groups of `tp` ranks and its two groups (TODO 4a-b; stops the
+// job when the world is not made of such groups), without its pieces yet. Collective over world.
+Tp *tp_join(ProcessGroup *world, int tp);
+// Given: this rank's pieces of the model made from cfg (seed: the same initial weights as one process's
+// model_create), for batches of up to max_batch on d.
+void tp_make_pieces(Tp *tp, const ModelConfig *cfg, Device d, int max_batch, uint64_t seed);
+// Given: tp_join, then tp_make_pieces. Collective over world.
 Tp *tp_create(ProcessGroup *world, int tp, const ModelConfig *cfg, Device d, int max_batch, uint64_t seed);
 void tp_free(Tp *tp);
 
