@@ -36,6 +36,24 @@ check() {
   python3 tools/trace_perfetto.py "$1" || failed=1
 }
 
+# micro_spans FILE M RULE: on each rank, exactly M "backward micro-batch" spans per "step N" span, and M forward ones
+# per step, RULE "exactly" or "at-least" (a lesson whose evaluation also runs micro-batch forwards).
+micro_spans() {
+  python3 - "$@" <<'PY' || failed=1
+import json, sys
+path, m, rule = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ev = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+for r in (0, 1):
+    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))
+    fw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("forward micro-batch"))
+    bw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("backward micro-batch"))
+    print(f"rank {r}: {steps} steps, {fw} forward and {bw} backward micro-batch spans")
+    fw_ok = fw == m * steps if rule == "exactly" else fw >= m * steps
+    if steps == 0 or bw != m * steps or not fw_ok:
+        sys.exit(f"!! rank {r}: expected {m} backward micro-batch span(s) per step and {rule} {m} forward")
+PY
+}
+
 echo "== lesson 04: a checkpoint save on the timeline"
 if run 04-checkpoint --checkpoint "$dir/c04.ckpt" --stop-at $steps; then
   check "$dir/04-checkpoint.json" --min-count 0:backward:$steps --min-count 1:backward:$steps
@@ -53,18 +71,7 @@ else echo "!! lesson 06 with --trace failed:"; tail -20 "$dir/06-inference.log";
 echo "== lesson 08: M = 2 micro-batches each way per step, on each stage"
 if run 08-pipeline --stages 2 --micro-batches 2; then
   check "$dir/08-pipeline.json"
-  python3 - "$dir/08-pipeline.json" <<'PY' || failed=1
-import json, sys
-ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
-for r in (0, 1):
-    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))
-    fw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("forward micro-batch"))
-    bw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("backward micro-batch"))
-    print(f"rank {r}: {steps} steps, {fw} forward and {bw} backward micro-batch spans")
-    # forwards also run in evaluation (no backward there): at least 2 per step, backwards exactly 2
-    if steps == 0 or bw != 2 * steps or fw < 2 * steps:
-        sys.exit(f"!! rank {r}: expected 2 backward micro-batch spans per step and at least 2 forward")
-PY
+  micro_spans "$dir/08-pipeline.json" 2 at-least  # forwards also run in evaluation (no backward there)
   python3 - "$dir/08-pipeline.json" "$dir/08-pipeline.log" <<'PY' || failed=1
 import json, re, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
@@ -107,17 +114,7 @@ echo "== lesson 10: the steps and their gradient all-reduce (bf16)"
 if run 10-precision --precision bf16 --stop-at $steps; then
   check "$dir/10-precision.json" --min-count "0:step 1:1" --min-count "1:step 1:1"
   grep -q '"name":"all-reduce ' "$dir/10-precision.json" || { echo "!! no all-reduce span in lesson 10's trace"; failed=1; }
-  python3 - "$dir/10-precision.json" <<'PY' || failed=1
-import json, sys
-ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
-for r in (0, 1):
-    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))
-    fw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("forward micro-batch"))
-    bw = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("backward micro-batch"))
-    print(f"rank {r}: {steps} steps, {fw} forward and {bw} backward micro-batch spans")
-    if steps == 0 or fw != steps or bw != steps:  # --accumulate 1: one micro-batch per step, each way
-        sys.exit(f"!! rank {r}: expected one forward and one backward micro-batch span per step")
-PY
+  micro_spans "$dir/10-precision.json" 1 exactly  # --accumulate 1: one micro-batch per step, each way
 else failed=1; fi
 
 echo "== lesson 11: each block's tensor all-reduce inside its forward (g) and its backward (f)"
