@@ -84,9 +84,11 @@ SHAPES = [("one process", 0, 1), ("TP=2", 2, 1), ("2x2 grid", 2, 2)]
 # channel statistics and gradient sums in double (kit/ops_cpu.c); a float32 accumulation of those sums cancels far
 # worse (PyTorch's float32 CPU batch norm misses the first BN's bias move by 1e-2 of it, 2e5 U32, measured),
 # which is why torch's side runs in float64. torch's TP runs against its one process: the same bound in U64.
-# A wrong split (a missing or doubled all-reduce, a shard in the wrong place, a replicated layer trained on a
-# partial gradient) misses some tensor's move by O(1e-2) to O(1) of it, 10 to 1000 x the bound (planted copies:
-# the report of tests/lesson11's torch comparison).
+# A wrong split misses some tensor's move by about its size: planted in a copy of solutions/11-tensor/tp.c, f's
+# backward all-reduce left out, g's backward all-reducing too, the skip path's gradient added before f's sum, the
+# data group's average skipping the blocks or summing, each fails here at 680 to 3300 x the bound (0.8 to 4 x
+# the move); on torch's side (f's Partial left out, RowwiseParallel's output left Partial, SyncBN's backward
+# all-reduce left out) at ~1e11 x.
 K_MOVE = 2e4
 U32, U64 = 2.0 ** -24, 2.0 ** -53
 
