@@ -389,6 +389,9 @@ def tp_worker(rank, world, T, d, init_ckpt, store, out):
     torch.set_num_threads(1)
     global DTYPE
     DTYPE = torch.float64
+    # Every process is on this machine: gloo's connections on the loopback interface, whatever the host name
+    # resolves to (a container's may resolve to nothing)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     D = world // T
     mesh = init_device_mesh("cpu", (D, T), mesh_dim_names=("dp", "tp"))  # tensor groups: consecutive ranks

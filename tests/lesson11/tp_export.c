@@ -107,9 +107,8 @@ static void train_plain(const ExportOptions *o, const ModelConfig *cfg, const fl
 }
 
 // Lesson 11's solution: tp_step on this replica's rows of each global batch, then the slices gathered.
-static void train_tp(const ExportOptions *o, const ModelConfig *cfg, const float *x, const int *y,
-                     const SgdConfig *opt, int *argc, char ***argv) {
-    ProcessGroup *world = pg_init(argc, argv, "mpi", DEVICE_CPU, 60.0);
+static void train_tp(ProcessGroup *world, const ExportOptions *o, const ModelConfig *cfg, float *x, int *y,
+                     const SgdConfig *opt) {
     const int W = pg_world(world);
     if (W % o->tp != 0 || o->batch % (W / o->tp) != 0)
         die("--tp %d must divide the %d ranks, and the data replicas (%d) the batch (%d)", o->tp, W, W / o->tp,
@@ -119,7 +118,7 @@ static void train_tp(const ExportOptions *o, const ModelConfig *cfg, const float
     const size_t image = (size_t)CHANNELS * o->size * o->size;
     for (int s = 0; s < o->steps; s++) {
         const size_t row = (size_t)s * o->batch + (size_t)tp->grid.replica * local;  // this replica's first image
-        Batch b = {.n = local, .x = (float *)(x + row * image), .y = (int *)(y + row), .index = s, .loader = NULL};
+        Batch b = {.n = local, .x = x + row * image, .y = y + row, .index = s, .loader = NULL};
         tp_step(tp, &b, opt, 0.0f);
     }
     Model *whole = model_create(cfg, DEVICE_CPU, 1, o->seed);
@@ -131,11 +130,11 @@ static void train_tp(const ExportOptions *o, const ModelConfig *cfg, const float
     }
     model_free(whole);
     tp_free(tp);
-    pg_finalize(world);
 }
 
 int main(int argc, char **argv) {
     const ExportOptions o = parse(argc, argv);
+    ProcessGroup *world = o.tp ? pg_init(&argc, &argv, "mpi", DEVICE_CPU, 60.0) : NULL;  // --tp 0: no MPI
     ModelConfig cfg;
     CHECK(model_config(&cfg, "resnet9", o.width, CHANNELS, o.size, o.size, CLASSES), "resnet9 is one of the kit's");
     // The kit's usual SGD: Nesterov momentum, weight decay on conv and linear weights only (TensorView.decay).
@@ -151,19 +150,18 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) idx[i] = i;
     dataset_fill_batch(&ds, idx, n, NULL, 0, 0, x, y);
 
-    // Rank 0 of an MPI run (or the one process) writes the start and the data. OMPI_COMM_WORLD_RANK: mpirun's,
-    // read before pg_init so that both modes write from one place.
-    const char *r = getenv("OMPI_COMM_WORLD_RANK");
-    if (!r || !strcmp(r, "0")) {
+    // Rank 0 (or the one process) writes the start and the data.
+    if (!world || pg_rank(world) == 0) {
         Model *init = model_create(&cfg, DEVICE_CPU, 1, o.seed);
         save_model(&o, "init.ckpt", init, &cfg, 1, 0, &opt);
         model_free(init);
         write_file(o.out, "x.f32", x, (size_t)n * image * sizeof(float));
         write_file(o.out, "y.i32", y, (size_t)n * sizeof(int));
     }
-    if (o.tp == 0) train_plain(&o, &cfg, x, y, &opt);
-    else train_tp(&o, &cfg, x, y, &opt, &argc, &argv);
+    if (world) train_tp(world, &o, &cfg, x, y, &opt);
+    else train_plain(&o, &cfg, x, y, &opt);
     free(x), free(y), free(idx);
     dataset_free(&ds);
+    if (world) pg_finalize(world);
     return 0;
 }
