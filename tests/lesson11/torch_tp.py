@@ -149,6 +149,8 @@ def kit_named(model, ck):
     """model's conv/BN/linear tensors under the kit's names (the reverse of ckpt_torch.load_into's mapping)."""
     from ckpt_torch import KINDS, kit_layers
     mods = [m for m in model.modules() if isinstance(m, tuple(KINDS.values()))]
+    if len(mods) != len(kit_layers(ck)):
+        fail(f"{len(kit_layers(ck))} kit layers with parameters, {len(mods)} in the PyTorch model")
     out = {}
     for (i, kind), mod in zip(kit_layers(ck), mods):
         pre = f"{i:02d}.{kind}."
