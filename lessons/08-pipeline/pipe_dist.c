@@ -57,7 +57,7 @@ void pipe_dist_run_op(DistPipe *dp, PipeOp op, int batch, int M, float smoothing
     char what[96];
     // TODO 6b: README section 13. Samples [off, off + n) of micro-batch k. Forward: the activation from stage
     // s-1 lands in st->input (unless s == 0: the images are there), stage_forward, then the output goes to
-    // stage s+1 (or pipe_loss on the last stage, scale 1/batch). Backward: the output gradient from stage s+1
+    // stage s+1 (or pipe_loss on the last stage, scale 1/batch: this replica's batch). Backward: the output gradient from stage s+1
     // lands in stage_dout(st) (unless last: pipe_loss wrote it), stage_backward, then st->dinput goes to s-1
     // (unless first). Peers are ranks of dp->pipe, which are the stages. Name the message in `what`
     // ("activation of micro-batch 3, stage 0 -> 1"): when it never comes, that is what the error says.

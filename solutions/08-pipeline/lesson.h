@@ -194,7 +194,7 @@ void pipe_dist_data_open(TrainData *td, const TrainOptions *o, const PipeGrid *g
 int pipe_tag(bool backward, int micro);
 // TODO 6b: one op of this rank's stage, for a batch of `batch` images in M micro-batches: forward: receive the
 // micro-batch's activation from the stage before (unless first), forward, send the output to the stage after
-// (or, on the last stage, the loss with scale 1/batch into *r); backward: receive the output gradient from the
+// (or, on the last stage, the loss with scale 1/batch, `batch` this replica's images, into *r); backward: receive the output gradient from the
 // stage after (unless last: the loss wrote it), backward, send the input gradient to the stage before (unless
 // first). Receives and sends through pipe_dist_recv / pipe_dist_send, each with its tag and a `what` that
 // names the micro-batch and the two stages.
