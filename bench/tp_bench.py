@@ -436,11 +436,16 @@ def section_speed(a, R, md, rows):
 # ---------------------------------------------------------------- the plot
 
 def plot(csv_path, png, budgets_mib):
-    pts = {}
+    """Peak memory per rank against width, one line per run, and the budgets (those of the CSV's budget rows)."""
+    pts, budgets, batch = {}, set(), ""
     with open(csv_path) as f:
         for row in csv.DictReader(f):
+            if row["section"] == "budget":
+                budgets.add(int(row["budget_bytes"]) / MiB)
             if row["section"] not in ("memory", "budget_probe"):
                 continue
+            if row["impl"] == "tp":
+                batch = row["replica_batch"]
             key = (f"TP = {row['tp']}" if row["impl"] == "tp" else
                    f"ZeRO-3, {row['world']} ranks, {row['replica_batch']} per rank")
             pts.setdefault(key, {})[int(row["width"])] = int(row["peak_bytes"]) / MiB
@@ -461,10 +466,10 @@ def plot(csv_path, png, budgets_mib):
     terminal = "pngcairo" if subprocess.run(["gnuplot", "-e", "set terminal pngcairo"],
                                             capture_output=True).returncode == 0 else "png"
     L = [f"set terminal {terminal} size 900,560 font 'DejaVu Sans,10'", f"set output '{png}'",
-         "set title 'Lesson 11: peak memory per rank, ResNet-9 at 32 images per replica (kit counters, step 1)'",
+         f"set title 'Lesson 11: peak memory per rank, ResNet-9, TP at {batch} images per replica (kit counters, step 1)'",
          "set xlabel 'ResNet-9 width'", "set ylabel 'MiB per rank'", "set grid", "set key top left"]
     plots = [f"'{data}' index {i} using 1:2 with linespoints pt 7 title '{n}'" for i, n in enumerate(names)]
-    plots += [f"{b} with lines dt 2 lw 2 lc rgb 'black' title 'budget {b:g} MiB'" for b in budgets_mib]
+    plots += [f"{b} with lines dt 2 lw 2 lc rgb 'black' title 'budget {b:g} MiB'" for b in sorted(budgets or budgets_mib)]
     L.append("plot " + ", ".join(plots))
     p = subprocess.run(["gnuplot"], input="\n".join(L) + "\n", text=True, capture_output=True)
     os.unlink(data)
