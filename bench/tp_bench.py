@@ -264,7 +264,7 @@ def section_traffic(a, R, md, rows):
     md.append("")
     if bad:
         md.append("**MEASURED BYTES DIFFER FROM THE ARITHMETIC:** " + "; ".join(bad))
-        raise SystemExit("tp_bench.py: bytes differ from the arithmetic:\n  " + "\n  ".join(bad))
+        a.failures.append("bytes differ from the arithmetic:\n  " + "\n  ".join(bad))
     tb1 = traffic(W, 2, 1, B)[0]
     md += [f"The tensor group's bytes do not depend on T: every rank all-reduces the whole block output, "
            f"2 n c h w floats per block ({tb1 / MiB:.2f} MiB at n = {B}), twice that on the wire for a ring; "
@@ -276,7 +276,7 @@ def check_states(r, W, T):
     """Model states measured against the arithmetic: equal to the printed kB (the table's resolution)."""
     got = {p: r["ranks"][0][p][0] for p in ("params", "grads", "optimizer")}
     want = states_arith(W, T)
-    return all(abs(got[p] - want[p]) <= 500 for p in got), got, want
+    return all(abs(got[p] - want[p]) <= 500 for p in got), got, want  # printed to the kB: +-500 bytes
 
 
 def section_memory(a, R, md, rows, mem_points):
@@ -300,7 +300,7 @@ def section_memory(a, R, md, rows, mem_points):
             if T == 1:
                 act1 = act
             act_want = act1 - act_saving(W, T, B)
-            act_ok = abs(act - act_want) <= 500
+            act_ok = abs(act - act_want) <= 1000  # two printed values, each rounded to the kB
             if not ok or not act_ok:
                 bad.append(f"width {W} T={T}: states {got} vs {want}; activations {act} vs {act_want}")
             mem_points.append(("tp", T, T, W, peak(r)))
@@ -322,7 +322,7 @@ def section_memory(a, R, md, rows, mem_points):
     md.append("")
     if bad:
         md.append("**MEASURED MEMORY DIFFERS FROM THE ARITHMETIC:** " + "; ".join(bad))
-        raise SystemExit("tp_bench.py: memory differs from the arithmetic:\n  " + "\n  ".join(bad))
+        a.failures.append("memory differs from the arithmetic:\n  " + "\n  ".join(bad))
 
 
 def zero_key(local_batch, batch):
@@ -512,6 +512,7 @@ def main():
     for prog in ([a.train] if sections else []) + ([a.zero_train] if {"memory", "budget"} & set(sections) else []):
         if not os.access(prog, os.X_OK):
             raise SystemExit(f"tp_bench.py: {prog} is not built (make {os.path.relpath(prog, ROOT)})")
+    a.failures = []  # a measured figure against the arithmetic that differs: reported, and the exit status 1
     R = Runner(a)
     md, rows, mem_points = [], [], []
     share = cpu_share.CpuShare()
@@ -549,9 +550,10 @@ def main():
             for r in rows:
                 w.writerow(r)
         print(f"wrote {a.md} and {a.csv}", file=sys.stderr)
-    if a.plot:
-        return plot(a.csv, a.png, [float(x) for x in a.budgets_mib.split(",") if x])
-    return 0
+    rc = plot(a.csv, a.png, [float(x) for x in a.budgets_mib.split(",") if x]) if a.plot else 0
+    for f in a.failures:
+        print("tp_bench.py: " + f, file=sys.stderr)
+    return 1 if a.failures else rc
 
 
 if __name__ == "__main__":
