@@ -16,6 +16,6 @@ expect '^\| 4 \| 2 x 2 \| [0-9,]+ \(4\) \| [0-9,]+ \(21\) \| .* \| equal \| equa
 expect '^\| 16 \| TP = 4 \| 4 \| .* \| equal \| equal \([0-9.]+\) \|$'
 expect '^\| 16 \| ZeRO-3, 11 units, 32 per rank \| 2 \|'
 expect '^\| TP = 2 \| 2 \| [0-9]+ \| \*\*[0-9]+\*\* \([0-9.]+\) \| [0-9]+ \([0-9.]+\) \|'
-expect '^\| 8 \| TP 2 x DP 2 \| 4 \| 2 x 2 \| \*\*[0-9]+\*\* \|'
+expect '^\| 8 \| TP 2 x DP 2 \| 4 \| 2 x 2 \| [0-9.]+ \| \*\*[0-9.]+\*\* \|'
 [ -s "$out/tp.png" ] || { echo "test-tp-bench: no PNG drawn" >&2; exit 1; }
 echo "test-tp-bench: bytes and model states equal to the arithmetic; every section and the plot written"

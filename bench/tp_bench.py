@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -402,34 +403,61 @@ def section_budget(a, R, md, rows, mem_points):
         md.append("")
 
 
+def trace_split(path, skip=1):
+    """A merged --trace file (Chrome's format, one pid per rank) -> per rank: the mean step time after the first
+    `skip` steps (set-up and first touch stay out), and the share of it in collectives (spans of category 'comm',
+    which include the wait for the slower ranks)."""
+    with open(path) as f:
+        d = json.load(f)
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    out = {}
+    for pid in sorted({e.get("pid") for e in ev if e.get("ph") == "X"}):
+        steps = sorted((e["ts"], e["dur"]) for e in ev if e.get("pid") == pid and e.get("ph") == "X"
+                       and re.fullmatch(r"step \d+", e.get("name", "")))[skip:]
+        if not steps:
+            continue
+        t0, t1 = steps[0][0], steps[-1][0] + steps[-1][1]
+        comm = sum(e["dur"] for e in ev if e.get("pid") == pid and e.get("ph") == "X" and e.get("cat") == "comm"
+                   and t0 <= e["ts"] < t1)
+        out[pid] = ((t1 - t0) / len(steps) / 1e6, comm / (t1 - t0))
+    return out
+
+
 def section_speed(a, R, md, rows):
     B = a.speed_batch
     md += ["## 4. Speed on this CPU: tensor against data parallelism", "",
-           f"Global batch {B}, `--stop-at {a.speed_steps}` (step 1 included), images/s from the program's final "
-           f"line (every image of the global batch once). OMP threads per rank = cores / ranks (at least 1); 4 ranks "
-           f"on {os.cpu_count()} cores are oversubscribed. The 'exposed comm' column: rank 0's seconds in the "
-           f"tensor group's f and g and the data average, from the program's `ddp:` line, as a share of its step.", "",
-           "| width | run | ranks | T x D | images/s | against 1 rank | comm share (rank 0) |",
-           "|---:|---|---:|---|---:|---:|---:|"]
+           f"Global batch {B}, `--stop-at {a.speed_steps}` with `--trace`: the step time is rank 0's mean over steps "
+           f"2-{a.speed_steps} from the timeline (step 1, with its first touches, left out); images/s = {B} / step "
+           f"time. In collectives: the share of the step each rank spent in the process group's collectives (f and "
+           f"g of the tensor group, the data group's average and BN sums), waits for the slower ranks included; "
+           f"the mean over the ranks. OMP threads per rank = cores / ranks (at least 1); 4 ranks on "
+           f"{os.cpu_count()} cores are oversubscribed, so each gets half a core or less.", "",
+           "| width | run | ranks | T x D | step (s) | images/s | against 1 rank | in collectives |",
+           "|---:|---|---:|---|---:|---:|---:|---:|"]
     for W in a.speed_widths:
         base = None
         for np_, T, name in ((1, 1, "one rank"), (2, 1, "data parallel"), (2, 2, "TP = 2"), (4, 1, "data parallel"),
                              (4, 2, "TP 2 x DP 2"), (4, 4, "TP = 4")):
             D = np_ // T
-            argv = [a.train, "--dataset", "synthetic", "--model", "resnet9", "--width", str(W), "--batch-size", str(B),
-                    "--tp", str(T), "--stop-at", str(a.speed_steps)]
-            streams, rec = R.launch(np_, argv, label=f"speed w{W} {np_}x{T}")
-            out = streams["main"]
-            f = final_fields(out)
-            ips = float(f["images_per_s"])
-            m = re.search(r"computed for ([0-9.]+) s and waited ([0-9.]+) s \((\d+)%\)", out)
-            comm = f"{m.group(3)} %" if m else ""
+            tdir = tempfile.mkdtemp(prefix="tp_bench_trace.")
+            try:
+                argv = [a.train, "--dataset", "synthetic", "--model", "resnet9", "--width", str(W), "--batch-size",
+                        str(B), "--tp", str(T), "--stop-at", str(a.speed_steps), "--trace", os.path.join(tdir, "t.json")]
+                streams, rec = R.launch(np_, argv, label=f"speed w{W} {np_}x{T}")
+                split = trace_split(os.path.join(tdir, "t.json"))
+            finally:
+                shutil.rmtree(tdir, ignore_errors=True)
+            step_s = split[0][0]
+            comm = sum(c for _, c in split.values()) / len(split)
+            ips = B / step_s
             if base is None:
                 base = ips
-            md.append(f"| {W} | {name} | {np_} | {T} x {D} | **{ips:.0f}** | {ips / base:.2f}x | {comm} |")
+            md.append(f"| {W} | {name} | {np_} | {T} x {D} | {step_s:.3f} | **{ips:.1f}** | {ips / base:.2f}x | "
+                      f"{100 * comm:.0f} % |")
             rows.append(dict(section="speed", impl="tp", world=np_, tp=T, dp=D, width=W, replica_batch=B // D,
-                             images_per_s=ips, other_share=rec["other_share"]))
-            print(f"  speed w{W} {np_} ranks T={T}: {ips:.0f} images/s", file=sys.stderr)
+                             images_per_s=round(ips, 2), comm_share=round(comm, 4), other_share=rec["other_share"]))
+            print(f"  speed w{W} {np_} ranks T={T}: {ips:.1f} images/s, {100 * comm:.0f} % in collectives",
+                  file=sys.stderr)
     md.append("")
 
 
@@ -488,12 +516,12 @@ def main():
     ap.add_argument("--sections", default="traffic,memory,budget,speed")
     ap.add_argument("--batch", type=int, default=32, help="images per replica (sections 1-3)")
     ap.add_argument("--traffic-width", type=int, default=64)
-    ap.add_argument("--widths", default="32,64,96", help="section 2's widths (even)")
+    ap.add_argument("--widths", default="32,64,96,128", help="section 2's widths (even)")
     ap.add_argument("--zero-runs", default="2:32,4:32,4:8", help="ZeRO-3's ranks:images per rank (sections 2-3)")
-    ap.add_argument("--budgets-mib", default="512")
-    ap.add_argument("--speed-widths", default="16,64")
+    ap.add_argument("--budgets-mib", default="512,1024")
+    ap.add_argument("--speed-widths", default="8,32,64")
     ap.add_argument("--speed-batch", type=int, default=32)
-    ap.add_argument("--speed-steps", type=int, default=6)
+    ap.add_argument("--speed-steps", type=int, default=5)
     ap.add_argument("--md", default=os.path.join(HERE, "results-tp.md"))
     ap.add_argument("--csv", default=os.path.join(HERE, "results-tp.csv"))
     ap.add_argument("--png", default=os.path.join(HERE, "figures", "tp-memory.png"))
@@ -543,7 +571,7 @@ def main():
                               sorted(set(R.log)) + ["```", ""]))
         cols = ["section", "impl", "world", "tp", "dp", "width", "replica_batch", "tensor_bytes", "tensor_calls",
                 "data_bytes", "data_calls", "peak_bytes"] + list(PARTS) + ["budget_bytes", "predicted_width",
-                                                                          "images_per_s", "other_share"]
+                                                                          "images_per_s", "comm_share", "other_share"]
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
