@@ -365,7 +365,9 @@ def section_budget(a, R, md, rows, mem_points):
                "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for impl, np_, T in confs:
             step = 2 if impl == "tp" else 1
-            pts = [(w, pk) for (i, n, w), pk in measured.items() if i == impl and n == np_]
+            # The fit: section 2's widths (spread out; the probes of another budget sit too close together to
+            # extrapolate from).
+            pts = [(w, pk) for (i, n, w), pk in measured.items() if i == impl and n == np_ and w in a.widths]
             fit = quad_fit(pts)
             w = step
             while fit(w + step) <= budget and w < 4096:
@@ -383,13 +385,25 @@ def section_budget(a, R, md, rows, mem_points):
                           file=sys.stderr)
                 return measured[key]
             n0 = R.runs
-            w = pred
-            if meas(w) <= budget:
-                while meas(w + step) <= budget:
-                    w += step
+            # From the prediction, steps that double until the budget is crossed, then bisection: lo fits, hi not.
+            lo, hi, s = None, None, step
+            if meas(pred) <= budget:
+                lo = pred
+                while meas(lo + s) <= budget:
+                    lo, s = lo + s, 2 * s
+                hi = lo + s
             else:
-                while w > step and meas(w) > budget:
-                    w -= step
+                hi = pred
+                while hi - s >= step and meas(hi - s) > budget:
+                    hi, s = hi - s, 2 * s
+                lo = max(step, hi - s)
+            while hi - lo > step:
+                mid = lo + (hi - lo) // (2 * step) * step
+                if meas(mid) <= budget:
+                    lo = mid
+                else:
+                    hi = mid
+            w = lo
             fits, nxt = w, w + step
             pf, pn = meas(fits), meas(nxt)
             name = (f"TP = {T}" if impl == "tp" else f"ZeRO-3, {B} per rank" if impl == "zero3"
