@@ -7,7 +7,8 @@ train=${1:?usage: bench/quick-tp.sh TRAIN11 TRAIN09}
 zero=${2:?usage: bench/quick-tp.sh TRAIN11 TRAIN09}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-python3 bench/tp_bench.py --quick --train "$train" --zero-train "$zero" --md "$out/tp.md" --csv "$out/tp.csv" \
+python3 bench/tp_bench.py --quick --train "$train" --zero-train "$zero" --md "$out/tp.md" \
+  --csv "$out/tp.csv" \
   --png "$out/tp.png" --plot 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
 expect() {  # PATTERN: the report has the row the run must have produced
   grep -qE "$1" "$out/tp.md" || { echo "test-tp-bench: no line matching '$1' in the report:" >&2; cat "$out/tp.md" >&2; exit 1; }

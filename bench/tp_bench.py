@@ -131,7 +131,8 @@ class Runner:
                 str(batch), "--tp", str(T), "--stop-at", str(steps)] + (["--memory"] if memory else [])
         out, rec = self.launch(np_, argv, label)
         r = parse_tp(out)
-        r.update(impl="tp", world=np_, tp=T, dp=np_ // T, width=W, replica_batch=batch // (np_ // T), other_share=rec["other_share"])
+        r.update(impl="tp", world=np_, tp=T, dp=np_ // T, width=W, replica_batch=batch // (np_ // T),
+                 other_share=rec["other_share"])
         return r
 
     def zero3(self, np_, W, local_batch, label=""):
@@ -139,7 +140,8 @@ class Runner:
                 "--batch-size", str(local_batch * np_), "--zero", "3", "--stop-at", "1", "--memory"]
         out, rec = self.launch(np_, argv, label)
         r = parse_zero(out)
-        r.update(impl="zero3", world=np_, tp=1, dp=np_, width=W, replica_batch=local_batch, other_share=rec["other_share"])
+        r.update(impl="zero3", world=np_, tp=1, dp=np_, width=W, replica_batch=local_batch,
+                 other_share=rec["other_share"])
         return r
 
 
@@ -244,7 +246,8 @@ def section_traffic(a, R, md, rows):
            f"counters (pg_traffic: the buffers handed to the collectives); program: lesson 11's "
            f"tp_expected_traffic; script: this script's formula (the header of bench/tp_bench.py). The run fails "
            f"unless all three agree.", "",
-           "| ranks | T x D | tensor group: bytes (calls) | data group: bytes (calls) | total per rank | program | script |",
+           "| ranks | T x D | tensor group: bytes (calls) | data group: bytes (calls) | total per rank | program "
+           "| script |",
            "|---:|---|---:|---:|---:|---|---|"]
     bad = []
     for np_, T in a.traffic_configs:
@@ -268,7 +271,8 @@ def section_traffic(a, R, md, rows):
         a.failures.append("bytes differ from the arithmetic:\n  " + "\n  ".join(bad))
     tb1 = traffic(W, 2, 1, B)[0]
     md += [f"The tensor group's bytes do not depend on T: every rank all-reduces the whole block output, "
-           f"2 n c h w floats per block ({tb1 / MiB:.2f} MiB at n = {B}), twice that on the wire for a ring; "
+           f"2 n c h w floats per block ({tb1 / MiB:.2f} MiB at n = {B}; a ring all-reduce sends 2 (T - 1) / T of "
+           f"it from each rank); "
            f"they grow with the batch, while data parallelism's grow with the parameters. At D = 2 the data group "
            f"moves the rank's own parameters (1/T of the blocks) and the BN statistics.", ""]
 
@@ -284,11 +288,13 @@ def section_memory(a, R, md, rows, mem_points):
     B = a.batch
     md += ["## 2. Peak memory per rank by part (the kit's counters), TP against ZeRO-3", "",
            f"{B} images per replica (TP: `--batch-size {B}` on T ranks; ZeRO-3: {B} per rank, lesson 09's default "
-           f"units), step 1, MiB (2^20 bytes). The largest peak over the ranks; `other` in lesson 11 is the blocks' conv "
+           f"units), step 1, MiB (2^20 bytes). The largest peak over the ranks; `other` in lesson 11 is the blocks' "
+           f"conv "
            f"scratch (tp.c block_create: MEM_OTHER), which lesson 09 counts inside each unit's arena (activations). "
            f"states = params + grads + optimizer; arith: the model states by the header's arithmetic (params "
            f"with BN running statistics) and, for TP, activations = TP = 1's minus the split's saving.", "",
-           "| width | run | ranks | params | grads | optimizer | activations | comm | other | **peak** | states: arith | activations: arith |",
+           "| width | run | ranks | params | grads | optimizer | activations | comm | other | **peak** | states: arith "
+           "| activations: arith |",
            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     bad = []
     for W in a.widths:
@@ -410,7 +416,8 @@ def section_budget(a, R, md, rows, mem_points):
                     else f"ZeRO-3, {B // np_} per rank (global {B})")
             md.append(f"| {name} | {np_} | {pred} | **{fits}** ({pf / MiB:.1f}) | {nxt} ({pn / MiB:.1f}) | "
                       f"{whole_params(fits) / 1e6:.2f} | "
-                      f"{(local_params(fits, T) if impl == 'tp' else whole_params(fits) / np_) / 1e6:.2f} | {R.runs - n0} |")
+                      f"{(local_params(fits, T) if impl == 'tp' else whole_params(fits) / np_) / 1e6:.2f} | "
+                      f"{R.runs - n0} |")
             rows.append(dict(section="budget", impl=impl, world=np_, tp=T, dp=np_ // T, width=fits,
                              replica_batch=B if impl != "zero3-global" else B // np_,
                              peak_bytes=pf, budget_bytes=budget, predicted_width=pred))
@@ -456,7 +463,8 @@ def section_speed(a, R, md, rows):
             tdir = tempfile.mkdtemp(prefix="tp_bench_trace.")
             try:
                 argv = [a.train, "--dataset", "synthetic", "--model", "resnet9", "--width", str(W), "--batch-size",
-                        str(B), "--tp", str(T), "--stop-at", str(a.speed_steps), "--trace", os.path.join(tdir, "t.json")]
+                        str(B), "--tp", str(T), "--stop-at", str(a.speed_steps),
+                        "--trace", os.path.join(tdir, "t.json")]
                 streams, rec = R.launch(np_, argv, label=f"speed w{W} {np_}x{T}")
                 split = trace_split(os.path.join(tdir, "t.json"))
             finally:
@@ -508,10 +516,12 @@ def plot(csv_path, png, budgets_mib):
     terminal = "pngcairo" if subprocess.run(["gnuplot", "-e", "set terminal pngcairo"],
                                             capture_output=True).returncode == 0 else "png"
     L = [f"set terminal {terminal} size 900,560 font 'DejaVu Sans,10'", f"set output '{png}'",
-         f"set title 'Lesson 11: peak memory per rank, ResNet-9, TP at {batch} images per replica (kit counters, step 1)'",
+         f"set title 'Lesson 11: peak memory per rank, ResNet-9, TP at {batch} images per replica "
+         f"(kit counters, step 1)'",
          "set xlabel 'ResNet-9 width'", "set ylabel 'MiB per rank'", "set grid", "set key top left"]
     plots = [f"'{data}' index {i} using 1:2 with linespoints pt 7 title '{n}'" for i, n in enumerate(names)]
-    plots += [f"{b} with lines dt 2 lw 2 lc rgb 'black' title 'budget {b:g} MiB'" for b in sorted(budgets or budgets_mib)]
+    plots += [f"{b} with lines dt 2 lw 2 lc rgb 'black' title 'budget {b:g} MiB'"
+              for b in sorted(budgets or budgets_mib)]
     L.append("plot " + ", ".join(plots))
     p = subprocess.run(["gnuplot"], input="\n".join(L) + "\n", text=True, capture_output=True)
     os.unlink(data)
