@@ -518,7 +518,7 @@ def plot(csv_path, png, budgets_mib):
     L = [f"set terminal {terminal} size 900,560 font 'DejaVu Sans,10'", f"set output '{png}'",
          f"set title 'Lesson 11: peak memory per rank, ResNet-9, TP at {batch} images per replica "
          f"(kit counters, step 1)'",
-         "set xlabel 'ResNet-9 width'", "set ylabel 'MiB per rank'", "set grid", "set key top left"]
+         "set xlabel 'ResNet-9 width'", "set ylabel 'MiB per rank'", "set grid", "set key top left opaque box"]
     plots = [f"'{data}' index {i} using 1:2 with linespoints pt 7 title '{n}'" for i, n in enumerate(names)]
     plots += [f"{b} with lines dt 2 lw 2 lc rgb 'black' title 'budget {b:g} MiB'"
               for b in sorted(budgets or budgets_mib)]
