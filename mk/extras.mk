@@ -312,6 +312,32 @@ test-precision-bench: $(if $(filter yes,$(HAVE_DNNL)),$(GEMM_LOWP_CPU)) \
                       $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
 	@bench/quick-precision.sh $(BUILD)
 
+# ---- lesson 11's benchmark (bench/README.md, "Lesson 11: tensor parallelism"; bench/tp_bench.py):
+#   make bench-tp        bytes per step per rank by group (tensor, data) against the arithmetic, memory per rank by part
+#                        for TP = 1, 2, 4 against lesson 09's ZeRO-3, the largest ResNet-9 width per budget, images/s
+#                        against data parallelism -> bench/results-tp.md + .csv, bench/figures/tp-memory.png
+#                        (about 25 minutes on 2 cores; TP_ARGS="--sections traffic,memory" and the like pass options)
+#   make plot-tp         bench/results-tp.csv -> bench/figures/tp-memory.png (gnuplot)
+#   make test-tp-bench   the script's --quick mode (about a minute; part of make test): the harness, and bytes and
+#                        model states equal to the arithmetic at tiny widths
+LESSON11_TRAIN := $(BUILD)/solutions/11-tensor/train
+LESSON09_TRAIN := $(BUILD)/solutions/09-zero/train
+TP_BENCH_NEEDS := $(if $(and $(wildcard solutions/11-tensor/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON11_TRAIN) $(LESSON09_TRAIN))
+HELP_TARGETS += bench-tp plot-tp test-tp-bench
+TEST_TARGETS += test-tp-bench
+.PHONY: bench-tp plot-tp test-tp-bench
+ifneq ($(TP_BENCH_NEEDS),)
+bench-tp: $(TP_BENCH_NEEDS)
+	nice python3 bench/tp_bench.py --train $(LESSON11_TRAIN) --zero-train $(LESSON09_TRAIN) --plot $(TP_ARGS)
+test-tp-bench: $(TP_BENCH_NEEDS)
+	@bench/quick-tp.sh $(LESSON11_TRAIN) $(LESSON09_TRAIN)
+else
+bench-tp test-tp-bench:
+	@echo "$@: skipped: Open MPI was not found (install libopenmpi-dev + openmpi-bin: make deps)"
+endif
+plot-tp:
+	@python3 bench/tp_bench.py --sections "" --plot
+
 # ---------------------------------------------------------------- check-setup and slide figures (instructor guide)
 .PHONY: check-setup test-check-setup
 check-setup:            # what this machine has and lacks for each lesson; exit 0 when lesson 01 can run
