@@ -801,9 +801,16 @@ static bool recompute_same(ProcessGroup *pg, const char *model, ZeroStage stage,
     for (int step = 0; step < STEPS && !why[0]; step++) {
         LocalBatch lb = local_batch(pg, step);
         Metrics ma = zero_step(plain, &lb.b, &OPT, 0.0f), mb = zero_step(re, &lb.b, &OPT, 0.0f);
+        int kept = -1;  // a unit that still holds its activations after the step: then nothing was recomputed
+        for (int u = 0; u < re->n_units && kept < 0; u++)
+            if (!(re->units[u]->released & MODEL_ACTS)) kept = u;
         zero_gather_model(plain, a), zero_gather_model(re, b);
         zero_velocity(plain, a->velocity), zero_velocity(re, b->velocity);
-        if (ma.count != mb.count || ma.correct != mb.correct || ma.loss_sum != mb.loss_sum)
+        if (kept >= 0)
+            snprintf(why, len, "step %d: with recomputation unit %d still holds its activations after the step, so "
+                     "its backward used the forward's and nothing was recomputed (each unit frees them after its "
+                     "forward and again once the unit before it has read its input gradient)", step + 1, kept);
+        else if (ma.count != mb.count || ma.correct != mb.correct || ma.loss_sum != mb.loss_sum)
             snprintf(why, len, "step %d: with recomputation the step returned loss_sum %.9g, correct %ld, count %ld; "
                      "without: %.9g, %ld, %ld (the forward's outputs are kept at the units' boundaries)", step + 1,
                      mb.loss_sum, mb.correct, mb.count, ma.loss_sum, ma.correct, ma.count);
