@@ -98,7 +98,7 @@ static float *indexed_filters(int K, int C, int R) {
 // Where float `v` of w sits: "filter f, input channel c".
 static void where_in_w(float v, int C, int R, char *out, size_t len) {
     if (isnan(v)) {
-        snprintf(out, len, "never written");
+        snprintf(out, len, "NaN (never written)");
         return;
     }
     long i = (long)v;
@@ -731,17 +731,21 @@ static void is_block_problem(char *why, size_t len) {
     Model *m = model_create(&cfg, DEVICE_CPU, 1, 42);
     why[0] = '\0';
     static const int Ts[] = {1, 2, 4, 8, 16, 3, 32, 64, 5};
-    for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
-        for (int i = -1; i <= m->n_layers; i++) {
+    for (size_t t = 0; t < sizeof Ts / sizeof Ts[0] && !why[0]; t++)
+        for (int i = -1; i <= m->n_layers && !why[0]; i++) {
             int T = Ts[t];
             bool want = (i == 7 && 16 % T == 0) || (i == 22 && 64 % T == 0);
-            char what[96];
-            snprintf(what, sizeof what, "resnet9 width 8 (%s)", i == 7 ? "its block of 16 channels"
-                     : i == 22 ? "its block of 64 channels" : "not the first layer of a residual block");
+            char what[160];
+            snprintf(what, sizeof what, "resnet9 width 8 (%s)",
+                     i == 7 ? "layers 7-13: conv, BN, ReLU, conv, BN, ReLU, add of layer 6's output and 12's; 16 "
+                              "channels"
+                     : i == 22 ? "layers 22-28: conv, BN, ReLU, conv, BN, ReLU, add of layer 21's output and 27's; "
+                                 "64 channels"
+                     : "not the first layer of a residual block");
             is_block_case(m, i, T, want, what, why, len);
             if (why[0] && (i == 7 || i == 22) && !want) {
                 size_t u = strlen(why);
-                snprintf(why + u, len - u, ": T must divide the block's channels (%d)", i == 7 ? 16 : 64);
+                snprintf(why + u, len - u, ": T must divide the block's channels");
             }
         }
     // One thing changed in a copy of the table: each makes block 22 something the split cannot compute.
