@@ -313,8 +313,7 @@ static void require_operators(ProcessGroup *world) {
     static const size_t lengths[] = {7};
     char why[700];
     bool ok = operators_ok(world, lengths, 1, why, sizeof why);
-    grading_require_todo(ok, "1c", "f and g are wrong on a buffer of 7 floats (test_f_and_g)%s%s", why[0] ? ": " : "",
-                         why);
+    grading_require_todo(ok, "1c", "%s", why[0] ? why : "f or g is wrong on another rank (test_f_and_g)");
 }
 
 // ---------------------------------------------------------------- TODO 2: a block split over the tensor group
@@ -447,7 +446,8 @@ typedef struct {
     Model *st;             // the whole block (a kit stage), computed by this rank alone
     TestBlock *tb;
     int T, r, n, layer;
-    float *x, *dout;       // (n, c, h, w) the same on every rank
+    float *x, *dout;       // (n, c, h, w) the same on every rank: what the learner's block gets
+    float *x0;             // (n, c, h, w) x as it was before (the references read this one)
     float *ref_out;        // (n, c, h, w) the whole block's output
     float *ref_dx;         // (n, c, h, w) the whole block's input gradient
     float *dx_summed;      // (n, c, h, w) sum over the tensor group of (the learner's dx - dout): its conv path
@@ -462,9 +462,10 @@ static BlockCase block_case(ProcessGroup *world, int layer, int T) {
     bc.st = whole_block(&cfg, layer, BLOCK_BATCH);
     bc.tb = block_make(bc.st, T, bc.r, BLOCK_BATCH);
     const size_t full = bc.tb->full;
-    bc.x = xmalloc(full * F), bc.dout = xmalloc(full * F);
+    bc.x = xmalloc(full * F), bc.dout = xmalloc(full * F), bc.x0 = xmalloc(full * F);
     bc.ref_out = xmalloc(full * F), bc.ref_dx = xmalloc(full * F), bc.dx_summed = xmalloc(full * F);
     fill_uniform(bc.x, full, -1.0f, 1.0f, 200 + (uint64_t)layer);
+    memcpy(bc.x0, bc.x, full * F);
     fill_uniform(bc.dout, full, -1.0f, 1.0f, 300 + (uint64_t)layer);
     return bc;
 }
@@ -472,7 +473,7 @@ static BlockCase block_case(ProcessGroup *world, int layer, int T) {
 static void block_case_free(BlockCase *bc) {
     block_free(bc->tb);
     model_free(bc->st);
-    free(bc->x), free(bc->dout), free(bc->ref_out), free(bc->ref_dx), free(bc->dx_summed);
+    free(bc->x), free(bc->x0), free(bc->dout), free(bc->ref_out), free(bc->ref_dx), free(bc->dx_summed);
     pg_finalize(bc->tensor);
 }
 
@@ -494,9 +495,9 @@ static void block_run(BlockCase *bc) {
     tp_block_backward(b, bc->tensor, bc->x, bc->dout, bc->n);
     PgTraffic t2 = pg_traffic(bc->tensor);
     bc->fwd = traffic_delta(t0, t1), bc->bwd = traffic_delta(t1, t2);
-    memcpy(bc->ref_out, model_forward(bc->st, bc->x, bc->n, true), full * F);
+    memcpy(bc->ref_out, model_forward(bc->st, bc->x0, bc->n, true), full * F);
     model_zero_grad(bc->st);
-    model_backward(bc->st, bc->x, bc->dout, bc->n);
+    model_backward(bc->st, bc->x0, bc->dout, bc->n);
     memcpy(bc->ref_dx, model_input_grad(bc->st), full * F);
     for (size_t i = 0; i < full; i++) bc->dx_summed[i] = b->dx[i] - bc->dout[i];
     pg_allreduce_sum(bc->tensor, bc->dx_summed, full);
@@ -536,16 +537,21 @@ static void forward_problem(BlockCase *bc, char *why, size_t len) {
     const size_t full = (size_t)n * c * hw, part = (size_t)n * k * hw;
     Whole W = whole_of(bc->st);
     why[0] = '\0';
+    if (memcmp(bc->x, bc->x0, full * F) != 0)
+        snprintf(why, len, "the block changed its input x: f's forward is the identity (every rank of the group already "
+                 "holds the whole x, which the residual add and the layers before need as they are)");
     float *y = xmalloc(full * F), *yabs = xmalloc(full * F), *mine = xmalloc(full * F), *bound = xmalloc(full * F);
-    conv_and_abs(n, c, c, h, w, bc->x, W.w1, y, yabs);
+    conv_and_abs(n, c, c, h, w, bc->x0, W.w1, y, yabs);
     take_channels(y, n, c, hw, r * k, k, mine);
     take_channels(yabs, n, c, hw, r * k, k, bound);
     for (size_t i = 0; i < part; i++) bound[i] *= 2.0 * gamma_k(9.0 * c);
     size_t i = first_beyond(b->a1, mine, bound, part);
-    if (i < part)
-        snprintf(why, len, "a1 (conv1's output, this rank's %d channels) float %zu is %.8g; conv1 of x by the filters "
-                 "of output channels [%d, %d) gives %.8g%s", k, i, b->a1[i], r * k, (r + 1) * k, mine[i],
-                 isnan(b->a1[i]) ? " (never written: conv1 of x by blk->w1 into blk->a1)" : "");
+    if (!why[0] && i < part)
+        snprintf(why, len, "a1 (conv1's output, this rank's %d channels)%s: its float %zu is %.8g; conv1 of x by the "
+                 "filters of output channels [%d, %d) gives %.8g", k,
+                 isnan(b->a1[i]) ? " was never written (conv1 of x by blk->w1 into blk->a1)"
+                                 : " is not conv1 of x by this rank's filters (blk->w1, k output channels)",
+                 i, b->a1[i], r * k, (r + 1) * k, mine[i]);
     float *all = xmalloc(part * (size_t)T * F), *a2 = xmalloc(full * F);
     pg_allgather(bc->tensor, b->a2, all, part);
     for (int t = 0; t < T; t++)
@@ -561,12 +567,13 @@ static void forward_problem(BlockCase *bc, char *why, size_t len) {
         conv_and_abs(n, k, c, h, w, b->a2, b->w2, own, own_abs);
         bool partial = fabs(b->z[i] - own[i]) <= 2.0 * gamma_k(9.0 * c) * own_abs[i];
         bool twice = fabs(b->z[i] - T * y[i]) <= 2.0 * T * gamma_k(9.0 * c + T) * yabs[i];
-        snprintf(why, len, "z (conv2's output, after g) float %zu is %.8g; conv2 of every rank's a2 by the whole w2 "
-                 "gives %.8g (bound %.2g)%s", i, b->z[i], y[i], bound[i],
-                 isnan(b->z[i]) ? " (never written: conv2 of blk->a2 by blk->w2 into blk->z)"
-                 : partial ? ": this rank's PARTIAL sum (from its own k input channels only): conv2's output must "
+        snprintf(why, len, "z (conv2's output, after g)%s: its float %zu is %.8g; conv2 of every rank's a2 by the "
+                 "whole w2 gives %.8g (bound %.2g)",
+                 isnan(b->z[i]) ? " was never written (conv2 of blk->a2 by blk->w2 into blk->z)"
+                 : partial ? " is this rank's PARTIAL sum (from its own k input channels only): conv2's output must "
                              "pass through g (the sum over the tensor group) before BN2 reads it"
-                 : twice ? ": T x the sum: g applied twice?" : "");
+                 : twice ? " is T x the sum: g applied twice?" : " is not the sum over the group of the partial convs",
+                 i, b->z[i], y[i], bound[i]);
         free(own), free(own_abs);
     }
     free(all), free(a2);
@@ -580,8 +587,8 @@ static bool array_ok(const char *what, const float *got, const float *ref, size_
     *worst = e > *worst ? e : *worst;
     if (e <= TP_TOL) return true;
     Compare c = compare_arrays(got, ref, n);
-    snprintf(why, len, "%s: %.3g x the unsplit block's (largest difference %.2g of its largest, tolerance %.0e)%s%s",
-             what, c.ratio, e, TP_TOL, fabs(c.ratio) < 0.02 ? ": nothing there (never computed?)" : "", extra);
+    snprintf(why, len, "%s is off%s%s (%.3g x the unsplit block's; largest difference %.2g of its largest, tolerance "
+             "%.0e)", what, fabs(c.ratio) < 0.02 ? ": nothing there (never computed?)" : "", extra, c.ratio, e, TP_TOL);
     return false;
 }
 
@@ -656,8 +663,8 @@ static void blocks_on_groups(ProcessGroup *world, BlockJudge judge, double *wors
             char why[800];
             judge(&bc, why, sizeof why, worst);
             if (why[0])
-                print_error("rank %d, block at layer %d (%d channels, %d x %d) split over T = %d (tensor rank %d): "
-                            "%s\n", pg_rank(world), bc.layer, bc.tb->b.c, bc.tb->b.h, bc.tb->b.w, T, bc.r, why);
+                print_error("%s [rank %d; the block at layer %d, %d channels of %d x %d, split over T = %d: tensor rank "
+                            "%d]\n", why, pg_rank(world), bc.layer, bc.tb->b.c, bc.tb->b.h, bc.tb->b.w, T, bc.r);
             bool ok = all_ranks(world, !why[0]);
             block_case_free(&bc);
             if (!ok) fail();
