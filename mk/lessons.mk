@@ -267,6 +267,8 @@ grade-starters: $(KIT_LIB)
 # ranks, the best device), on the synthetic set for one epoch, in $(BUILD)/quick-runs/NN/; it must exit 0 and
 # print its `final:` line once. A lesson that needs other options sets QUICK_ARGS_<folder name> (lesson 06, above).
 QUICK_ARGS := --dataset synthetic --model tiny --width 8 --epochs 1 --batch-size 64
+# Lesson 11 splits residual blocks, which tiny has none of: ResNet-9 at the same width.
+QUICK_ARGS_11-tensor = --dataset synthetic --model resnet9 --width 8 --epochs 1 --batch-size 64
 define lesson_quick_run
 .PHONY: test-run-$(2)
 test-run-$(2): $(BUILD)/solutions/$(1)/train
