@@ -276,6 +276,8 @@ grade-starters: $(KIT_LIB)
 # Lesson 11 splits residual blocks, which `tiny` has none of: ResNet-9 at width 4, its first 20 steps.
 QUICK_ARGS_11-tensor = --dataset synthetic --model resnet9 --width 4 --batch-size 64 --stop-at 20
 QUICK_ARGS := --dataset synthetic --model tiny --width 8 --epochs 1 --batch-size 64
+# Lesson 11 splits residual blocks, which tiny has none of: ResNet-9 at the same width.
+QUICK_ARGS_11-tensor = --dataset synthetic --model resnet9 --width 8 --epochs 1 --batch-size 64
 define lesson_quick_run
 .PHONY: test-run-$(2)
 test-run-$(2): $(BUILD)/solutions/$(1)/train
