@@ -273,8 +273,6 @@ grade-starters: $(KIT_LIB)
 # `make test-runs`: every lesson's solution program runs once as `make lesson-NN` would start it (DEFAULT_NP
 # ranks, the best device), on the synthetic set for one epoch, in $(BUILD)/quick-runs/NN/; it must exit 0 and
 # print its `final:` line once. A lesson that needs other options sets QUICK_ARGS_<folder name> (lesson 06, above).
-# Lesson 11 splits residual blocks, which `tiny` has none of: ResNet-9 at width 4, its first 20 steps.
-QUICK_ARGS_11-tensor = --dataset synthetic --model resnet9 --width 4 --batch-size 64 --stop-at 20
 QUICK_ARGS := --dataset synthetic --model tiny --width 8 --epochs 1 --batch-size 64
 # Lesson 11 splits residual blocks, which tiny has none of: ResNet-9 at the same width.
 QUICK_ARGS_11-tensor = --dataset synthetic --model resnet9 --width 8 --epochs 1 --batch-size 64

@@ -146,14 +146,14 @@ torch-check-lesson10:
 
 # ======================================================================== lesson 11 against PyTorch
 
-# Lesson 11's tensor parallelism against PyTorch's (tests/lesson11/torch_tp.py): the same resnet9, the same start
+# Lesson 11's tensor parallelism against PyTorch's (tests/lesson11/torch/torch_tp.py): the same resnet9, the same start
 # and the same batches, k SGD steps through lesson 11's solution (TP=2, and a 2 x 2 tensor x data grid, under
 # mpirun) and through torch.distributed.tensor.parallel's ColwiseParallel / RowwiseParallel on gloo (2 and 4
 # processes), both against one process of each. Part of `make test`; skipped, saying why, without PyTorch.
 #
 #   make test-lesson11-torch
 
-TP_EXPORT := $(BUILD)/tests/lesson11/tp_export
+TP_EXPORT := $(BUILD)/tests/lesson11/torch/tp_export
 # The first of $(PYTHON) and Debian's own python3 that has torch (the test says so when it lacks numpy).
 TORCH_PY = $(firstword $(foreach p,$(PYTHON) /usr/bin/python3,$(if $(shell $(p) -c 'import torch' 2>/dev/null && echo y),$(p))))
 
@@ -162,7 +162,7 @@ HELP_TARGETS += test-lesson11-torch
 TEST_TARGETS += test-lesson11-torch
 ifneq ($(filter 11-tensor,$(LESSONS_BUILDABLE)),)
 # tp_export links lesson 11's solution (tp.c, and lesson 03's sources it uses), as its program does, less train.c.
-$(TP_EXPORT): tests/lesson11/tp_export.c $(BUILD)/solutions/11-tensor/obj/tp.o \
+$(TP_EXPORT): tests/lesson11/torch/tp_export.c $(BUILD)/solutions/11-tensor/obj/tp.o \
               $(call lesson_uses_obj,11-tensor,$(BUILD)/solutions/11-tensor/obj) $(KIT_LIB)
 	@mkdir -p $(@D)
 	$(say) LINK $@
@@ -171,7 +171,7 @@ ALL_TARGETS += $(TP_EXPORT)
 
 test-lesson11-torch: $(TP_EXPORT)
 	@if [ -z "$(TORCH_PY)" ]; then echo "test-lesson11-torch: skipped: PyTorch not installed (pip install torch)"; \
-	else timeout --kill-after=5 600 $(TORCH_PY) tests/lesson11/torch_tp.py $(TP_EXPORT); fi
+	else timeout --kill-after=5 600 $(TORCH_PY) tests/lesson11/torch/torch_tp.py $(TP_EXPORT); fi
 else
 test-lesson11-torch:
 	@echo "test-lesson11-torch: skipped: lesson 11 needs $(NEEDS_PACKAGE_mpi) (make deps)"

@@ -81,8 +81,7 @@ typedef struct {
     // its own shard (ddp_data_open) and rank 0 prints
     int (*open)(void *ctx, DdpRun *r);
     // makes this rank's model from cfg (NULL: model_create on the process group's device, r->local_batch,
-    // --seed): a lesson that trains a model of its own (a pipeline stage, a sharded model) builds it here, and
-    // may set r->replicas now when its groups come with the model (lesson 11's tensor x data grid)
+    // --seed): a lesson that trains a model of its own (a pipeline stage, a sharded model) builds it here
     Model *(*make_model)(void *ctx, DdpRun *r, const ModelConfig *cfg);
     // after the model is made, before the broadcast from rank 0 and the gradient buckets: change what it is
     void (*model_built)(void *ctx, ProcessGroup *pg, Model *m);

@@ -164,6 +164,7 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     // Data: this rank's shard of every epoch, in local batches. Every rank holds a replica: the world.
     r->replicas = pg;
     r->local_batch = r->hooks.open ? r->hooks.open(r->hooks.ctx, r) : ddp_data_open(&r->data, o, pg);
+    int replicas = pg_world(r->replicas);
 
     // Model and optimizer: the same on every rank, made identical by rank 0's broadcast.
     ModelConfig cfg;
@@ -171,7 +172,6 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     Model *m = r->hooks.make_model ? r->hooks.make_model(r->hooks.ctx, r, &cfg)
                                    : model_create(&cfg, dev, r->local_batch, o->seed);
     if (r->hooks.model_built) r->hooks.model_built(r->hooks.ctx, pg, m);  // before the broadcast and the buckets see it
-    int replicas = pg_world(r->replicas);  // after make_model, which may set it (lesson 11's groups come with it)
     ddp_broadcast_model(r->replicas, m);
     r->ddp = (Ddp){.pg = r->replicas, .model = m,
                    .buckets = r->hooks.step ? NULL : ddp_attach_buckets(r->replicas, m, o->bucket_mb)};

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""tests/lesson11/torch_tp.py: lesson 11's tensor parallelism against PyTorch's, on the same net.
+"""tests/lesson11/torch/torch_tp.py: lesson 11's tensor parallelism against PyTorch's, on the same net.
 
-    python3 tests/lesson11/torch_tp.py BUILD/tests/lesson11/tp_export       (make test-lesson11-torch)
+    python3 tests/lesson11/torch/torch_tp.py BUILD/tests/lesson11/torch/tp_export       (make test-lesson11-torch)
 
 The kit's resnet9 (width 8) trains STEPS SGD steps from one start on the same synthetic batches, eight ways:
 
@@ -58,7 +58,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # tests/lesson11/torch -> the repository
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 STEPS, BATCH, WIDTH, SIZE, CLASSES = 3, 16, 8, 32, 10
@@ -502,7 +502,7 @@ def main():
     if not ok:
         fail("a run differs from another beyond the rounding bound (TOLERANCE): a tensor that a wrong split "
              "(a missing or doubled all-reduce, a shard in the wrong place) feeds a wrong gradient")
-    print("PASS: tests/lesson11/torch_tp.py")
+    print("PASS: tests/lesson11/torch/torch_tp.py")
     return 0
 
 

@@ -1,4 +1,4 @@
-// tests/lesson11/tp_export.c: the C half of tests/lesson11/torch_tp.py. Trains the kit's resnet9 for a few SGD steps
+// tests/lesson11/torch/tp_export.c: the C half of tests/lesson11/torch/torch_tp.py. Trains the kit's resnet9 for a few SGD steps
 // on fixed synthetic batches, either as ONE process (the kit's plain Model, no tensor parallelism) or through
 // lesson 11's solution (tp_create / tp_step: every residual block split over a tensor group of --tp ranks, and a
 // data dimension when the world is larger), and writes what the Python half compares with PyTorch:
