@@ -41,7 +41,7 @@ void tp_unsplit_in(const float *shard, int K, int C, int R, int rank, int T, flo
 
 // TODO 1c [3.2]: f and g. Each is one line or none; which is which is the whole idea. A sum over the group:
 //   pg_allreduce_sum (kit/dist.h), in place.
-void tp_f_forward(ProcessGroup *tensor, float *buf, size_t n) {
+void tp_f_forward(ProcessGroup *tensor, const float *buf, size_t n) {
     (void)tensor, (void)buf, (void)n;  // identity: every rank already holds the whole input
 }
 
@@ -126,8 +126,9 @@ static bool conv_bn_relu_at(const Model *table, int i) {
 }
 
 bool tp_is_block(const Model *table, int i, int T) {
-    // TODO 3 [5]: the table's layers are Layer records (kit/model.h: kind, in, in2, out_c, ksize, stride, bias).
-    //   conv_bn_relu_at above checks one half. What else must hold for the split of section 4 to compute what
+    // TODO 3 [5]: the table's layers are Layer records (kit/model.h: kind, in, in2, out_c, ksize, stride, bias;
+    //   a layer's OUTPUT shape is its c, h, w, so conv1's input channels are layer i-1's c, or table->in_c when
+    //   i = 0). conv_bn_relu_at above checks one half. What else must hold for the split of section 4 to compute what
     //   one process computes: where do the two halves read from, what does the add read, what shape must the
     //   convs keep, and what must T divide?
     (void)table, (void)i, (void)T, (void)conv_bn_relu_at;

@@ -48,7 +48,8 @@ void tp_unsplit_in(const float *shard, int K, int C, int R, int rank, int T, flo
 // TODO 1c: Megatron's two conjugate operators, in place on buf (n floats on the tensor group's device).
 //   f (before a column-parallel layer): forward the identity; backward the SUM of the gradient over the group.
 //   g (after a row-parallel layer): forward the SUM over the group; backward the identity.
-void tp_f_forward(ProcessGroup *tensor, float *buf, size_t n);
+// (f's forward changes nothing, so it takes the block's input as it is: const.)
+void tp_f_forward(ProcessGroup *tensor, const float *buf, size_t n);
 void tp_f_backward(ProcessGroup *tensor, float *buf, size_t n);
 void tp_g_forward(ProcessGroup *tensor, float *buf, size_t n);
 void tp_g_backward(ProcessGroup *tensor, float *buf, size_t n);

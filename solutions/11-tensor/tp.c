@@ -50,7 +50,7 @@ void tp_unsplit_in(const float *shard, int K, int C, int R, int rank, int T, flo
 
 // TODO 1c [3.2]: f and g. Each is one line or none; which is which is the whole idea. A sum over the group:
 //   pg_allreduce_sum (kit/dist.h), in place.
-void tp_f_forward(ProcessGroup *tensor, float *buf, size_t n) {
+void tp_f_forward(ProcessGroup *tensor, const float *buf, size_t n) {
     (void)tensor, (void)buf, (void)n;  // identity: every rank already holds the whole input
 }
 
@@ -114,7 +114,7 @@ void tp_block_forward(TpBlock *blk, ProcessGroup *tensor, const float *x, int n,
     //   does a rank hold only a PART of what one process computes? The helpers above (bn_relu_forward,
     //   bn1_saved, ...) and the dims (c1, c2, s1, s2) are ready; conv2 has no bias (BN2 follows it).
     // BEGIN SOLUTION
-    tp_f_forward(tensor, (float *)x, full);
+    tp_f_forward(tensor, x, full);
     conv2d_forward(d, &c1, x, blk->w1, NULL, blk->a1, blk->work);
     bn_relu_forward(blk, &s1, blk->a1, blk->g1, blk->b1, bn1_saved(blk), bn1_running(blk), blk->a2, train);
     conv2d_forward(d, &c2, blk->a2, blk->w2, NULL, blk->z, blk->work);
@@ -162,8 +162,9 @@ static bool conv_bn_relu_at(const Model *table, int i) {
 }
 
 bool tp_is_block(const Model *table, int i, int T) {
-    // TODO 3 [5]: the table's layers are Layer records (kit/model.h: kind, in, in2, out_c, ksize, stride, bias).
-    //   conv_bn_relu_at above checks one half. What else must hold for the split of section 4 to compute what
+    // TODO 3 [5]: the table's layers are Layer records (kit/model.h: kind, in, in2, out_c, ksize, stride, bias;
+    //   a layer's OUTPUT shape is its c, h, w, so conv1's input channels are layer i-1's c, or table->in_c when
+    //   i = 0). conv_bn_relu_at above checks one half. What else must hold for the split of section 4 to compute what
     //   one process computes: where do the two halves read from, what does the add read, what shape must the
     //   convs keep, and what must T divide?
     // BEGIN SOLUTION
