@@ -9,6 +9,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kit/check.h"
@@ -81,6 +82,26 @@ static inline MPI_Comm reference_comm(ProcessGroup *pg) {
     double low = -max_over_ranks(pg, -(double)wr);
     MPI_Comm_split(MPI_COMM_WORLD, (int)low, pg_rank(pg), &comm);
     return comm;
+}
+
+// Which ranks of `world` (at most 32) are in its sub-group g, as a bit per world rank: summed over the group, so
+// every member knows (lessons 08 and 11's grids). group_members_text: "{0, 2}".
+static inline unsigned group_members(ProcessGroup *world, ProcessGroup *g) {
+    double v[32] = {0};
+    const int n = pg_world(world);
+    CHECK(n <= 32, "group_members: a world of at most 32 ranks");
+    v[pg_rank(world)] = 1.0;
+    pg_allreduce_sum_double_host(g, v, n);
+    unsigned bits = 0;
+    for (int r = 0; r < n; r++) bits |= (v[r] > 0.5 ? 1u : 0u) << r;
+    return bits;
+}
+
+static inline void members_text(unsigned bits, char *out, size_t len) {
+    size_t used = (size_t)snprintf(out, len, "{");
+    for (int r = 0; r < 32; r++)
+        if (bits >> r & 1u) used += (size_t)snprintf(out + used, len - used, "%s%d", used > 1 ? ", " : "", r);
+    snprintf(out + used, len - used, "}");
 }
 
 #endif  // TESTS_MPI_TESTUTIL_H

@@ -866,22 +866,7 @@ static void test_grid(void **state) {
     }
 }
 
-// Which world ranks are in group g: a bit per world rank, summed over the group (known to every member).
-static unsigned group_members(ProcessGroup *world, ProcessGroup *g) {
-    double v[WORLD] = {0};
-    v[pg_rank(world)] = 1.0;
-    pg_allreduce_sum_double_host(g, v, WORLD);
-    unsigned bits = 0;
-    for (int r = 0; r < WORLD; r++) bits |= (v[r] > 0.5 ? 1u : 0u) << r;
-    return bits;
-}
-
-static void members_text(unsigned bits, char *out, size_t len) {
-    size_t used = (size_t)snprintf(out, len, "{");
-    for (int r = 0; r < WORLD; r++)
-        if (bits >> r & 1u) used += (size_t)snprintf(out + used, len - used, "%s%d", used > 1 ? ", " : "", r);
-    snprintf(out + used, len - used, "}");
-}
+// group_members, members_text: tests/mpi_testutil.h.
 
 // tp_groups for tensor groups of T on the world of 4, against the definition, or the reason they are wrong; the
 // same verdict on every rank. The groups are freed.
