@@ -47,6 +47,15 @@ static uint32_t crc_of(uint32_t crc, const uint8_t *p, uint64_t n) {
     return crc;
 }
 
+uint32_t ckpt_params_crc32(const Model *m) {
+    const size_t bytes = m->n_params * sizeof(float);
+    uint8_t *h = xmalloc(bytes + 1);
+    device_copy_from(m->device, h, m->params, bytes);
+    uint32_t crc = crc_of(0, h, bytes);
+    free(h);
+    return crc;
+}
+
 // Two CRCs differ. The fuzzing build (make fuzz) accepts any CRC, so that random bytes reach the parsing
 // behind the checks (table entries, bounds, shapes) instead of stopping at the first CRC; CRC-32 itself is zlib's.
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION

@@ -97,6 +97,9 @@ uint8_t *ckpt_encode(const Model *m, const CkptState *st, size_t *bytes);
 // PATH, fsync of the folder (for tools and tests; a training program saves through lesson 04's
 // ckpt_write_file, which the learner writes). Returns 0, or -1 with the failing step and errno's text in err.
 int ckpt_save(const char *path, const Model *m, const CkptState *st, char *err, size_t errlen);
+// The CRC-32 (zlib's, the one the file's sections carry) of m's parameters, wherever they live: a fingerprint two
+// runs can print to show that they trained the same numbers, bit for bit (lessons 09 and 11).
+uint32_t ckpt_params_crc32(const Model *m);
 
 // Before the first step: can checkpoints be saved to `file` (--checkpoint) or in `dir` (--checkpoint-dir,
 // created when missing; its parent must exist)? Either may be NULL. Tries what a save does: creates a file in

@@ -17,9 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "kit/check.h"
+#include "kit/ckpt.h"
 #include "kit/cli.h"
 #include "kit/data.h"
 #include "kit/device.h"
@@ -150,11 +150,9 @@ static void print_pieces(const Tp *tp) {
 static void print_params_crc(Tp *tp, Model *whole, bool is_main) {
     model_materialize(whole, MODEL_PARAMS);
     tp_gather_model(tp, whole);
-    float *h = xmalloc(whole->n_params * sizeof(float) + 1);
-    device_copy_from(whole->device, h, whole->params, whole->n_params * sizeof(float));
-    uLong crc = crc32(0L, (const Bytef *)h, (uInt)(whole->n_params * sizeof(float)));
-    if (is_main) printf("tp: parameters crc32=%08lx (%zu floats, gathered from the pieces)\n", crc, whole->n_params);
-    free(h);
+    uint32_t crc = ckpt_params_crc32(whole);
+    if (is_main) printf("tp: parameters crc32=%08lx (%zu floats, gathered from the pieces)\n", (unsigned long)crc,
+                        whole->n_params);
     model_release(whole, MODEL_PARAMS);
 }
 

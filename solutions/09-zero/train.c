@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "kit/check.h"
+#include "kit/ckpt.h"
 #include "kit/cli.h"
 #include "kit/data.h"
 #include "kit/device.h"
@@ -116,11 +116,9 @@ static void print_units(const Zero *z) {
 static void print_params_crc(Zero *z, Model *whole, bool is_main) {
     model_materialize(whole, MODEL_PARAMS);
     zero_gather_model(z, whole);
-    float *h = xmalloc(whole->n_params * sizeof(float) + 1);
-    device_copy_from(whole->device, h, whole->params, whole->n_params * sizeof(float));
-    uLong crc = crc32(0L, (const Bytef *)h, (uInt)(whole->n_params * sizeof(float)));
-    if (is_main) printf("zero: parameters crc32=%08lx (%zu floats, gathered from the units)\n", crc, whole->n_params);
-    free(h);
+    uint32_t crc = ckpt_params_crc32(whole);
+    if (is_main) printf("zero: parameters crc32=%08lx (%zu floats, gathered from the units)\n", (unsigned long)crc,
+                        whole->n_params);
     model_release(whole, MODEL_PARAMS);
 }
 
