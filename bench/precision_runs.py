@@ -350,6 +350,8 @@ def speed(a):
         raise SystemExit("precision_runs: speed --device cuda: nvidia-smi lists no GPU")
     devs = ["cpu"] + (["cuda"] if gpu else []) if a.device == "auto" else [a.device]
     shares, sections = [], []
+    flags = cpu_flags()
+    hw = "avx512_bf16" in flags or "amx_bf16" in flags
     for dev in devs:
         cfg = dict(SPEED_DEFAULTS[dev])
         if a.batch:
@@ -384,10 +386,8 @@ def speed(a):
                         has_torch = False
                 print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('refused'))}, PyTorch "
                       f"{pt[label][-1].get('ips', pt[label][-1].get('missing'))}", file=sys.stderr, flush=True)
-        sections += speed_table(a, dev, gpu, batch, steps, warmup, kit, pt)
+        sections += speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw)
     model, cores = cpu_share.cpu_model()
-    flags = cpu_flags()
-    hw = "avx512_bf16" in flags or "amx_bf16" in flags
     cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"
     L = ["# Lesson 10: the kit's speed and memory by precision, against PyTorch autocast", "",
          f"{datetime.date.today()}, `{cmd}`" + (" (--quick: the harness only, NOT a measurement)" if a.quick else "")
@@ -406,7 +406,7 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
-def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt):
+def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     """One device's table: per row the medians over the rounds, the ratios the medians of each round's."""
     where = "CPU" if dev == "cpu" else f"GPU ({gpu})"
     mem = "peak RSS MiB" if dev == "cpu" else "peak MiB"
@@ -457,7 +457,40 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt):
         L.append(f"| {label} | {kcells[0]} | {kcells[1].replace('-x', '-')} | {pcells[0]} | "
                  f"{pcells[1].replace('-x', '-')} | {bold(ratio)} | {fmt(kpeak and kpeak / 2**20, '.0f')} | {pmem} | "
                  f"{mratio.replace('-x', '-')} | {path} |")
-    return L + [""]
+    return L + [""] + speed_notes(kit, pt, kfp, pfp, dev == "cpu" and not hw_bf16) + [""]
+
+
+def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu):
+    """What the table says in words, read from its own numbers: which low-precision rows are slower than the same
+    side's fp32 and why (the path), and whether the kit's memory moves with the precision."""
+    def ratio(xs, base):
+        return med([x.get("ips") / b if x.get("ips") and b else None for x, b in zip(xs, base)])
+    N, slower = [], {}
+    for label, _, _ in SPEED_ROWS[2:]:
+        r = ratio(kit[label], kfp)
+        path = next((k["path"] for k in kit[label] if k.get("path")), "") or ""
+        if r is not None and r < 1 and path.startswith("emulated"):
+            slower[label.split()[0]] = r
+    if slower:
+        N.append(f"**Here the kit's low precision is slower than its own fp32** "
+                 f"({', '.join(f'{k} {r:.2f}x' for k, r in slower.items())} of its fp32 images/s): on this path it "
+                 "is emulated, float32 GEMMs plus a rounding pass over every tensor the policy rounds"
+                 + (" (fp16's conversion costs more than bf16's)" if slower.get("fp16", 1) < slower.get("bf16", 0)
+                    else "") + ", and no 16-bit arithmetic anywhere. What it buys is the numerics (lesson 10), not "
+                 "speed.")
+    pslow = [f"{label.split()[0]} {r:.2f}x" for label, _, _ in SPEED_ROWS[2:]
+             if (r := ratio(pt[label], pfp)) is not None and r < 1]
+    if pslow and no_bf16_cpu:
+        N.append(f"PyTorch's autocast is slower than its fp32 too ({', '.join(pslow)}): without bf16 instructions "
+                 "it converts, or runs fallback kernels, so the kit / PyTorch ratio of those rows compares two "
+                 "emulations, not hardware.")
+    peaks = [med([k.get("peak") for k in kit[label]]) for label, _, _ in SPEED_ROWS]
+    peaks = [p for p in peaks if p]
+    if len(peaks) > 1 and max(peaks) <= 1.05 * min(peaks):
+        N.append(f"The kit's peak memory does not move with the precision ({min(peaks) / 2**20:.0f}-"
+                 f"{max(peaks) / 2**20:.0f} MiB): its low-precision values are float32 containers (lesson 10, "
+                 "section 2).")
+    return [" ".join(N)] if N else []
 
 
 def main():
