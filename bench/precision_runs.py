@@ -2,10 +2,22 @@
 """bench/precision_runs.py: lesson 10's program (solutions/10-precision) trained under each precision and each
 large-batch rule on Fashion-MNIST; what the emulation shows about accuracy, measured.
 
+    python3 bench/precision_runs.py speed [--rounds 1] [--model resnet9] [--batch 64] [--device auto]
+                                                                          -> bench/results-precision-speed.md
     python3 bench/precision_runs.py accuracy [--epochs 3] [--np 2] ...   -> bench/results-precision.md (+ .csv)
     python3 bench/precision_runs.py batch [--epochs 2] [--batches 64,...,4096] [--rules fixed,linear,warmup] ...
                                                                           -> bench/results-batch.md + .csv
     python3 bench/precision_runs.py plot [--csv bench/results-batch.csv] [--png bench/figures/batch.png]
+
+speed (`make bench-precision` runs it first): the kit's own speed and memory by precision against PyTorch's on
+the same machine, in one run. Rows fp32, TF32 (`--tf32`; the kit refuses it on a CPU, and the row shows the
+refusal the program prints), bf16, fp16 with dynamic loss scaling. Per row: lesson 10's program on synthetic data
+(1 rank, ResNet-9, batch 64 on the CPU, 512 on a GPU), images/s from the durations of its steps in its --trace
+after warm-up steps, its `precision path:` line; then bench/torch_autocast.py's child on the same net, batch and
+optimizer under autocast of that precision; the two alternate row by row, and a second round (--rounds) runs the
+rows in reverse. Peak memory is each process's peak RSS (wait4's ru_maxrss), the same measure for both. The CPU
+always; a GPU too when nvidia-smi lists one (--device auto). Without PyTorch the PyTorch columns read "not
+installed" and the kit's rows still come.
 
 accuracy: one run per row, same seed, model, data, epochs and global batch: fp32; bf16; fp16 with --loss-scale
 none (fp16's gradient underflow share: the `underflow=` of the final line); fp16 with dynamic loss scaling; bf16
@@ -256,7 +268,10 @@ SPEED_ROWS = [("fp32", ["--precision", "fp32"], "fp32"),
               ("tf32", ["--precision", "fp32", "--tf32"], "tf32"),
               ("bf16", ["--precision", "bf16"], "bf16"),
               ("fp16 + dynamic loss scaling", ["--precision", "fp16", "--loss-scale", "dynamic"], "fp16")]
-SPEED_DEFAULTS = {"cpu": {"batch": 64, "steps": 2, "warmup": 1}, "cuda": {"batch": 512, "steps": 20, "warmup": 3}}
+# Timed steps: the kit's cost a second or two each on 2 cores, PyTorch's emulated bf16 about 45 s (its fallback
+# kernels), so the kit takes more of them (steps of one run vary by 10-30 % on a quiet 2-core machine).
+SPEED_DEFAULTS = {"cpu": {"batch": 64, "kit_steps": 6, "steps": 2, "warmup": 1},
+                  "cuda": {"batch": 512, "kit_steps": 20, "steps": 20, "warmup": 3}}
 SYNTHETIC_TRAIN = 5000  # images in the kit's synthetic training split (kit/data.c): the epochs a run needs
 
 
@@ -358,9 +373,11 @@ def speed(a):
             cfg["batch"] = a.batch
         if a.steps:
             cfg["steps"] = a.steps
+        if a.kit_steps:
+            cfg["kit_steps"] = a.kit_steps
         if a.quick:
-            cfg = {"batch": 8, "steps": 1, "warmup": 1}
-        batch, steps, warmup = cfg["batch"], cfg["steps"], cfg["warmup"]
+            cfg = {"batch": 8, "kit_steps": 1, "steps": 1, "warmup": 1}
+        batch, kit_steps, steps, warmup = cfg["batch"], cfg["kit_steps"], cfg["steps"], cfg["warmup"]
         kit, pt = {}, {}
         for r in range(a.rounds):
             # Kit and PyTorch alternate row by row; each round reverses the order, so a burst of other work
@@ -368,7 +385,7 @@ def speed(a):
             order = SPEED_ROWS if r % 2 == 0 else SPEED_ROWS[::-1]
             for label, opts, mode in order:
                 share = cpu_share.CpuShare()
-                k = kit_speed(a, dev, opts, batch, steps, warmup)
+                k = kit_speed(a, dev, opts, batch, kit_steps, warmup)
                 shares.append(share.stop(f"{dev} kit {label.split()[0]}"))
                 kit.setdefault(label, []).append(k)
                 if not has_torch:
@@ -386,7 +403,7 @@ def speed(a):
                         has_torch = False
                 print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('refused'))}, PyTorch "
                       f"{pt[label][-1].get('ips', pt[label][-1].get('missing'))}", file=sys.stderr, flush=True)
-        sections += speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw)
+        sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
     model, cores = cpu_share.cpu_model()
     cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"
     L = ["# Lesson 10: the kit's speed and memory by precision, against PyTorch autocast", "",
@@ -408,13 +425,14 @@ def fmt(x, spec):
 
 def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     """One device's table: per row the medians over the rounds, the ratios the medians of each round's."""
+    kit_steps, steps = steps
     where = "CPU" if dev == "cpu" else f"GPU ({gpu})"
     mem = "peak RSS MiB" if dev == "cpu" else "peak MiB"
     L = [f"## {where}: {a.model}, batch {batch}, {a.np} rank(s)", "",
          f"Lesson 10's program (`{os.path.relpath(a.train, ROOT)} --device {dev} --dataset synthetic --model "
-         f"{a.model} --batch-size {batch} --stop-at {warmup + steps} --trace FILE`, its options per row): images/s "
+         f"{a.model} --batch-size {batch} --stop-at {warmup + kit_steps} --trace FILE`, its options per row): images/s "
          f"from the program's own step times (the `step k` events of its --trace), the first {warmup} step(s) left "
-         f"out, {steps} timed. PyTorch: bench/torch_autocast.py's child, the same net (tools/torch_models.py), "
+         f"out, {kit_steps} timed. PyTorch: bench/torch_autocast.py's child, the same net (tools/torch_models.py), "
          f"batch and optimizer under autocast (fp16 with `torch.amp.GradScaler`), {warmup} warm-up step(s), "
          f"{steps} timed. Peak memory: each process's peak resident memory (wait4's ru_maxrss), taken the same "
          f"way for both; PyTorch's includes its libraries (in brackets: its peak after `import torch` and the model)."
@@ -525,7 +543,8 @@ def main():
     p2.add_argument("--out", default=os.path.join(HERE, "results-batch.md"))
     p4 = sub.add_parser("speed", parents=[common])
     p4.add_argument("--batch", type=int, default=0, help="default: 64 on the CPU, 512 on a GPU")
-    p4.add_argument("--steps", type=int, default=0, help="timed steps (default: 2 on the CPU, 20 on a GPU)")
+    p4.add_argument("--steps", type=int, default=0, help="PyTorch's timed steps (default: 2 on the CPU, 20 on a GPU)")
+    p4.add_argument("--kit-steps", type=int, default=0, help="the kit's timed steps (default: 6 on the CPU, 20 on a GPU)")
     p4.add_argument("--rounds", type=int, default=1, help="rounds, kit and PyTorch alternating; medians")
     p4.add_argument("--threads", type=int, default=os.cpu_count(), help="PyTorch's intra-op threads")
     p4.add_argument("--out", default=os.path.join(HERE, "results-precision-speed.md"))
