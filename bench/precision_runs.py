@@ -505,8 +505,9 @@ def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu):
     peaks = [med([k.get("peak") for k in kit[label]]) for label, _, _ in SPEED_ROWS]
     peaks = [p for p in peaks if p]
     if len(peaks) > 1 and max(peaks) <= 1.05 * min(peaks):
-        N.append(f"The kit's peak memory does not move with the precision ({min(peaks) / 2**20:.0f}-"
-                 f"{max(peaks) / 2**20:.0f} MiB): its low-precision values are float32 containers (lesson 10, "
+        lo, hi = f"{min(peaks) / 2**20:.0f}", f"{max(peaks) / 2**20:.0f}"
+        N.append(f"The kit's peak memory does not move with the precision ({lo if lo == hi else lo + '-' + hi} "
+                 f"MiB): its low-precision values are float32 containers (lesson 10, "
                  "section 2).")
     return [" ".join(N)] if N else []
 
