@@ -427,7 +427,7 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     """One device's table: per row the medians over the rounds, the ratios the medians of each round's."""
     kit_steps, steps = steps
     where = "CPU" if dev == "cpu" else f"GPU ({gpu})"
-    mem = "peak RSS MiB" if dev == "cpu" else "peak MiB"
+    mem = "peak RSS MiB" if dev == "cpu" else "host peak RSS MiB"
     L = [f"## {where}: {a.model}, batch {batch}, {a.np} rank(s)", "",
          f"Lesson 10's program (`{os.path.relpath(a.train, ROOT)} --device {dev} --dataset synthetic --model "
          f"{a.model} --batch-size {batch} --stop-at {warmup + kit_steps} --trace FILE`, its options per row): images/s "
@@ -448,8 +448,9 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     for label, _, _ in SPEED_ROWS:
         ks, ts = kit[label], pt[label]
         path = next((k["path"] for k in ks if k.get("path")), None)
+        ran = any("ips" in k for k in ks)
         path = f"`{path}`" if path else ("(none: float32 is lesson 03's arithmetic)" if label.startswith("fp32")
-                                         else "-")
+                                         else "(none: --tf32 prints no line)" if ran and label == "tf32" else "-")
         if all("refused" in k for k in ks):
             kcells = [f"refused: {ks[0]['refused']}", "-"]
             kpeak = None
