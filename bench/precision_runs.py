@@ -299,7 +299,8 @@ def trace_step_seconds(path, warmup):
 
 
 def kit_speed(a, dev, opts, batch, steps, warmup):
-    """Lesson 10's program for warmup + steps steps: {ips, peak, path, refused, error}."""
+    """Lesson 10's program for warmup + steps steps: {ips, peak, path}, or {why} when it did not train (a refusal:
+    its exit 2 with an `error:` line, as --tf32 on a CPU; or a failure)."""
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "trace.json")
         epochs = (warmup + steps) // max(1, SYNTHETIC_TRAIN // batch) + 1
@@ -312,14 +313,16 @@ def kit_speed(a, dev, opts, batch, steps, warmup):
         path = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("precision path:")),
                     None)
         if rc != 0:
-            err = next((ln for ln in out.splitlines() if ln.startswith("error:")), out.strip().splitlines()[-1:] or ["?"])
-            err = (err if isinstance(err, str) else err[0]).removeprefix("error: ")
-            # A refusal is the program's first sentence of why (e.g. --tf32 on the CPU).
-            return {"refused": err.split(". ")[0].rstrip("."), "rc": rc, "path": path}
+            err = next((ln for ln in out.splitlines() if ln.startswith("error:")), None)
+            if rc == 2 and err:  # the kit's refusal of bad input: its first sentence of why
+                return {"why": "refused: " + err.removeprefix("error: ").split(". ")[0].rstrip("."), "path": path}
+            last = (err or (out.strip().splitlines() or ["?"])[-1]).removeprefix("error: ")
+            return {"why": f"failed (exit {rc}): {last}", "path": path}
         times = trace_step_seconds(trace, warmup) if os.path.exists(trace) else []
     if not times:
-        return {"refused": "no step events in the program's --trace", "rc": rc, "path": path}
-    return {"ips": batch * a.np / (sum(times) / len(times)), "peak": peak, "path": path, "steps": len(times)}
+        return {"why": "no step events in the program's --trace", "path": path}
+    # --batch-size is the global batch: the images of one step over every rank
+    return {"ips": batch / (sum(times) / len(times)), "peak": peak, "path": path, "steps": len(times)}
 
 
 def torch_speed(a, dev, mode, batch, steps, warmup):
@@ -401,7 +404,7 @@ def speed(a):
                     pt.setdefault(label, []).append(t)
                     if t.get("missing") == "not installed":
                         has_torch = False
-                print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('refused'))}, PyTorch "
+                print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('why'))}, PyTorch "
                       f"{pt[label][-1].get('ips', pt[label][-1].get('missing'))}", file=sys.stderr, flush=True)
         sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
     model, cores = cpu_share.cpu_model()
@@ -451,8 +454,8 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
         ran = any("ips" in k for k in ks)
         path = f"`{path}`" if path else ("(none: float32 is lesson 03's arithmetic)" if label.startswith("fp32")
                                          else "(none: --tf32 prints no line)" if ran and label == "tf32" else "-")
-        if all("refused" in k for k in ks):
-            kcells = [f"refused: {ks[0]['refused']}", "-"]
+        if all("why" in k for k in ks):
+            kcells = [ks[0]["why"], "-"]
             kpeak = None
         else:
             kcells = [fmt(med([k.get("ips") for k in ks]), ".1f"),
