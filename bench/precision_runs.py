@@ -2,10 +2,22 @@
 """bench/precision_runs.py: lesson 10's program (solutions/10-precision) trained under each precision and each
 large-batch rule on Fashion-MNIST; what the emulation shows about accuracy, measured.
 
+    python3 bench/precision_runs.py speed [--rounds 1] [--model resnet9] [--batch 64] [--device auto]
+                                                                          -> bench/results-precision-speed.md
     python3 bench/precision_runs.py accuracy [--epochs 3] [--np 2] ...   -> bench/results-precision.md (+ .csv)
     python3 bench/precision_runs.py batch [--epochs 2] [--batches 64,...,4096] [--rules fixed,linear,warmup] ...
                                                                           -> bench/results-batch.md + .csv
     python3 bench/precision_runs.py plot [--csv bench/results-batch.csv] [--png bench/figures/batch.png]
+
+speed (`make bench-precision` runs it first): the kit's own speed and memory by precision against PyTorch's on
+the same machine, in one run. Rows fp32, TF32 (`--tf32`; the kit refuses it on a CPU, and the row shows the
+refusal the program prints), bf16, fp16 with dynamic loss scaling. Per row: lesson 10's program on synthetic data
+(1 rank, ResNet-9, batch 64 on the CPU, 512 on a GPU), images/s from the durations of its steps in its --trace
+after warm-up steps, its `precision path:` line; then bench/torch_autocast.py's child on the same net, batch and
+optimizer under autocast of that precision; the two alternate row by row, and a second round (--rounds) runs the
+rows in reverse. Peak memory is each process's peak RSS (wait4's ru_maxrss), the same measure for both. The CPU
+always; a GPU too when nvidia-smi lists one (--device auto). Without PyTorch the PyTorch columns read "not
+installed" and the kit's rows still come.
 
 accuracy: one run per row, same seed, model, data, epochs and global batch: fp32; bf16; fp16 with --loss-scale
 none (fp16's gradient underflow share: the `underflow=` of the final line); fp16 with dynamic loss scaling; bf16
@@ -29,6 +41,7 @@ a tiny synthetic run per row (the harness, `make test-precision-bench`), nothing
 import argparse
 import csv
 import datetime
+import json
 import os
 import re
 import shlex
@@ -247,16 +260,274 @@ def plot(a):
     return 0
 
 
+# ---------------------------------------------------------------- speed: the kit against PyTorch, one run
+
+# (row, the kit's options, PyTorch autocast's mode in bench/torch_autocast.py's child). TF32 is offered on every
+# device: the kit's own refusal on a CPU is what its row shows.
+SPEED_ROWS = [("fp32", ["--precision", "fp32"], "fp32"),
+              ("tf32", ["--precision", "fp32", "--tf32"], "tf32"),
+              ("bf16", ["--precision", "bf16"], "bf16"),
+              ("fp16 + dynamic loss scaling", ["--precision", "fp16", "--loss-scale", "dynamic"], "fp16")]
+# Timed steps: the kit's cost a second or two each on 2 cores, PyTorch's emulated bf16 about 45 s (its fallback
+# kernels), so the kit takes more of them (steps of one run vary by 10-30 % on a quiet 2-core machine).
+SPEED_DEFAULTS = {"cpu": {"batch": 64, "kit_steps": 6, "steps": 2, "warmup": 1},
+                  "cuda": {"batch": 512, "kit_steps": 20, "steps": 20, "warmup": 3}}
+SYNTHETIC_TRAIN = 5000  # images in the kit's synthetic training split (kit/data.c): the epochs a run needs
+
+
+def run_peak(cmd, env=None):
+    """Runs cmd to its end; returns (exit code, stdout + stderr, peak resident memory of the process in bytes).
+    The peak is wait4's ru_maxrss for that child: the largest of the process and the descendants it waited for,
+    the same measure for the kit's program and for PyTorch's child."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out = p.stdout.read()
+    p.stdout.close()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    return p.returncode, out, usage.ru_maxrss * 1024
+
+
+def trace_step_seconds(path, warmup):
+    """The durations (s) of the steps the program's --trace recorded ("step k" events), the first `warmup` left
+    out: what a step costs once the libraries have started (threads, page faults, cuBLAS handles)."""
+    with open(path) as f:
+        t = json.load(f)
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    steps = [(int(e["name"].split()[1]), e["dur"] * 1e-6) for e in events
+             if e.get("ph") == "X" and re.fullmatch(r"step \d+", e.get("name", "")) and e.get("pid", 0) == 0]
+    return [d for k, d in sorted(steps) if k >= warmup]
+
+
+def kit_speed(a, dev, opts, batch, steps, warmup):
+    """Lesson 10's program for warmup + steps steps: {ips, peak, path}, or {why} when it did not train (a refusal:
+    its exit 2 with an `error:` line, as --tf32 on a CPU; or a failure)."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.json")
+        epochs = (warmup + steps) // max(1, SYNTHETIC_TRAIN // batch) + 1
+        args = ["--device", dev, "--dataset", "synthetic", "--model", a.model, "--batch-size", str(batch),
+                "--epochs", str(epochs), "--stop-at", str(warmup + steps), "--seed", str(a.seed),
+                "--trace", trace] + opts + a.extra
+        cmd = ([a.train] if a.np == 1 else [os.path.join(ROOT, "scripts", "launch.sh"), str(a.np), a.train]) + args
+        print(f"precision_runs: speed: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+        rc, out, peak = run_peak(cmd, dict(os.environ, KIT_PROGRESS="plain"))
+        path = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("precision path:")),
+                    None)
+        if rc != 0:
+            err = next((ln for ln in out.splitlines() if ln.startswith("error:")), None)
+            if rc == 2 and err:  # the kit's refusal of bad input: its first sentence of why
+                return {"why": "refused: " + err.removeprefix("error: ").split(". ")[0].rstrip("."), "path": path}
+            last = (err or (out.strip().splitlines() or ["?"])[-1]).removeprefix("error: ")
+            return {"why": f"failed (exit {rc}): {last}", "path": path}
+        times = trace_step_seconds(trace, warmup) if os.path.exists(trace) else []
+    if not times:
+        return {"why": "no step events in the program's --trace", "path": path}
+    # --batch-size is the global batch: the images of one step over every rank
+    return {"ips": batch / (sum(times) / len(times)), "peak": peak, "path": path, "steps": len(times)}
+
+
+def torch_speed(a, dev, mode, batch, steps, warmup):
+    """bench/torch_autocast.py's child (the same net from tools/torch_models.py, the same optimizer) in one
+    process of its own: {ips, peak, base} or {missing} when python3 has no PyTorch."""
+    cmd = [sys.executable] + (["-S"] if sys.flags.no_site else []) + [
+        os.path.join(HERE, "torch_autocast.py"), "--child", "--device", dev, "--model", a.model, "--mode", mode,
+        "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads)]
+    print(f"precision_runs: speed: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    rc, out, peak = run_peak(cmd)
+    if rc != 0:
+        if re.search(r"(ModuleNotFoundError|ImportError).*torch", out):
+            return {"missing": "not installed"}
+        return {"missing": f"failed (exit {rc}): {out.strip().splitlines()[-1] if out.strip() else '?'}"}
+    row = json.loads(out.strip().splitlines()[-1])
+    return {"ips": row["images_per_s"], "peak": peak, "base": row.get("base_rss"), "torch": row["torch"],
+            "cuda_peak": row["peak_bytes"] if dev == "cuda" else None}
+
+
+def gpu_usable():
+    """A GPU nvidia-smi lists (the kit's CUDA build is asked for by --device cuda; a failure there is its row's)."""
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else None
+
+
+def med(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def speed(a):
+    from torch_autocast import cpu_flags  # bench/torch_autocast.py: the parent does not import torch
+    import importlib.util
+    has_torch = importlib.util.find_spec("torch") is not None
+    gpu = gpu_usable() if a.device in ("auto", "cuda") else None
+    if a.device == "cuda" and not gpu:
+        raise SystemExit("precision_runs: speed --device cuda: nvidia-smi lists no GPU")
+    devs = ["cpu"] + (["cuda"] if gpu else []) if a.device == "auto" else [a.device]
+    shares, sections = [], []
+    flags = cpu_flags()
+    hw = "avx512_bf16" in flags or "amx_bf16" in flags
+    for dev in devs:
+        cfg = dict(SPEED_DEFAULTS[dev])
+        if a.batch:
+            cfg["batch"] = a.batch
+        if a.steps:
+            cfg["steps"] = a.steps
+        if a.kit_steps:
+            cfg["kit_steps"] = a.kit_steps
+        if a.quick:
+            cfg = {"batch": 8, "kit_steps": 1, "steps": 1, "warmup": 1}
+        batch, kit_steps, steps, warmup = cfg["batch"], cfg["kit_steps"], cfg["steps"], cfg["warmup"]
+        kit, pt = {}, {}
+        for r in range(a.rounds):
+            # Kit and PyTorch alternate row by row; each round reverses the order, so a burst of other work
+            # lands on both sides rather than on one precision.
+            order = SPEED_ROWS if r % 2 == 0 else SPEED_ROWS[::-1]
+            for label, opts, mode in order:
+                share = cpu_share.CpuShare()
+                k = kit_speed(a, dev, opts, batch, kit_steps, warmup)
+                shares.append(share.stop(f"{dev} kit {label.split()[0]}"))
+                kit.setdefault(label, []).append(k)
+                if not has_torch:
+                    pt.setdefault(label, []).append({"missing": "not installed"})
+                elif mode == "tf32" and dev == "cpu":
+                    pt.setdefault(label, []).append({"missing": "no TF32 on a CPU"})
+                elif a.quick and mode == "bf16":  # seconds saved (an import of torch): fp16's autocast path covers it
+                    pt.setdefault(label, []).append({"missing": "not run in --quick"})
+                else:
+                    share = cpu_share.CpuShare()
+                    t = torch_speed(a, dev, mode, batch, steps, warmup)
+                    shares.append(share.stop(f"{dev} PyTorch {mode}"))
+                    pt.setdefault(label, []).append(t)
+                    if t.get("missing") == "not installed":
+                        has_torch = False
+                print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('why'))}, PyTorch "
+                      f"{pt[label][-1].get('ips', pt[label][-1].get('missing'))}", file=sys.stderr, flush=True)
+        sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
+    model, cores = cpu_share.cpu_model()
+    cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"
+    L = ["# Lesson 10: the kit's speed and memory by precision, against PyTorch autocast", "",
+         f"{datetime.date.today()}, `{cmd}`" + (" (--quick: the harness only, NOT a measurement)" if a.quick else "")
+         + f". Machine: {model}, {cores} cores; bf16-related CPU flags: {', '.join(flags) or 'none'} -> "
+         + ("the CPU has bf16 instructions." if hw else "**no bf16 instructions** (neither avx512_bf16 nor "
+            "amx_bf16): bf16 and fp16 run without hardware support here, in the kit (float32 rounded to the format) and in "
+            "PyTorch (conversions and fallback kernels) alike.")
+         + (f" GPU: {gpu}." if gpu else " No GPU (nvidia-smi lists none): CPU rows only."), ""]
+    L += cpu_share.report_lines(shares, cmd) + [""]
+    L += sections
+    write(a.out, L)
+    return 0
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
+    """One device's table: per row the medians over the rounds, the ratios the medians of each round's."""
+    kit_steps, steps = steps
+    where = "CPU" if dev == "cpu" else f"GPU ({gpu})"
+    mem = "peak RSS MiB" if dev == "cpu" else "host peak RSS MiB"
+    L = [f"## {where}: {a.model}, batch {batch}, {a.np} rank(s)", "",
+         f"Lesson 10's program (`{os.path.relpath(a.train, ROOT)} --device {dev} --dataset synthetic --model "
+         f"{a.model} --batch-size {batch} --stop-at {warmup + kit_steps} --trace FILE`, its options per row): images/s "
+         f"from the program's own step times (the `step k` events of its --trace), the first {warmup} step(s) left "
+         f"out, {kit_steps} timed. PyTorch: bench/torch_autocast.py's child, the same net (tools/torch_models.py), "
+         f"batch and optimizer under autocast (fp16 with `torch.amp.GradScaler`), {warmup} warm-up step(s), "
+         f"{steps} timed. Peak memory: each process's peak resident memory (wait4's ru_maxrss), taken the same "
+         f"way for both; PyTorch's includes its libraries (in brackets: its peak after `import torch` and the model)."
+         + (" On a GPU the kit's column is still host memory (lesson 10's program does not report device memory); "
+            "PyTorch's `torch.cuda.max_memory_allocated` is in the path column." if dev == "cuda" else "")
+         + (f" {a.rounds} round(s), kit and PyTorch alternating row by row; medians." if a.rounds > 1 else
+            " One round, kit and PyTorch alternating row by row."), "",
+         f"| precision | kit images/s | kit vs its fp32 | PyTorch images/s | PyTorch vs its fp32 | kit / PyTorch | "
+         f"kit {mem} | PyTorch {mem} | kit / PyTorch memory | kit's `precision path:` line |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    kfp = [k.get("ips") for k in kit["fp32"]]
+    pfp = [t.get("ips") for t in pt["fp32"]]
+    for label, _, _ in SPEED_ROWS:
+        ks, ts = kit[label], pt[label]
+        path = next((k["path"] for k in ks if k.get("path")), None)
+        ran = any("ips" in k for k in ks)
+        path = f"`{path}`" if path else ("(none: float32 is lesson 03's arithmetic)" if label.startswith("fp32")
+                                         else "(none: --tf32 prints no line)" if ran and label == "tf32" else "-")
+        if all("why" in k for k in ks):
+            kcells = [ks[0]["why"], "-"]
+            kpeak = None
+        else:
+            kcells = [fmt(med([k.get("ips") for k in ks]), ".1f"),
+                      fmt(med([k.get("ips") / f if k.get("ips") and f else None for k, f in zip(ks, kfp)]), ".2f") + "x"]
+            kpeak = med([k.get("peak") for k in ks])
+        if all("missing" in t for t in ts):
+            pcells, ppeak, ratio, mratio, pmem = [ts[0]["missing"], "-"], None, "-", "-", "-"
+        else:
+            ppeak = med([t.get("peak") for t in ts])
+            base = med([t.get("base") for t in ts])
+            pcells = [fmt(med([t.get("ips") for t in ts]), ".1f"),
+                      fmt(med([t.get("ips") / f if t.get("ips") and f else None for t, f in zip(ts, pfp)]), ".2f") + "x"]
+            ratio = fmt(med([k.get("ips") / t.get("ips") if k.get("ips") and t.get("ips") else None
+                             for k, t in zip(ks, ts)]), ".2f") + "x"
+            pmem = f"{fmt(ppeak and ppeak / 2**20, '.0f')} ({fmt(base and base / 2**20, '.0f')})"
+            mratio = fmt(kpeak / ppeak if kpeak and ppeak else None, ".2f") + "x"
+            cuda_peak = med([t.get("cuda_peak") for t in ts])
+            if cuda_peak:
+                path += f"; PyTorch max allocated {cuda_peak / 2**20:.0f} MiB"
+        bold = (lambda c: "-" if c.startswith("-") else f"**{c}**")
+        L.append(f"| {label} | {kcells[0]} | {kcells[1].replace('-x', '-')} | {pcells[0]} | "
+                 f"{pcells[1].replace('-x', '-')} | {bold(ratio)} | {fmt(kpeak and kpeak / 2**20, '.0f')} | {pmem} | "
+                 f"{mratio.replace('-x', '-')} | {path} |")
+    return L + [""] + speed_notes(kit, pt, kfp, pfp, dev == "cpu" and not hw_bf16) + [""]
+
+
+def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu):
+    """What the table says in words, read from its own numbers: which low-precision rows are slower than the same
+    side's fp32 and why (the path), and whether the kit's memory moves with the precision."""
+    def ratio(xs, base):
+        return med([x.get("ips") / b if x.get("ips") and b else None for x, b in zip(xs, base)])
+    N, slower = [], {}
+    for label, _, _ in SPEED_ROWS[2:]:
+        r = ratio(kit[label], kfp)
+        path = next((k["path"] for k in kit[label] if k.get("path")), "") or ""
+        if r is not None and r < 1 and path.startswith("emulated"):
+            slower[label.split()[0]] = r
+    if slower:
+        N.append(f"**Here the kit's low precision is slower than its own fp32** "
+                 f"({', '.join(f'{k} {r:.2f}x' for k, r in slower.items())} of its fp32 images/s): on this path it "
+                 "is emulated, float32 GEMMs plus a rounding pass over every tensor the policy rounds"
+                 + (" (fp16's conversion costs more than bf16's)" if slower.get("fp16", 1) < slower.get("bf16", 0)
+                    else "") + ", and no 16-bit arithmetic anywhere. What it buys is the numerics (lesson 10), not "
+                 "speed.")
+    pslow = [f"{label.split()[0]} {r:.2f}x" for label, _, _ in SPEED_ROWS[2:]
+             if (r := ratio(pt[label], pfp)) is not None and r < 1]
+    if pslow and no_bf16_cpu:
+        N.append(f"PyTorch's autocast is slower than its fp32 too ({', '.join(pslow)}): without bf16 instructions "
+                 "it converts, or runs fallback kernels, so the kit / PyTorch ratio of those rows compares two "
+                 "emulations, not hardware.")
+    peaks = [med([k.get("peak") for k in kit[label]]) for label, _, _ in SPEED_ROWS]
+    peaks = [p for p in peaks if p]
+    if len(peaks) > 1 and max(peaks) <= 1.05 * min(peaks):
+        lo, hi = f"{min(peaks) / 2**20:.0f}", f"{max(peaks) / 2**20:.0f}"
+        N.append(f"The kit's peak memory does not move with the precision ({lo if lo == hi else lo + '-' + hi} "
+                 f"MiB): its low-precision values are float32 containers (lesson 10, "
+                 "section 2).")
+    return [" ".join(N)] if N else []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="what", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--train", default=TRAIN, help="lesson 10's program (default: the solution's build)")
-    common.add_argument("--np", type=int, default=2, help="ranks (scripts/launch.sh)")
-    common.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    common.add_argument("--np", type=int, default=None, help="ranks (scripts/launch.sh; default 2, speed's 1)")
+    common.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
+                        help="default cpu; speed's auto: the CPU, then a GPU when nvidia-smi lists one")
     common.add_argument("--data-dir", default=os.environ.get("FASHION_DIR", FASHION))
-    common.add_argument("--model", default="", help="default: the dataset's (fmnist for Fashion-MNIST)")
+    common.add_argument("--model", default=None, help="default: the dataset's (fmnist for Fashion-MNIST); speed's "
+                        "resnet9 (tiny with --quick)")
     common.add_argument("--epochs", type=int, default=3)
     common.add_argument("--seed", type=int, default=1)
     common.add_argument("--extra", default="", help="more options for every run, e.g. '--width 16'")
@@ -275,6 +546,13 @@ def main():
     p2.add_argument("--max-micro", type=int, default=256, help="largest micro-batch; above: --accumulate")
     p2.add_argument("--precision", default="fp32")
     p2.add_argument("--out", default=os.path.join(HERE, "results-batch.md"))
+    p4 = sub.add_parser("speed", parents=[common])
+    p4.add_argument("--batch", type=int, default=0, help="default: 64 on the CPU, 512 on a GPU")
+    p4.add_argument("--steps", type=int, default=0, help="PyTorch's timed steps (default: 2 on the CPU, 20 on a GPU)")
+    p4.add_argument("--kit-steps", type=int, default=0, help="the kit's timed steps (default: 6 on the CPU, 20 on a GPU)")
+    p4.add_argument("--rounds", type=int, default=1, help="rounds, kit and PyTorch alternating; medians")
+    p4.add_argument("--threads", type=int, default=os.cpu_count(), help="PyTorch's intra-op threads")
+    p4.add_argument("--out", default=os.path.join(HERE, "results-precision-speed.md"))
     p3 = sub.add_parser("plot")
     p3.add_argument("--csv", default=os.path.join(HERE, "results-batch.csv"))
     p3.add_argument("--png", default=os.path.join(HERE, "figures", "batch.png"))
@@ -282,10 +560,18 @@ def main():
     if a.what == "plot":
         return plot(a)
     a.extra = a.extra.split()
+    speed_mode = a.what == "speed"  # the defaults differ: 1 rank, ResNet-9, every device there is
+    a.np = a.np or (1 if speed_mode else 2)
+    a.device = a.device or ("auto" if speed_mode else "cpu")
+    a.model = a.model or ("tiny" if speed_mode and a.quick else "resnet9" if speed_mode else "")
     if not os.access(a.train, os.X_OK):
         print(f"precision_runs: skipped: {os.path.relpath(a.train, ROOT)} is not built (make "
               f"build/solutions/10-precision/train; lesson 10 needs Open MPI)")
         return 0
+    if speed_mode:
+        return speed(a)
+    if a.device == "auto":
+        a.device = "cpu"
     if not a.quick and not os.path.isdir(a.data_dir):
         raise SystemExit(f"precision_runs: no Fashion-MNIST in {a.data_dir} (apt-get install dataset-fashion-mnist, "
                          f"or --data-dir / FASHION_DIR)")

@@ -32,6 +32,18 @@ if [ -x "$train" ]; then
     --out "$out/batch.md" 2>/dev/null
   expect "$out/batch.md" '^\| 32 \| 2 x 16 \(2\) \| \*\*[0-9.]+\*\*'
   python3 bench/precision_runs.py plot --csv "$out/batch.csv" --png "$out/batch.png" >/dev/null
+  # The speed table (kit against PyTorch): every row, the TF32 refusal the kit itself prints on the CPU, and
+  # the PyTorch columns filled, or "not installed" where python3 has no PyTorch.
+  python3 bench/precision_runs.py speed --quick --train "$train" --out "$out/speed.md" 2>/dev/null
+  expect "$out/speed.md" '^\| tf32 \| refused: --tf32 needs a CUDA device'
+  if python3 -c "import torch" 2>/dev/null; then
+    expect "$out/speed.md" '^\| fp16 \+ dynamic loss scaling \| [0-9.]+ \| [0-9.]+x \| [0-9.]+ \| [0-9.]+x \| \*\*[0-9.]+x\*\* \| [0-9]+ \| [0-9]+ \([0-9]+\) \| [0-9.]+x \| `[^`]+` \|$'
+  fi
+  # ... and with PyTorch hidden (python3 -S: no site-packages), the kit's rows alone, still a table.
+  if ! python3 -S -c "import torch" 2>/dev/null; then
+    python3 -S bench/precision_runs.py speed --quick --train "$train" --out "$out/speed-notorch.md" 2>/dev/null
+    expect "$out/speed-notorch.md" '^\| fp16 \+ dynamic loss scaling \| [0-9.]+ \| [0-9.]+x \| not installed \| - \| - \| [0-9]+ \| - \| - \| `[^`]+` \|$'
+  fi
   [ -s "$out/batch.png" ] || { echo "test-precision-bench: plot-batch drew no PNG" >&2; exit 1; }
   ran+=(precision_runs)
 else

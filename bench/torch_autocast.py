@@ -36,7 +36,7 @@ import cpu_share  # bench/cpu_share.py: the share of the machine other work took
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
 
-MODELS = {"resnet9": (3, 32, 32), "fmnist": (1, 28, 28)}
+MODELS = {"resnet9": (3, 32, 32), "fmnist": (1, 28, 28), "tiny": (3, 32, 32), "tiny-bn": (3, 32, 32)}
 CPU_MODES = ["fp32", "bf16"]
 GPU_MODES = ["fp32", "tf32", "bf16", "fp16"]
 # Small enough for 2 cores: bf16 without hardware support runs at a fraction of fp32 speed on the CPU.
@@ -88,7 +88,7 @@ def child(a):
     y = (torch.arange(a.batch) % 10).to(dev)
     loss_fn = nn.CrossEntropyLoss()
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
-    scaler = torch.amp.GradScaler("cuda") if mode == "fp16" else None
+    scaler = torch.amp.GradScaler(dev) if mode == "fp16" else None  # the CPU has one too (bench/precision_runs.py)
     base_rss = peak_rss()
 
     def step():

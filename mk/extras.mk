@@ -258,10 +258,14 @@ test-bench-tools:
 #                         tensor cores against sgemm and TF32 (GPU, when there is one) -> bench/results-lowp.md
 #   make bench-autocast   PyTorch autocast on the kit's fmnist net and ResNet-9: images/s and peak memory, fp32
 #                         against bf16 (CPU; + tf32, bf16, fp16 + GradScaler on a GPU) -> bench/results-autocast.md
-#   make bench-precision  lesson 10's program on Fashion-MNIST under each precision -> bench/results-precision.md
+#   make bench-precision  lesson 10's program under each precision: first its speed and memory against PyTorch
+#                         autocast (ResNet-9, batch 64 on the CPU, 512 on a GPU when there is one; fp32, TF32, bf16,
+#                         fp16 + loss scaling; a few minutes on 2 cores) -> bench/results-precision-speed.md, then
+#                         its accuracy on Fashion-MNIST -> bench/results-precision.md
 #   make bench-batch      lesson 10's program at global batch 64..4096 under each lr rule -> bench/results-batch.md
 #   make plot-batch       bench/results-batch.csv -> bench/figures/batch.png (gnuplot)
-# PRECISION_ARGS / BATCH_ARGS / AUTOCAST_ARGS / LOWP_ARGS pass options on (e.g. BATCH_ARGS="--epochs 1").
+# SPEED_ARGS / PRECISION_ARGS / BATCH_ARGS / AUTOCAST_ARGS / LOWP_ARGS pass options on (e.g. BATCH_ARGS="--epochs 1",
+# SPEED_ARGS="--rounds 3").
 
 # oneDNN (Debian: libdnnl-dev) for the CPU's bf16 matmul; only this benchmark uses it.
 HAVE_DNNL := $(call try_link,#include <oneapi/dnnl/dnnl.h>,dnnl_version(),-ldnnl)
@@ -300,6 +304,7 @@ bench-autocast:
 # Lesson 10's program is built when the lesson is there (solutions/10-precision) and Open MPI is found;
 # bench/precision_runs.py says "skipped" without it.
 bench-precision: $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
+	python3 bench/precision_runs.py speed --train $(LESSON10_TRAIN) $(SPEED_ARGS)
 	python3 bench/precision_runs.py accuracy --train $(LESSON10_TRAIN) $(PRECISION_ARGS)
 bench-batch: $(if $(and $(wildcard solutions/10-precision/train.c),$(filter yes,$(HAVE_MPI))),$(LESSON10_TRAIN))
 	python3 bench/precision_runs.py batch --train $(LESSON10_TRAIN) $(BATCH_ARGS)
