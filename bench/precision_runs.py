@@ -321,8 +321,11 @@ def kit_speed(a, dev, opts, batch, steps, warmup):
         times = trace_step_seconds(trace, warmup) if os.path.exists(trace) else []
     if not times:
         return {"why": "no step events in the program's --trace", "path": path}
+    # the final line's peak_mib: the most the kit's own allocations held at once (the GPU's memory on CUDA)
+    alloc = re.search(r"peak_mib=([0-9.]+)", out)
     # --batch-size is the global batch: the images of one step over every rank
-    return {"ips": batch / (sum(times) / len(times)), "peak": peak, "path": path, "steps": len(times)}
+    return {"ips": batch / (sum(times) / len(times)), "peak": peak, "path": path, "steps": len(times),
+            "alloc": float(alloc.group(1)) * 2**20 if alloc else None}
 
 
 def torch_speed(a, dev, mode, batch, steps, warmup):
@@ -430,7 +433,7 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     """One device's table: per row the medians over the rounds, the ratios the medians of each round's."""
     kit_steps, steps = steps
     where = "CPU" if dev == "cpu" else f"GPU ({gpu})"
-    mem = "peak RSS MiB" if dev == "cpu" else "host peak RSS MiB"
+    mem = "peak RSS MiB" if dev == "cpu" else "peak GPU memory MiB"
     L = [f"## {where}: {a.model}, batch {batch}, {a.np} rank(s)", "",
          f"Lesson 10's program (`{os.path.relpath(a.train, ROOT)} --device {dev} --dataset synthetic --model "
          f"{a.model} --batch-size {batch} --stop-at {warmup + kit_steps} --trace FILE`, its options per row): images/s "
@@ -439,8 +442,9 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
          f"batch and optimizer under autocast (fp16 with `torch.amp.GradScaler`), {warmup} warm-up step(s), "
          f"{steps} timed. Peak memory: each process's peak resident memory (wait4's ru_maxrss), taken the same "
          f"way for both; PyTorch's includes its libraries (in brackets: its peak after `import torch` and the model)."
-         + (" On a GPU the kit's column is still host memory (lesson 10's program does not report device memory); "
-            "PyTorch's `torch.cuda.max_memory_allocated` is in the path column." if dev == "cuda" else "")
+         + (" On a GPU the memory columns are the device's instead: the kit's own allocations at their peak (the "
+            "`peak_mib` of its final line) against `torch.cuda.max_memory_allocated`; neither counts the CUDA "
+            "context or cuBLAS's workspace." if dev == "cuda" else "")
          + (f" {a.rounds} round(s), kit and PyTorch alternating row by row; medians." if a.rounds > 1 else
             " One round, kit and PyTorch alternating row by row."), "",
          f"| precision | kit images/s | kit vs its fp32 | PyTorch images/s | PyTorch vs its fp32 | kit / PyTorch | "
@@ -451,38 +455,34 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
     for label, _, _ in SPEED_ROWS:
         ks, ts = kit[label], pt[label]
         path = next((k["path"] for k in ks if k.get("path")), None)
-        ran = any("ips" in k for k in ks)
-        path = f"`{path}`" if path else ("(none: float32 is lesson 03's arithmetic)" if label.startswith("fp32")
-                                         else "(none: --tf32 prints no line)" if ran and label == "tf32" else "-")
+        path = f"`{path}`" if path else "-"
         if all("why" in k for k in ks):
             kcells = [ks[0]["why"], "-"]
             kpeak = None
         else:
             kcells = [fmt(med([k.get("ips") for k in ks]), ".1f"),
                       fmt(med([k.get("ips") / f if k.get("ips") and f else None for k, f in zip(ks, kfp)]), ".2f") + "x"]
-            kpeak = med([k.get("peak") for k in ks])
+            kpeak = med([k.get("peak") if dev == "cpu" else k.get("alloc") for k in ks])
         if all("missing" in t for t in ts):
             pcells, ppeak, ratio, mratio, pmem = [ts[0]["missing"], "-"], None, "-", "-", "-"
         else:
-            ppeak = med([t.get("peak") for t in ts])
-            base = med([t.get("base") for t in ts])
+            ppeak = med([t.get("peak") if dev == "cpu" else t.get("cuda_peak") for t in ts])
+            base = med([t.get("base") for t in ts]) if dev == "cpu" else None
             pcells = [fmt(med([t.get("ips") for t in ts]), ".1f"),
                       fmt(med([t.get("ips") / f if t.get("ips") and f else None for t, f in zip(ts, pfp)]), ".2f") + "x"]
             ratio = fmt(med([k.get("ips") / t.get("ips") if k.get("ips") and t.get("ips") else None
                              for k, t in zip(ks, ts)]), ".2f") + "x"
-            pmem = f"{fmt(ppeak and ppeak / 2**20, '.0f')} ({fmt(base and base / 2**20, '.0f')})"
+            pmem = fmt(ppeak and ppeak / 2**20, '.0f') + (f" ({fmt(base and base / 2**20, '.0f')})" if base else "")
             mratio = fmt(kpeak / ppeak if kpeak and ppeak else None, ".2f") + "x"
-            cuda_peak = med([t.get("cuda_peak") for t in ts])
-            if cuda_peak:
-                path += f"; PyTorch max allocated {cuda_peak / 2**20:.0f} MiB"
         bold = (lambda c: "-" if c.startswith("-") else f"**{c}**")
         L.append(f"| {label} | {kcells[0]} | {kcells[1].replace('-x', '-')} | {pcells[0]} | "
                  f"{pcells[1].replace('-x', '-')} | {bold(ratio)} | {fmt(kpeak and kpeak / 2**20, '.0f')} | {pmem} | "
                  f"{mratio.replace('-x', '-')} | {path} |")
-    return L + [""] + speed_notes(kit, pt, kfp, pfp, dev == "cpu" and not hw_bf16) + [""]
+    mem_key = "peak" if dev == "cpu" else "alloc"
+    return L + [""] + speed_notes(kit, pt, kfp, pfp, dev == "cpu" and not hw_bf16, mem_key) + [""]
 
 
-def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu):
+def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu, mem_key):
     """What the table says in words, read from its own numbers: which low-precision rows are slower than the same
     side's fp32 and why (the path), and whether the kit's memory moves with the precision."""
     def ratio(xs, base):
@@ -506,7 +506,7 @@ def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu):
         N.append(f"PyTorch's autocast is slower than its fp32 too ({', '.join(pslow)}): without bf16 instructions "
                  "it converts, or runs fallback kernels, so the kit / PyTorch ratio of those rows compares two "
                  "emulations, not hardware.")
-    peaks = [med([k.get("peak") for k in kit[label]]) for label, _, _ in SPEED_ROWS]
+    peaks = [med([k.get(mem_key) for k in kit[label]]) for label, _, _ in SPEED_ROWS]
     peaks = [p for p in peaks if p]
     if len(peaks) > 1 and max(peaks) <= 1.05 * min(peaks):
         lo, hi = f"{min(peaks) / 2**20:.0f}", f"{max(peaks) / 2**20:.0f}"

@@ -36,6 +36,7 @@ if [ -x "$train" ]; then
   # the PyTorch columns filled, or "not installed" where python3 has no PyTorch.
   python3 bench/precision_runs.py speed --quick --train "$train" --out "$out/speed.md" 2>/dev/null
   expect "$out/speed.md" '^\| tf32 \| refused: --tf32 needs a CUDA device'
+  expect "$out/speed.md" '^\| fp32 \| [0-9.]+ \| 1.00x \| .* \| `float32 \(OpenBLAS SGEMM\)` \|$'
   if python3 -c "import torch" 2>/dev/null; then
     expect "$out/speed.md" '^\| fp16 \+ dynamic loss scaling \| [0-9.]+ \| [0-9.]+x \| [0-9.]+ \| [0-9.]+x \| \*\*[0-9.]+x\*\* \| [0-9]+ \| [0-9]+ \([0-9]+\) \| [0-9.]+x \| `[^`]+` \|$'
   fi

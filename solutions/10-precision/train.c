@@ -51,14 +51,16 @@ typedef struct {
     bool diverged;                     // the run never recovers (never_recovers): stopped, it ends non-zero
 } PrecRun;
 
-// Does this CPU have bf16 arithmetic (AVX512-BF16 or AMX-BF16)? Read from /proc/cpuinfo's flags (Linux).
-static bool cpu_has_bf16(void) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
+// Does this CPU multiply in format f (bf16: AVX512-BF16 or AMX-BF16; fp16: AVX512-FP16 or AMX-FP16)? Read from
+// /proc/cpuinfo's flags (Linux).
+static bool cpu_has_lowp(LowpFormat f) {
+    const char *vec = f == LOWP_BF16 ? " avx512_bf16" : " avx512_fp16", *amx = f == LOWP_BF16 ? " amx_bf16" : " amx_fp16";
+    FILE *file = fopen("/proc/cpuinfo", "r");
     char line[8192];
     bool yes = false;
-    while (f && !yes && fgets(line, sizeof line, f))
-        if (strncmp(line, "flags", 5) == 0) yes = strstr(line, " avx512_bf16") || strstr(line, " amx_bf16");
-    if (f) fclose(f);
+    while (file && !yes && fgets(line, sizeof line, file))
+        if (strncmp(line, "flags", 5) == 0) yes = strstr(line, vec) || strstr(line, amx);
+    if (file) fclose(file);
     return yes;
 }
 
@@ -67,20 +69,25 @@ static bool cpu_has_bf16(void) {
 // the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
 static void choose_gemm_path(const DdpRun *r, LowpFormat f) {
     Device d = pg_device(r->pg);
-    if (f == LOWP_FP32) return;  // float32 everywhere (and --tf32, when given, is the kit's)
     const char *name = lowp_name(f);
-    if (d == DEVICE_CUDA) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+    const bool cuda = d == DEVICE_CUDA, emu = cuda && strcmp(device_name(d), "cuda-emu") == 0;
+    if (cuda && f != LOWP_FP32) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
     if (!r->is_main) return;
-    if (d == DEVICE_CUDA && strcmp(device_name(d), "cuda-emu") == 0)
-        printf("precision path: cuBLAS %s GEMMs in the CUDA emulator (the tensor-core path's numerics, not its "
-               "speed)\n", name);
-    else if (d == DEVICE_CUDA)
+    const char *where = emu ? " in the CUDA emulator (the tensor-core path's numerics, not its speed)" : "";
+    if (f == LOWP_FP32 && cuda && device_gemm_precision(d) == GEMM_TF32)  // --tf32 (kit/device.h)
+        printf("precision path: TF32 tensor cores for the convolutions' GEMMs (10-bit mantissa inputs, float32 "
+               "sums), linear in float32%s\n", where);
+    else if (f == LOWP_FP32)
+        printf("precision path: float32 (%s)%s\n", cuda ? "cuBLAS SGEMM" : "OpenBLAS SGEMM", where);
+    else if (cuda)
         printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation (conv and linear inputs stored "
-               "in 2 bytes; activations between layers in float32 containers, rounded to %s)\n", name, name);
+               "in 2 bytes; activations between layers in float32 containers, rounded to %s)%s\n", name, name, where);
+    else if (cpu_has_lowp(f))
+        printf("precision path: emulated: float32 rounded to %s (this CPU has %s instructions, which the kit does not "
+               "use yet; its CPU GEMMs are float32)\n", name, name);
     else
-        printf("precision path: emulated: float32 rounded to %s (%s; the kit's CPU GEMMs are float32)\n", name,
-               cpu_has_bf16() ? "this CPU has bf16 instructions, which the kit does not use yet"
-                              : "this CPU has no bf16 instructions (AVX512-BF16, AMX)");
+        printf("precision path: emulated: float32 rounded to %s (this CPU has no %s instructions: %s; the kit's CPU "
+               "GEMMs are float32)\n", name, name, f == LOWP_BF16 ? "AVX512-BF16, AMX-BF16" : "AVX512-FP16, AMX-FP16");
 }
 
 // The model for one micro-batch: the local batch split into --accumulate parts, one after the other.
@@ -338,10 +345,13 @@ static int train(ProcessGroup *pg, const TrainOptions *o) {
         printf("precision: %.4f%% of the master weights' updates with a nonzero gradient left the weight unchanged "
                "(%.0f of %.0f; master %s)\n", 100.0 * pr.stalled / (pr.stalled + pr.moved), pr.stalled,
                pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
-    char extra[256];
+    // peak_mib: the most this process's kit allocations held at once (device_alloc's count, kit/device.h: the
+    // GPU's memory on CUDA; cuBLAS's own workspace and the CUDA context are not in it), what a precision saves.
+    char extra[320];
     snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
-             "underflow=%.3g", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format), lowp_name(pr.mx->wire),
-             pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped, share(s->underflow, s->nonzero));
+             "underflow=%.3g peak_mib=%.1f", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format),
+             lowp_name(pr.mx->wire), pr.mx->accumulate, pr.mx->scaler.scale, pr.mx->scaler.skipped,
+             share(s->underflow, s->nonzero), (double)mem_stats().peak_total / (1 << 20));
     ddp_run_report(&r, extra);
     if (o->save_params && !pr.diverged) save_params(&pr, &r, &scaled, o->save_params);
     mixed_free(pr.mx);
