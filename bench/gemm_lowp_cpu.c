@@ -307,6 +307,16 @@ int main(int argc, char **argv) {
     // One pool of threads for both libraries, the same size: OpenBLAS's own, oneDNN's OpenMP.
     openblas_set_num_threads(o.threads);
     omp_set_num_threads(o.threads);
+    // oneDNN's default ISA ceiling leaves out the ISAs it lists as "initial support" (dnnl_cpu_isa_all's comment in
+    // dnnl_types.h), which in the 2.x releases could include AMX. Raising the ceiling to AMX explicitly, before any
+    // kernel is generated, makes AMX usable whichever way this version lists it; a CPU without AMX is unaffected
+    // (oneDNN takes the lower of the ceiling and what the CPU has). ONEDNN_MAX_CPU_ISA in the environment wins.
+    dnnl_status_t ceiling = getenv("ONEDNN_MAX_CPU_ISA") || getenv("DNNL_MAX_CPU_ISA")
+                                ? dnnl_success
+                                : dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_amx);
+    if (ceiling != dnnl_success)
+        fprintf(stderr, "gemm_lowp_cpu: oneDNN kept its default ISA ceiling (dnnl_set_max_cpu_isa: status %d)\n",
+                (int)ceiling);
     dnnl_engine_t eng;
     dnnl_stream_t st;
     DNNL_CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
