@@ -210,8 +210,10 @@ train07=build/solutions/07-scale-out/train
 train08=build/solutions/08-pipeline/train
 train09=build/solutions/09-zero/train
 train10=build/solutions/10-precision/train
+train11=build/solutions/11-tensor/train
 lessons=scripts/gpu-check-lessons.sh
 tiny=(--model tiny --epochs 1)   # the runs tests/emu-lessons.sh compares, with its tolerances
+r9w8=(--dataset synthetic --width 8 --batch-size 64 --epochs 1)   # lesson 11's (tests/lesson11/run-tests.sh)
 # PyTorch runs with the LD_LIBRARY_PATH it had before the bundle (the kit's programs carry an RPATH).
 orig_ld=${GPU_BUNDLE_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
@@ -290,7 +292,11 @@ for s in "${steps[@]}"; do
       # (staged through the host) and accumulation on 2 MPI ranks sharing the GPU; both against the CPU run.
       run lesson10-nccl1 1 60 $lessons compare mpi:1 "$train10" "${tiny[@]}" --precision bf16 -- --backend nccl
       run lesson10-mpi2 1 60 $lessons compare mpi:2 "$train10" "${tiny[@]}" --precision fp16 --allreduce bf16 \
-        --accumulate 2 -- --backend mpi ;;
+        --accumulate 2 -- --backend mpi
+      # Lesson 11: the tensor-parallel blocks (f's and g's all-reduces over the tensor group) on 1 NCCL rank, then
+      # split over 2 MPI ranks sharing the GPU (--tp 2); ResNet-9 at width 8, one epoch, as tests/lesson11 runs it.
+      run lesson11-nccl1 1 60 $lessons compare mpi:1 "$train11" "${r9w8[@]}" -- --backend nccl
+      run lesson11-mpi2 1 90 $lessons compare mpi:2 "$train11" "${r9w8[@]}" --tp 2 -- --backend mpi ;;
     tests)
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done
       run test-torchrun 0 300 env LD_LIBRARY_PATH="$orig_ld" make test-torchrun ;;
