@@ -22,7 +22,7 @@
 #              device), lesson 07 also started from a rendezvous store (1 rank NCCL, 2 ranks socket backend);
 #              lesson 06 on a checkpoint lesson 04 wrote on the GPU, evaluated on the GPU and on the CPU;
 #              lesson 08's pipeline in one process (stage 0 on the CPU, stage 1 on the GPU) and on 2 ranks
-#              (MPI point-to-point), against the CPU
+#              (MPI point-to-point), lessons 09-11 on 1 NCCL rank and 2 MPI ranks, all against the CPU
 #   tests      make test-lesson03 ... test-lesson07: every lesson's multi-rank checks (CPU, the bundle's Open
 #              MPI, lesson 07's store and sockets) on this machine; needs no GPU
 #   fashion    lesson 01's reference schedule on Fashion-MNIST on the GPU: accuracy and seconds
@@ -33,6 +33,10 @@
 #   profile    the float32 step per kit kernel and per conv layer against the SGEMM ceiling
 #              (build/bench/bench_profile -> LOGDIR/results-profile-gpu.md); with Nsight Systems installed,
 #              the same under `nsys profile --stats=true` (every kernel, cuBLAS's too); about two minutes
+#   trace      lesson 03's timeline on the GPU (--trace, 2 ranks sharing it, small buckets), checked as make
+#              test-trace checks the CPU's (tools/trace_check.py: valid, nested, an all-reduce begun inside
+#              backward); with Nsight Systems installed, the same program under nsys: the kit's phases as NVTX
+#              ranges over its kernels (nsys's NVTX summary must name backward); about a minute
 #   precision  lesson 10's speed side: cuBLAS bf16 / fp16 tensor-core GEMMs against sgemm and TF32
 #              (bench/gemm_lowp.cu) and PyTorch autocast on the kit's nets, fp32 / tf32 / bf16 / fp16 + GradScaler
 #              (bench/torch_autocast.py --device cuda); about a minute
@@ -58,7 +62,7 @@ cd "$(dirname "$0")/.."
 export PYTHONDONTWRITEBYTECODE=1
 all_steps=(build fastpath cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
-all_steps+=(profile)  # profile_step below
+all_steps+=(profile trace)  # profile_step and trace_step below
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
   case " ${all_steps[*]} " in *" $s "*) ;; *)
@@ -231,6 +235,23 @@ profile_step() {
   fi
 }
 
+# trace: what make test-trace checks on the CPU, on the GPU; then NVTX under Nsight Systems where it is installed
+# (nsys announces itself to the program through NVTX_INJECTION64_PATH, kit/trace.c, and profiles the launcher's
+# children too).
+trace_step() {
+  local json="$logdir/trace-l03-gpu.json"
+  run trace-l03 1 90 sh -c 'scripts/launch.sh 2 "$0" --device cuda --backend mpi --dataset synthetic --epochs 1 \
+    --batch-size 64 --bucket-mb 0.001 --trace "$1" && python3 tools/trace_check.py "$1" --ranks 2 \
+    --overlap "all-reduce bucket" backward --min-count 0:backward:10' "$train03" "$json"
+  if command -v nsys >/dev/null 2>&1; then
+    run trace-nvtx 1 150 sh -c 'nsys profile --trace=cuda,nvtx --stats=true --force-overwrite true -o "$0/l03-nvtx" \
+      scripts/launch.sh 1 "$1" --device cuda --backend nccl --dataset synthetic --epochs 1 > "$0/l03-nvtx.txt" 2>&1
+      rc=$?; cat "$0/l03-nvtx.txt"; [ $rc = 0 ] && grep -q "backward" "$0/l03-nvtx.txt"' "$logdir" "$train03"
+  else
+    say "trace-nvtx       SKIP (nsys not found: Nsight Systems is not installed here)"
+  fi
+}
+
 for s in "${steps[@]}"; do
   case $s in
     build)
@@ -314,6 +335,7 @@ for s in "${steps[@]}"; do
         --checkpoint "$2/r9.ckpt" >/dev/null && "$1" --dataset synthetic --model resnet9 --checkpoint "$2/r9.ckpt" --device cuda --latency' \
         "$train04" "$train06" "$logdir" ;;
     profile) profile_step ;;
+    trace) trace_step ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
