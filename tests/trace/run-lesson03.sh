@@ -43,6 +43,8 @@ sys.exit(0 if n > 0 else 1)
 PY
   done
   python3 tools/trace_perfetto.py "$dir/buckets.json" --overlap 'all-reduce bucket' backward || failed=1
+  python3 tools/trace_perfetto.py "$dir/buckets.json" --no-overlap 'all-reduce bucket' backward >/dev/null
+  [ $? -eq 1 ] || { echo "!! the SQL --no-overlap check did not fail (exit 1) on the bucketed run"; failed=1; }
 else
   failed=1
 fi

@@ -10,6 +10,8 @@
 #       with their own clock reads (microseconds apart), and the print rounds to 0.01 ms;
 #   09  ZeRO-3: every "all-gather unit u" inside the window of unit u's forward or backward, on the same track
 #       (a parameter is gathered for its unit's compute, never for the whole model);
+#   08's and 09's claims are also checked in SQL (tools/trace_perfetto.py: Perfetto's trace processor, or where it
+#   cannot run the same queries on its sqlite3 stand-in), each against a planted wrong value that must fail;
 #   10  the steps, the gradient all-reduce of each, one forward and one backward micro-batch span per step;
 #   11  each block's tensor all-reduce inside the block's span: g in its forward, f in its backward.
 #
@@ -90,6 +92,15 @@ for r in (0, 1):
     if abs(idle - printed[r]) > 0.01:
         sys.exit(f"!! rank {r}: the timeline's idle share differs from the printed one by more than 1 point")
 PY
+  # The same claim in SQL (Perfetto's engine, or its stand-in), which must also fail on a share 10 points off.
+  shares=$(awk '/^ *rank [0-9]+ \(stage.*\): step [0-9.]+ = computing [0-9.]+ \+ waiting [0-9.]+/ {
+                  for (i = 1; i <= NF; i++) { if ($i == "step") s = $(i + 1); if ($i == "waiting") w = $(i + 1) }
+                  printf "%d:%.4f ", $2, w / s }' "$dir/08-pipeline.log")
+  read -r -a claims <<<"$shares"
+  python3 tools/trace_perfetto.py "$dir/08-pipeline.json" "${claims[@]/#/--idle-share=}" || failed=1
+  off="${claims[0]%%:*}:$(awk -v s="${claims[0]#*:}" 'BEGIN { printf "%.4f", (s > 0.5 ? s - 0.1 : s + 0.1) }')"
+  python3 tools/trace_perfetto.py "$dir/08-pipeline.json" --idle-share="$off" >/dev/null
+  [ $? -eq 1 ] || { echo "!! the SQL idle-share check did not fail (exit 1) on a share 10 points off ($off)"; failed=1; }
 else failed=1; fi
 
 echo "== lesson 09: ZeRO-3's all-gathers inside their units' windows"
@@ -108,6 +119,17 @@ out = [g for g in gathers if not inside(g)]
 print(f"{len(gathers)} unit all-gathers, {len(out)} outside their unit's window")
 sys.exit(1 if not gathers or out else 0)
 PY
+  # The same claim in SQL, which must fail when one all-gather is moved out of its unit's window (1 s earlier).
+  python3 tools/trace_perfetto.py "$dir/09-zero.json" --gathers-in-unit-windows || failed=1
+  python3 - "$dir/09-zero.json" "$dir/09-moved.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+g = next(e for e in d["traceEvents"] if e["ph"] == "X" and e["name"].startswith("all-gather unit "))
+g["ts"] -= 1e6
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  python3 tools/trace_perfetto.py "$dir/09-moved.json" --gathers-in-unit-windows >/dev/null
+  [ $? -eq 1 ] || { echo "!! the SQL all-gather check did not fail (exit 1) on a gather moved out of its window"; failed=1; }
 else failed=1; fi
 
 echo "== lesson 10: the steps and their gradient all-reduce (bf16)"
