@@ -186,7 +186,8 @@ def check(engine, a):
                 failures.append(f"rank {rank}: no 'step N' slices")
                 continue
             idle = r.waited / r.total
-            print(f"trace_perfetto: rank {rank}: idle {100 * idle:.1f} % of its steps in SQL, {100 * share:.1f} % printed")
+            print(f"trace_perfetto: rank {rank}: idle {100 * idle:.1f} % of its steps in SQL, "
+                  f"{100 * share:.1f} % printed")
             if abs(idle - share) > 0.01:
                 failures.append(f"rank {rank}: idle share {idle:.3f} in SQL, {share:.3f} printed")
     if a.gathers_in_unit_windows:
