@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/ops_impl.h"
 #include "kit/rng.h"
 
 // ---------------------------------------------------------------- building the layer table
@@ -405,12 +406,17 @@ static size_t out_floats(const Model *m) {
     return (size_t)l->c * l->h * l->w;
 }
 
+// Bytes of the activation arena: 2 an element under 16-bit storage (model_store_activations), else 4.
+static size_t acts_bytes(const Model *m) {
+    return (size_t)m->max_batch * m->act_floats_per_sample * (m->act_format == LOWP_FP32 ? sizeof(float) : 2);
+}
+
 // What each batch in flight needs of its own (model_create_view shares the rest): activations, their gradients,
 // BN's saved statistics, the input and its gradient, the output gradient, labels, losses and predictions.
 static void alloc_batch_buffers(Model *m, bool training) {
     const Device d = m->device;
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
-    m->acts = device_alloc_as(d, B * m->act_floats_per_sample * F, MEM_ACTS);
+    m->acts = device_alloc_as(d, acts_bytes(m), MEM_ACTS);
     // Training: activation gradients, BN's saved batch statistics, the output's and the input's gradients.
     m->dacts = training ? device_alloc_as(d, B * m->grad_floats_per_sample * F, MEM_ACTS) : NULL;
     m->saved = training ? device_alloc_as(d, m->saved_floats * F, MEM_ACTS) : NULL;
@@ -485,7 +491,7 @@ void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
     plan_memory(m);
     size_t B = (size_t)m->max_batch, F = sizeof(float);
     device_free(m->device, m->acts);
-    m->acts = device_alloc_as(m->device, B * m->act_floats_per_sample * F, MEM_ACTS);
+    m->acts = device_alloc_as(m->device, acts_bytes(m), MEM_ACTS);
     if (m->dacts) {  // an inference model (model_create_inference) has none
         device_free(m->device, m->dacts);
         m->dacts = device_alloc_as(m->device, B * m->grad_floats_per_sample * F, MEM_ACTS);
@@ -508,6 +514,8 @@ Model *model_create_view(Model *owner, int max_batch) {
     CHECKF(max_batch > 0 && max_batch <= owner->max_batch, "a view shares its owner's scratch, sized for the "
            "owner's max_batch: create the owner for the largest batch", "view for %d samples of a model made "
            "for %d", max_batch, owner->max_batch);
+    CHECK(owner->act_format == LOWP_FP32, "views of a model with 16-bit activations: not supported (make the views "
+          "first, or keep float32 storage)");
     Model *v = xmalloc(sizeof *v);
     *v = *owner;
     v->owner = owner;
@@ -521,6 +529,31 @@ const float *model_input_grad(const Model *m) { return m->dinput; }
 void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx) {
     m->round_hook = hook;
     m->round_hook_ctx = ctx;
+}
+
+void model_store_activations(Model *m, LowpFormat f) {
+    CHECKF(m->device == DEVICE_CUDA || f == LOWP_FP32, "16-bit activation storage is the GPU's: on the CPU, lesson "
+           "10 emulates it (round_lowp on float32 containers)", "model_store_activations(%s) on %s", lowp_name(f),
+           device_name(m->device));
+    CHECK(!m->owner, "model_store_activations on a view (model_create_view): set it on the owner, before any view");
+    CHECK(m->first == 0, "model_store_activations on a stage (model_create_stage): its input and output cross a "
+          "cut in float32; store activations in 16 bits on whole models only");
+    model_require(m, MODEL_ACTS, "model_store_activations (it re-allocates the activations)");
+    const GemmPrecision want = f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16;
+    CHECKF(f == LOWP_FP32 || device_gemm_precision(m->device) == want, "the GEMMs read the 16-bit activations as "
+           "they are: set them to the same format first (device_set_gemm_precision, kit/device.h)",
+           "activations in %s, GEMMs in %s", lowp_name(f), gemm_precision_name(device_gemm_precision(m->device)));
+    for (int i = 0; i < m->n_layers; i++)  // the float32 input is read by the first conv only; logits are float32
+        CHECK(f == LOWP_FP32 || ((m->layers[i].in >= 0 || m->layers[i].kind == LAYER_CONV) &&
+                                 (i < m->n_layers - 1 || m->layers[i].kind == LAYER_LINEAR)),
+              "16-bit activations: the model's input must feed convolutions only, and its last layer be linear");
+    if (f == m->act_format) return;
+    device_free(m->device, m->acts);
+    device_free(m->device, m->logits);
+    m->act_format = f;
+    m->acts = device_alloc_as(m->device, acts_bytes(m), MEM_ACTS);
+    m->logits = f == LOWP_FP32 ? NULL
+                               : device_alloc_as(m->device, (size_t)m->max_batch * out_floats(m) * sizeof(float), MEM_ACTS);
 }
 
 // The rounding hook at one point, when one is installed (lesson 10; kit/model.h, RoundPoint).
@@ -540,16 +573,17 @@ Model *model_create_inference(const ModelConfig *cfg, Device d, int max_batch) {
 size_t model_device_bytes(const Model *m) {
     size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w, floats = 0;
     if (!m->owner) floats += m->n_params + m->n_buffers + m->work_floats + (m->grads ? 2 * m->n_params : 0);
-    floats += B * m->act_floats_per_sample + B * in + B;
+    floats += B * in + B;
+    if (m->logits) floats += B * out_floats(m);
     if (m->grads) floats += B * m->grad_floats_per_sample + m->saved_floats + B * out_floats(m);
     if (m->dinput) floats += B * in;
     if (!m->owner) floats += m->prepared_floats;
-    return floats * F + 2 * B * sizeof(int);  // + labels and pred
+    return floats * F + acts_bytes(m) + 2 * B * sizeof(int);  // + the arena, labels and pred
 }
 
 void model_free(Model *m) {
     if (!m) return;
-    float *bufs[] = {m->acts, m->dacts, m->saved, m->input, m->loss, m->dlogits, m->dinput};
+    float *bufs[] = {m->acts, m->logits, m->dacts, m->saved, m->input, m->loss, m->dlogits, m->dinput};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(m->device, bufs[i]);
     if (!m->owner) {  // a view's shared buffers are its owner's to free
         float *owned[] = {m->params, m->grads, m->velocity, m->buffers, m->work, m->prepared};
@@ -585,7 +619,8 @@ void model_require(const Model *m, unsigned parts, const char *what) {
 static int acts_buffers(Model *m, void ***ptr, size_t *bytes) {
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
     int k = 0;
-    ptr[k] = (void **)&m->acts, bytes[k++] = B * m->act_floats_per_sample * F;
+    ptr[k] = (void **)&m->acts, bytes[k++] = acts_bytes(m);
+    if (m->act_format != LOWP_FP32) ptr[k] = (void **)&m->logits, bytes[k++] = B * out_floats(m) * F;
     ptr[k] = (void **)&m->dacts, bytes[k++] = B * m->grad_floats_per_sample * F;
     ptr[k] = (void **)&m->saved, bytes[k++] = m->saved_floats * F;
     ptr[k] = (void **)&m->work, bytes[k++] = m->work_floats * F;
@@ -597,7 +632,7 @@ static int acts_buffers(Model *m, void ***ptr, size_t *bytes) {
     if (m->first > 0) ptr[k] = (void **)&m->dinput, bytes[k++] = B * in * F;
     return k;
 }
-enum { ACTS_BUFFERS = 10 };
+enum { ACTS_BUFFERS = 11 };
 
 static void check_releasable(const Model *m, unsigned parts, const char *what) {
     CHECKF(!m->owner, "a view shares its owner's buffers: release or materialize the owner (with no view alive)",
@@ -704,11 +739,16 @@ void model_zero_grad(Model *m) {
 
 // ---------------------------------------------------------------- forward and backward
 
-// Activation idx for the current batch: (n, c, h, w); -1 is the input.
-static float *act_ptr(const Model *m, int idx, const float *x) {
-    if (idx < 0) return (float *)x;
-    return m->acts + m->layers[idx].act_offset * (size_t)m->max_batch;
+// Activation idx for the current batch: (n, c, h, w); -1 is the input. In act_format (2 bytes an element under
+// 16-bit storage), but the input and the logits (Model.logits then), which are float32.
+static void *act_at(const Model *m, int idx, const float *x) {
+    if (idx < 0) return (void *)x;
+    if (m->logits && idx == m->n_layers - 1) return m->logits;
+    const size_t elem = m->act_format == LOWP_FP32 ? sizeof(float) : 2;
+    return (char *)m->acts + m->layers[idx].act_offset * (size_t)m->max_batch * elem;
 }
+// The same, where it is float32 (float32 storage; the input and the logits always).
+static float *act_ptr(const Model *m, int idx, const float *x) { return act_at(m, idx, x); }
 static float *dact_ptr(const Model *m, int idx) {
     if (idx < 0) return m->dinput;  // a stage's input gradient; NULL: nobody needs the image's
     return m->dacts + m->layers[idx].grad_offset * (size_t)m->max_batch;
@@ -758,8 +798,57 @@ static void forward_bn(Model *m, const Layer *l, int n, const float *in, float *
         batchnorm_forward_train(d, &bd, in, gamma, beta, out, mean, invstd, run_mean, run_var, bn_sync(m), m->work);
 }
 
+#ifdef KIT_CUDA
+// Layer i of a forward under 16-bit activation storage (model_store_activations; CUDA): forward_layer's switch
+// with each op's 16-bit version (kit/ops_impl.h). Storing an output rounds it, to the values the round hook's
+// ROUND_OUTPUT would give, so the hook is called only for the float32 logits.
+static void forward_layer_act16(Model *m, int i, const float *x, int n, bool train) {
+    const Layer *l = &m->layers[i];
+    const LowpFormat f = m->act_format, f_in = l->in < 0 ? LOWP_FP32 : f;  // the model's input is float32
+    const void *in = act_at(m, l->in, x);
+    void *out = act_at(m, i, x);
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    const size_t count = (size_t)n * l->c * l->h * l->w;
+    const float *weight = view_ptr(m->params, m, l->weight), *bias = view_ptr(m->params, m, l->bias_view);
+    switch (l->kind) {
+    case LAYER_CONV: {
+        Conv2dDims cd = conv_dims(m, l, n);
+        conv2d_forward_act16_cuda(f, f_in, &cd, in, weight, bias, out, m->work);
+        break;
+    }
+    case LAYER_BN: {
+        BatchNormDims bd = bn_dims(l, n);
+        float *run_mean = m->buffers + m->buffer_views[l->running].offset;
+        float *run_var = m->buffers + m->buffer_views[l->running + 1].offset;
+        float *mean = train ? m->saved + l->saved_offset : NULL;
+        if (train)  // weight and bias are gamma and beta
+            batchnorm_forward_train_act16_cuda(f, l->fused_relu, &bd, in, weight, bias, out, mean, mean + l->c,
+                                               run_mean, run_var, bn_sync(m), m->work);
+        else
+            batchnorm_forward_eval_act16_cuda(f, &bd, in, weight, bias, run_mean, run_var, out);
+        break;
+    }
+    case LAYER_RELU:
+        if (!(train && relu_fused(m, l))) relu_forward_act16_cuda(f, count, in, out);
+        break;
+    case LAYER_MAXPOOL: maxpool2_forward_act16_cuda(f, n, c, h, w, in, out); break;
+    case LAYER_ADD: add_forward_act16_cuda(f, count, in, act_at(m, l->in2, x), out); break;
+    case LAYER_AVGPOOL: avgpool_forward_act16_cuda(f, n, c, h * w, in, out); break;
+    case LAYER_LINEAR: linear_forward_act16_cuda(f, n, c * h * w, l->out_c, in, weight, bias, out); break;
+    }
+    if (i == m->n_layers - 1) round_at(m, i, ROUND_OUTPUT, out, count);  // the logits: float32 (Model.logits)
+}
+#endif
+
 // Layer i of a forward of n images, in training or eval mode: what model_forward runs for each layer in turn.
 static void forward_layer(Model *m, int i, const float *x, int n, bool train) {
+#ifdef KIT_CUDA
+    if (m->act_format != LOWP_FP32) {
+        forward_layer_act16(m, i, x, n, train);
+        return;
+    }
+#endif
     const Layer *l = &m->layers[i];
     const float *in = act_ptr(m, l->in, x);
     float *out = act_ptr(m, i, x);
@@ -822,6 +911,114 @@ static float *dout_for_hook(Model *m, int i) {
     return reader == m->n_layers - 1 ? NULL : dact_ptr(m, reader);
 }
 
+#ifdef KIT_CUDA
+// Layer i's backward under 16-bit activation storage (CUDA): the kinds that read a stored activation, with their
+// ops' 16-bit versions (kit/ops_impl.h). Returns false for those that read gradients only (add, average pool):
+// backward_layer's own code, unchanged, serves them.
+static bool backward_layer_act16(Model *m, int i, const float *x, const float *dlogits, int n) {
+    const Layer *l = &m->layers[i];
+    const LowpFormat f = m->act_format, f_in = l->in < 0 ? LOWP_FP32 : f;
+    const void *in = act_at(m, l->in, x), *out = act_at(m, i, x);
+    const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
+    float *dx = dact_ptr(m, l->in);
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    const float *weight = view_ptr(m->params, m, l->weight);
+    float *dweight = view_mut(m->grads, m, l->weight), *dbias = view_mut(m->grads, m, l->bias_view);
+    switch (l->kind) {
+    case LAYER_CONV: {
+        Conv2dDims cd = conv_dims(m, l, n);
+        conv2d_backward_act16_cuda(f, f_in, &cd, in, weight, dy, dx, dweight, dbias, m->work);
+        return true;
+    }
+    case LAYER_BN: {
+        BatchNormDims bd = bn_dims(l, n);
+        const float *mean = m->saved + l->saved_offset;
+        const void *relu_y = NULL;
+        if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
+            int uses, relu;
+            layer_consumers(m, i, &uses, &relu);
+            dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);
+            relu_y = out;
+        }
+        batchnorm_backward_act16_cuda(f, &bd, in, weight, mean, mean + l->c, relu_y, dy, dx, dweight, dbias,
+                                      bn_sync(m), m->work);
+        return true;
+    }
+    case LAYER_RELU:
+        if (!relu_fused(m, l)) relu_backward_act16_cuda(f, (size_t)n * l->c * l->h * l->w, out, dy, dx);
+        return true;
+    case LAYER_MAXPOOL: maxpool2_backward_act16_cuda(f, n, c, h, w, in, dy, dx); return true;
+    case LAYER_LINEAR:
+        linear_backward_act16_cuda(f, n, c * h * w, l->out_c, in, weight, dy, dx, dweight, dbias);
+        return true;
+    case LAYER_ADD:
+    case LAYER_AVGPOOL: return false;
+    }
+    return false;
+}
+#endif
+
+// Layer i's backward: its input gradient added into its slot, its parameter gradients into grads.
+static void backward_layer(Model *m, int i, const float *x, const float *dlogits, int n) {
+#ifdef KIT_CUDA
+    if (m->act_format != LOWP_FP32 && backward_layer_act16(m, i, x, dlogits, n)) return;
+#endif
+    const Device d = m->device;
+    const Layer *l = &m->layers[i];
+    const float *in = act_ptr(m, l->in, x);
+    const float *out = act_ptr(m, i, x);
+    const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
+    float *dx = dact_ptr(m, l->in);
+    int c, h, w;
+    act_shape(m, l->in, &c, &h, &w);
+    const size_t count = (size_t)n * l->c * l->h * l->w;
+    switch (l->kind) {
+    case LAYER_CONV: {
+        Conv2dDims cd = conv_dims(m, l, n);
+        conv2d_backward(d, &cd, in, view_ptr(m->params, m, l->weight), dy, dx,
+                        view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view), m->work);
+        break;
+    }
+    case LAYER_BN: {
+        BatchNormDims bd = bn_dims(l, n);
+        const float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
+        if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
+            int uses, relu;
+            layer_consumers(m, i, &uses, &relu);
+            const float *relu_dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);  // a stage's last
+            batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out, relu_dy,
+                                    dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                                    bn_sync(m), m->work);
+        } else if (bn_replacement(m)) {  // lesson 05: the learner's SyncBN (never fused)
+            const BatchNormLayerOps *ops = bn_replacement(m);
+            ops->backward(ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
+                          view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
+        } else {
+            batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
+                               view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
+                               bn_sync(m), m->work);
+        }
+        break;
+    }
+    case LAYER_RELU:
+        if (!relu_fused(m, l)) relu_backward(d, count, out, dy, dx);
+        break;
+    case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, out, dy, dx); break;
+    case LAYER_ADD:
+        if (dx) add_inplace(d, count, dx, dy);
+        if (dact_ptr(m, l->in2)) add_inplace(d, count, dact_ptr(m, l->in2), dy);
+        break;
+    case LAYER_AVGPOOL:
+        if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
+        break;
+    case LAYER_LINEAR:
+        linear_backward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight), dy, dx,
+                        view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
+        break;
+    }
+}
+
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     model_require(m, MODEL_PARAMS | MODEL_GRADS | MODEL_ACTS, "model_backward");
@@ -838,61 +1035,12 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
             if (lj->grad_first_write == i && !(l->grad_in_place && j == l->in))  // 4: overwritten, not added to
                 device_memset_zero(d, dact_ptr(m, j), (size_t)n * lj->c * lj->h * lj->w * sizeof(float));
         }
-        const float *in = act_ptr(m, l->in, x);
-        const float *out = act_ptr(m, i, x);
-        const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
-        float *dx = dact_ptr(m, l->in);
-        int c, h, w;
-        act_shape(m, l->in, &c, &h, &w);
-        size_t count = (size_t)n * l->c * l->h * l->w;
+        const size_t count = (size_t)n * l->c * l->h * l->w;
         if (m->round_hook) {  // every consumer of layer i's output has added its share by now (they come after it)
             float *dout = dout_for_hook(m, i);
             if (dout) round_at(m, i, ROUND_DOUT, dout, count);
         }
-        switch (l->kind) {
-        case LAYER_CONV: {
-            Conv2dDims cd = conv_dims(m, l, n);
-            conv2d_backward(d, &cd, in, view_ptr(m->params, m, l->weight), dy, dx,
-                            view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view), m->work);
-            break;
-        }
-        case LAYER_BN: {
-            BatchNormDims bd = bn_dims(l, n);
-            const float *mean = m->saved + l->saved_offset, *invstd = mean + l->c;
-            if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
-                int uses, relu;
-                layer_consumers(m, i, &uses, &relu);
-                const float *relu_dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);  // a stage's last
-                batchnorm_relu_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, out, relu_dy,
-                                        dx, view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
-                                        bn_sync(m), m->work);
-            } else if (bn_replacement(m)) {  // lesson 05: the learner's SyncBN (never fused)
-                const BatchNormLayerOps *ops = bn_replacement(m);
-                ops->backward(ops->ctx, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
-                              view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
-            } else {
-                batchnorm_backward(d, &bd, in, view_ptr(m->params, m, l->weight), mean, invstd, dy, dx,
-                                   view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view),
-                                   bn_sync(m), m->work);
-            }
-            break;
-        }
-        case LAYER_RELU:
-            if (!relu_fused(m, l)) relu_backward(d, count, out, dy, dx);
-            break;
-        case LAYER_MAXPOOL: maxpool2_backward(d, n, c, h, w, in, out, dy, dx); break;
-        case LAYER_ADD:
-            if (dx) add_inplace(d, count, dx, dy);
-            if (dact_ptr(m, l->in2)) add_inplace(d, count, dact_ptr(m, l->in2), dy);
-            break;
-        case LAYER_AVGPOOL:
-            if (dx) avgpool_backward(d, n, c, h * w, dy, dx);
-            break;
-        case LAYER_LINEAR:
-            linear_backward(d, n, c * h * w, l->out_c, in, view_ptr(m->params, m, l->weight), dy, dx,
-                            view_mut(m->grads, m, l->weight), view_mut(m->grads, m, l->bias_view));
-            break;
-        }
+        backward_layer(m, i, x, dlogits, n);
         if (l->param_count > 0) round_at(m, i, ROUND_DPARAMS, m->grads + l->param_offset, l->param_count);
         if (l->param_count > 0 && m->on_grads_ready)  // after the rounding: a bucket sends what the hook left
             m->on_grads_ready(m->on_grads_ready_ctx, l->param_offset, l->param_count);

@@ -146,7 +146,10 @@ struct Model {
     float *buffers;   // (n_buffers)
 
     // The arena, on the device, sized for max_batch samples.
-    float *acts;      // every layer's output, at Layer.act_offset * batch
+    float *acts;      // every layer's output, at Layer.act_offset * batch (in act_format: 2 bytes an element when
+                      // it is 16-bit, model_store_activations; float32 otherwise)
+    LowpFormat act_format;
+    float *logits;    // (max_batch, classes) float32: the last layer's output under 16-bit storage; NULL otherwise
     float *dacts;     // their gradients, at Layer.grad_offset * batch (slots reused once dead: plan_memory)
     size_t act_floats_per_sample;
     size_t grad_floats_per_sample;
@@ -225,6 +228,16 @@ Model *model_create_stage(const ModelConfig *cfg, Device d, int max_batch, uint6
 Model *model_create_view(Model *owner, int max_batch);
 // Installs the rounding hook (RoundPoint above; ctx is handed to it). NULL: no hook (lessons 01-09 unchanged).
 void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx);
+// 16-bit activation storage, on a CUDA device (the real path of lesson 10's policy): f = LOWP_BF16 or LOWP_FP16
+// stores every layer's output but the last in 2 bytes of format f (the arena takes half its float32 bytes), and
+// the kit's CUDA kernels read them into float32 and write them rounded to nearest even (kit/ops_impl.h, *_act16).
+// The logits (the last layer's output, float32) move to Model.logits. Activation gradients, parameters, BN
+// statistics, the input batch and the loss stay float32. The GEMMs must already be in format f
+// (device_set_gemm_precision), and read the 16-bit activations as they are. The round hook is then not called at
+// ROUND_OUTPUT for the 16-bit outputs: storing IS that rounding, to the same values. LOWP_FP32: float32 storage
+// again. Re-allocates the arena (it holds nothing between steps). A whole model only (no stage, no view); the
+// CPU refuses with the reason: its 16 bits are lesson 10's emulation (round_lowp on float32 containers).
+void model_store_activations(Model *m, LowpFormat f);
 // The gradient of the input, (n, in_c, in_h, in_w) of the last model_backward, written (not added) by each
 // backward: what a stage sends back across its cut. NULL for a model whose first layer is the network's first
 // (first = 0): nobody needs the image's gradient, so it is not computed.

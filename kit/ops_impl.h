@@ -4,6 +4,7 @@
 #ifndef KIT_OPS_IMPL_H
 #define KIT_OPS_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kit/ops_dims.h"
@@ -70,6 +71,28 @@ void sgd_update_cuda(size_t n, float *param, const float *grad, float *velocity,
 void round_lowp_cuda(LowpFormat f, size_t n, float *x, LowpStats *stats);
 void scale_inplace_cuda(size_t n, float *x, float s);
 size_t count_nonfinite_cuda(size_t n, const float *x);
+
+// ---- CUDA with 16-bit activations (model_store_activations, kit/model.h; kit/cuda/*.cu)
+// The ops above with every activation (the `void *` arguments) stored in 2 bytes of format f (LOWP_BF16 or
+// LOWP_FP16; LOWP_FP32: float, the ops above), read into float32 and written rounded to nearest even: the values
+// lesson 10's emulation rounds to at the same points (round_lowp). Gradients, parameters and statistics stay
+// float32. conv's x may be float32 instead (fx = LOWP_FP32: the model's input); linear's y is the float32
+// logits. conv and linear need the GEMMs in the same format (device_set_gemm_precision), which read the 16-bit
+// activations as they are.
+void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *b, void *y, float *work);
+void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work);
+void batchnorm_forward_train_act16_cuda(LowpFormat f, bool relu, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
+void batchnorm_forward_eval_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, const float *running_mean, const float *running_var, void *y);
+// relu_y: the fused ReLU's output (NULL: plain BN).
+void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *mean, const float *invstd, const void *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
+void relu_forward_act16_cuda(LowpFormat f, size_t n, const void *x, void *y);
+void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const float *dy, float *dx);
+void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, const void *b, void *y);
+void maxpool2_forward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, void *y);
+void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, const float *dy, float *dx);
+void avgpool_forward_act16_cuda(LowpFormat f, int n, int c, int hw, const void *x, void *y);
+void linear_forward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w, const float *b, float *y);
+void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w, const float *dy, float *dx, float *dw, float *db);
 
 #ifdef __cplusplus
 }

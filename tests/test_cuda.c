@@ -1049,6 +1049,90 @@ static void test_gemm_lowp_model_step(void **state) {
     free(x);
 }
 
+// 16-bit activation storage (model_store_activations): every layer's output but the logits stored in 2 bytes, the
+// kernels reading them into float32 and writing them rounded. Against the same model with float32 storage and
+// the policy's hook rounding those outputs in place (the real path before 16-bit storage, which
+// test_gemm_lowp_model_step checks against the emulated one), nothing may change: a rounded value is stored
+// exactly in 2 bytes, and every kernel computes in float32 from the same values in the same order. So in the
+// emulator the two agree bit for bit: logits, loss gradient, every parameter gradient, the BN running statistics
+// and an eval forward. On a GPU, cuBLAS may pick another kernel for an operand at another address (the 16-bit
+// arena, against the scratch copy), which changes the GEMMs' summation order: the bound of
+// test_gemm_lowp_model_step (2^-8 of the RMS) then applies. And the arena takes half its float32 bytes.
+static void policy_hook_format(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
+    LayerKind k = m->layers[layer].kind;
+    if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
+    round_lowp(m->device, *(const LowpFormat *)ctx, n, buf, NULL);
+}
+
+static void act16_one_step(LowpFormat f) {
+#ifdef KIT_CUDA_EMU
+    const double tol = EXACT;
+#else
+    const double tol = 1.0 / 256.0;
+#endif
+    const int batch = 4, classes = 10;
+    print_message("  %s activations\n", lowp_name(f));
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "resnet9", 8, 3, 16, 16, classes));  // residual adds, pools, fused BN + ReLU
+    size_t nx = (size_t)batch * 3 * 16 * 16;
+    float *x = hvec(nx, -1, 1, 1700);
+    int y[4] = {3, 1, 4, 1};
+    LowpFormat fmt = f;
+    device_set_gemm_precision(GPU, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+    Model *m[2];  // [0] float32 storage, rounded by the hook; [1] 16-bit storage
+    for (int r = 0; r < 2; r++) {
+        m[r] = model_create(&cfg, GPU, batch, 1701);
+        model_set_round_hook(m[r], policy_hook_format, &fmt);
+        if (r) {
+            MemStats before = mem_stats();
+            model_store_activations(m[r], f);
+            MemStats after = mem_stats();
+            const size_t arena = (size_t)batch * m[r]->act_floats_per_sample * sizeof(float);
+            assert_int_equal(after.live[MEM_ACTS] + arena / 2, before.live[MEM_ACTS] + batch * classes * sizeof(float));
+        }
+        for (int i = 0; i < m[r]->n_layers; i++) {
+            const Layer *l = &m[r]->layers[i];
+            if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
+                round_lowp(GPU, f, l->param_count, m[r]->params + l->param_offset, NULL);
+        }
+        device_copy_to(GPU, m[r]->input, x, nx * sizeof(float));
+        device_copy_to(GPU, m[r]->labels, y, batch * sizeof(int));
+        round_lowp(GPU, f, nx, m[r]->input, NULL);
+        const float *logits = model_forward(m[r], m[r]->input, batch, true);
+        device_memset_zero(GPU, m[r]->dlogits, (size_t)batch * classes * sizeof(float));
+        cross_entropy_backward(GPU, batch, classes, logits, m[r]->labels, 0.0f, 1.0f / batch, m[r]->dlogits);
+        round_lowp(GPU, f, (size_t)batch * classes, m[r]->dlogits, NULL);
+        model_zero_grad(m[r]);
+        model_backward(m[r], m[r]->input, m[r]->dlogits, batch);
+    }
+    float *ref = host_of(m[0]->dlogits, (size_t)batch * classes);
+    assert_gpu_close(m[1]->dlogits, ref, (size_t)batch * classes, tol);  // the forward's result, through the loss
+    free(ref);
+    for (int i = 0; i < m[0]->n_views; i++) {
+        const TensorView *v = &m[0]->views[i];
+        float *g = host_of(m[0]->grads + v->offset, v->count);
+        assert_gpu_close(m[1]->grads + v->offset, g, v->count, tol);
+        free(g);
+    }
+    ref = host_of(m[0]->buffers, m[0]->n_buffers);  // the running statistics the training forward updated
+    assert_gpu_close(m[1]->buffers, ref, m[0]->n_buffers, tol);
+    free(ref);
+    const float *eval[2];
+    for (int r = 0; r < 2; r++) eval[r] = model_forward(m[r], m[r]->input, batch, false);
+    ref = host_of(eval[0], (size_t)batch * classes);
+    assert_gpu_close(eval[1], ref, (size_t)batch * classes, tol);
+    free(ref);
+    device_set_gemm_precision(GPU, GEMM_FP32);
+    model_free(m[0]), model_free(m[1]);
+    free(x);
+}
+
+static void test_act16_model_step(void **state) {
+    skip_without_gpu();
+    act16_one_step(LOWP_BF16);
+    act16_one_step(LOWP_FP16);
+}
+
 // ---------------------------------------------------------------- whole model
 
 typedef struct {
@@ -1291,6 +1375,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_lowp_real_equals_emulated),
         cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_gemm_lowp_model_step),
+        cmocka_unit_test(test_act16_model_step),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
         cmocka_unit_test(test_loader_stages_batches),

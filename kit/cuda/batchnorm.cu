@@ -83,15 +83,19 @@ __device__ inline size_t bn_index(unsigned j, int c, int channels, int hw, KitDi
 // and plain agree bit for bit.
 __device__ inline float bn_relu_grad(float relu_y, float dy) { return relu_y > 0.0f ? 0.0f + dy : 0.0f; }
 
+// The activations (x, y, relu_y) are stored as T: float, or 16 bits (the *_act16_cuda entry points,
+// kit/ops_impl.h), read into float32 and written rounded; statistics, parameters and gradients are float32.
+
 // grid (C, S): partials[0][c][s] = sum x, partials[1][c][s] = sum x^2 over the slice.
-__global__ void bn_stats_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const float *x,
+template <typename T>
+__global__ void bn_stats_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const T *x,
                                         double *partials) {
     __shared__ double shared[KIT_BLOCK];
     int c = blockIdx.x, sl = blockIdx.y;
     Slice r = slice_range((unsigned)s.n * (unsigned)s.hw, slices, sl);
     double sum = 0.0, sq = 0.0;
     for (unsigned j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
-        double v = x[bn_index(j, c, s.c, s.hw, div_hw)];
+        double v = kit_load(x[bn_index(j, c, s.c, s.hw, div_hw)]);
         sum += v;
         sq += v * v;
     }
@@ -105,8 +109,9 @@ __global__ void bn_stats_partial_kernel(BatchNormDims s, KitDiv div_hw, int slic
 
 // grid (C, S): partials[0] = sum dy, partials[1] = sum dy * (x - mean) (times invstd in bn_reduce).
 // relu_y != NULL (fused BN + ReLU): dy is the ReLU's output gradient, masked on the fly (bn_relu_grad).
-__global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const float *x,
-                                       const float *mean, const float *dy, const float *relu_y,
+template <typename T>
+__global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const T *x,
+                                       const float *mean, const float *dy, const T *relu_y,
                                        double *partials) {
     __shared__ double shared[KIT_BLOCK];
     int c = blockIdx.x, sl = blockIdx.y;
@@ -115,9 +120,9 @@ __global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slice
     double sdy = 0.0, sdxh = 0.0;
     for (unsigned j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
         size_t k = bn_index(j, c, s.c, s.hw, div_hw);
-        double g = relu_y ? bn_relu_grad(relu_y[k], dy[k]) : dy[k];
+        double g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), dy[k]) : dy[k];
         sdy += g;
-        sdxh += g * ((double)x[k] - m);
+        sdxh += g * ((double)kit_load(x[k]) - m);
     }
     sdy = kit_block_sum(sdy, shared);
     sdxh = kit_block_sum(sdxh, shared);
@@ -180,24 +185,26 @@ __global__ void bn_finalize_kernel(BatchNormDims s, const double *stats, float *
 
 // y = gamma * (x - mean) * invstd + beta, as y = x * a + b per channel (the CPU's form); relu: y = max(y, 0)
 // in the same pass (fused BN + ReLU), the value relu_forward would compute.
-__global__ void bn_normalize_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *gamma,
+template <typename T>
+__global__ void bn_normalize_kernel(BatchNormDims s, KitDiv div_hw, const T *x, const float *gamma,
                                     const float *beta, const float *mean, const float *invstd, int relu,
-                                    float *y) {
+                                    T *y) {
     const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
     KIT_LOOP_X(i, chw) {
         const unsigned c = kit_div(i, div_hw);
         const float a = gamma[c] * invstd[c], b = beta[c] - mean[c] * a;
         KIT_LOOP_Y(n, s.n) {
             const size_t k = (size_t)n * chw + i;
-            const float v = x[k] * a + b;
-            y[k] = relu ? (v > 0.0f ? v : 0.0f) : v;
+            const float v = kit_load(x[k]) * a + b;
+            y[k] = kit_store<T>(relu ? (v > 0.0f ? v : 0.0f) : v);
         }
     }
 }
 
 // Eval: the same with the running statistics (a in double, as the CPU).
-__global__ void bn_eval_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *gamma,
-                               const float *beta, const float *running_mean, const float *running_var, float *y) {
+template <typename T>
+__global__ void bn_eval_kernel(BatchNormDims s, KitDiv div_hw, const T *x, const float *gamma,
+                               const float *beta, const float *running_mean, const float *running_var, T *y) {
     const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
     KIT_LOOP_X(i, chw) {
         const unsigned c = kit_div(i, div_hw);
@@ -205,7 +212,7 @@ __global__ void bn_eval_kernel(BatchNormDims s, KitDiv div_hw, const float *x, c
         const float b = beta[c] - running_mean[c] * a;
         KIT_LOOP_Y(n, s.n) {
             const size_t k = (size_t)n * chw + i;
-            y[k] = x[k] * a + b;
+            y[k] = kit_store<T>(kit_load(x[k]) * a + b);
         }
     }
 }
@@ -239,8 +246,9 @@ __global__ void bn_input_coef_kernel(int channels, const float *gamma, const flo
 // relu_y != NULL: fused BN + ReLU (dy is the ReLU's output gradient, masked here); dx may then be dy itself,
 // and is OVERWRITTEN: 0.0f + (...) is what adding into a zeroed buffer gives (each element is read before
 // its own thread writes it).
-__global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const float *x, const float *dy,
-                                     const float *relu_y, const float *coef, float *dx) {
+template <typename T>
+__global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const T *x, const float *dy,
+                                     const T *relu_y, const float *coef, float *dx) {
     const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
     const bool overwrite = relu_y && dx == dy;
     KIT_LOOP_X(i, chw) {
@@ -248,9 +256,9 @@ __global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const float
         const float a = coef[c], b = coef[s.c + c], d = coef[2 * s.c + c];
         KIT_LOOP_Y(n, s.n) {
             const size_t k = (size_t)n * chw + i;
-            const float g = relu_y ? bn_relu_grad(relu_y[k], dy[k]) : dy[k];
+            const float g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), dy[k]) : dy[k];
             const float before = overwrite ? 0.0f : dx[k];
-            dx[k] = before + (a * g + b * x[k] + d);
+            dx[k] = before + (a * g + b * kit_load(x[k]) + d);
         }
     }
 }
@@ -262,8 +270,9 @@ void bn_reduce(const BatchNormDims *s, const BnWork &w, const float *invstd) {
 }
 
 // Batch statistics (through the sync hook when set), running statistics, then y; relu: the fused ReLU.
-void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, bool relu,
-                      float *y, float *mean, float *invstd, float *running_mean, float *running_var,
+template <typename T>
+void bn_forward_train(const BatchNormDims *s, const T *x, const float *gamma, const float *beta, bool relu,
+                      T *y, float *mean, float *invstd, float *running_mean, float *running_var,
                       const BatchNormSync *sync, float *work) {
     bn_check(s);
     KIT_CHECK_PTR(x);
@@ -275,8 +284,8 @@ void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma
     BnWork w = bn_work(s, work);
     const KitDiv div_hw = kit_div_make(s->hw);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    KIT_PROFILED(bn_stats_partial_kernel, {
-        CUDA_LAUNCH(bn_stats_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, w.partials);
+    KIT_PROFILED(bn_stats_partial_kernel<T>, {
+        CUDA_LAUNCH(bn_stats_partial_kernel<T>, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, w.partials);
         CUDA_CHECK_LAUNCH();
     });
     bn_reduce(s, w, NULL);
@@ -285,13 +294,14 @@ void bn_forward_train(const BatchNormDims *s, const float *x, const float *gamma
     CHECK(count > 1.0, "batchnorm in training mode needs more than one value per channel "
                        "(a batch of 1 with 1x1 feature maps?)");
     KIT_LAUNCH(bn_finalize_kernel, (size_t)s->c, *s, w.stats, mean, invstd, running_mean, running_var);
-    KIT_LAUNCH_2D(bn_normalize_kernel, (size_t)s->c * s->hw, s->n, *s, div_hw, x, gamma, beta, mean, invstd,
+    KIT_LAUNCH_2D(bn_normalize_kernel<T>, (size_t)s->c * s->hw, s->n, *s, div_hw, x, gamma, beta, mean, invstd,
                   (int)relu, y);
 }
 
 // relu_y != NULL: fused BN + ReLU (dy is the gradient of the ReLU's output relu_y; dx may be dy).
-void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, const float *mean, const float *invstd,
-                 const float *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta,
+template <typename T>
+void bn_backward(const BatchNormDims *s, const T *x, const float *gamma, const float *mean, const float *invstd,
+                 const T *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta,
                  const BatchNormSync *sync, float *work) {
     bn_check(s);
     if (!dx && !dgamma && !dbeta) return;
@@ -303,8 +313,8 @@ void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, con
     BnWork w = bn_work(s, work);
     const KitDiv div_hw = kit_div_make(s->hw);
     dim3 grid((unsigned)s->c, (unsigned)w.slices);
-    KIT_PROFILED(bn_grad_partial_kernel, {
-        CUDA_LAUNCH(bn_grad_partial_kernel, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, mean, dy,
+    KIT_PROFILED(bn_grad_partial_kernel<T>, {
+        CUDA_LAUNCH(bn_grad_partial_kernel<T>, grid, KIT_BLOCK, 0, cuda_stream())(*s, div_hw, w.slices, x, mean, dy,
                                                                                 relu_y, w.partials);
         CUDA_CHECK_LAUNCH();
     });
@@ -315,7 +325,7 @@ void bn_backward(const BatchNormDims *s, const float *x, const float *gamma, con
     if (!dx) return;
     bn_sync_stats(s, sync, w.stats);
     KIT_LAUNCH(bn_input_coef_kernel, (size_t)s->c, s->c, gamma, mean, invstd, w.stats, w.coef);
-    KIT_LAUNCH_2D(bn_input_grad_kernel, (size_t)s->c * s->hw, s->n, *s, div_hw, x, dy, relu_y, w.coef, dx);
+    KIT_LAUNCH_2D(bn_input_grad_kernel<T>, (size_t)s->c * s->hw, s->n, *s, div_hw, x, dy, relu_y, w.coef, dx);
 }
 
 }  // namespace
@@ -330,32 +340,41 @@ extern "C" void batchnorm_forward_train_cuda(const BatchNormDims *s, const float
                                              const float *beta, float *y, float *mean, float *invstd,
                                              float *running_mean, float *running_var,
                                              const BatchNormSync *sync, float *work) {
-    bn_forward_train(s, x, gamma, beta, false, y, mean, invstd, running_mean, running_var, sync, work);
+    bn_forward_train<float>(s, x, gamma, beta, false, y, mean, invstd, running_mean, running_var, sync, work);
 }
 
 extern "C" void batchnorm_relu_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma,
                                                   const float *beta, float *y, float *mean, float *invstd,
                                                   float *running_mean, float *running_var,
                                                   const BatchNormSync *sync, float *work) {
-    bn_forward_train(s, x, gamma, beta, true, y, mean, invstd, running_mean, running_var, sync, work);
+    bn_forward_train<float>(s, x, gamma, beta, true, y, mean, invstd, running_mean, running_var, sync, work);
 }
 
-extern "C" void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma,
-                                            const float *beta, const float *running_mean,
-                                            const float *running_var, float *y) {
+extern "C" void batchnorm_forward_eval_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x,
+                                                  const float *gamma, const float *beta, const float *running_mean,
+                                                  const float *running_var, void *y) {
     bn_check(s);
     KIT_CHECK_PTR(gamma);
     KIT_CHECK_PTR(beta);
     KIT_CHECK_PTR(running_mean);
     KIT_CHECK_PTR(running_var);
-    KIT_LAUNCH_2D(bn_eval_kernel, (size_t)s->c * s->hw, s->n, *s, kit_div_make(s->hw), x, gamma, beta, running_mean,
-                  running_var, y);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH_2D(bn_eval_kernel<T>, (size_t)s->c * s->hw, s->n, *s, kit_div_make(s->hw), (const T *)x, gamma,
+                      beta, running_mean, running_var, (T *)y);
+    });
+}
+
+extern "C" void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma,
+                                            const float *beta, const float *running_mean,
+                                            const float *running_var, float *y) {
+    batchnorm_forward_eval_act16_cuda(LOWP_FP32, s, x, gamma, beta, running_mean, running_var, y);
 }
 
 extern "C" void batchnorm_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma,
                                         const float *mean, const float *invstd, const float *dy, float *dx,
                                         float *dgamma, float *dbeta, const BatchNormSync *sync, float *work) {
-    bn_backward(s, x, gamma, mean, invstd, NULL, dy, dx, dgamma, dbeta, sync, work);
+    bn_backward<float>(s, x, gamma, mean, invstd, NULL, dy, dx, dgamma, dbeta, sync, work);
 }
 
 extern "C" void batchnorm_relu_backward_cuda(const BatchNormDims *s, const float *x, const float *gamma,
@@ -363,5 +382,27 @@ extern "C" void batchnorm_relu_backward_cuda(const BatchNormDims *s, const float
                                              const float *dy, float *dx, float *dgamma, float *dbeta,
                                              const BatchNormSync *sync, float *work) {
     KIT_CHECK_PTR(y);
-    bn_backward(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work);
+    bn_backward<float>(s, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, sync, work);
+}
+
+// 16-bit activations (kit/ops_impl.h): x and y (the fused ReLU's output) in format f.
+extern "C" void batchnorm_forward_train_act16_cuda(LowpFormat f, bool relu, const BatchNormDims *s, const void *x,
+                                                   const float *gamma, const float *beta, void *y, float *mean,
+                                                   float *invstd, float *running_mean, float *running_var,
+                                                   const BatchNormSync *sync, float *work) {
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        bn_forward_train(s, (const T *)x, gamma, beta, relu, (T *)y, mean, invstd, running_mean, running_var, sync,
+                         work);
+    });
+}
+
+extern "C" void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma,
+                                              const float *mean, const float *invstd, const void *relu_y,
+                                              const float *dy, float *dx, float *dgamma, float *dbeta,
+                                              const BatchNormSync *sync, float *work) {
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        bn_backward(s, (const T *)x, gamma, mean, invstd, (const T *)relu_y, dy, dx, dgamma, dbeta, sync, work);
+    });
 }

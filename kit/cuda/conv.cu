@@ -23,6 +23,7 @@
 //         so the emulated path (round_lowp, then float32) computes the same products.
 #include "kit/cuda/cuda_internal.h"
 #include "kit/device.h"
+#include "kit/ops.h"
 #include "kit/ops_impl.h"
 
 #include <limits.h>
@@ -33,40 +34,11 @@
 namespace {
 
 // ---------------------------------------------------------------- the GEMM inputs' storage
-
-// A bf16 or an fp16 as its 16 bits: two types, so that a kernel template picks the conversion. Same size and
-// layout as CUDA's __nv_bfloat16 and __half, which is what cublasGemmEx reads for CUDA_R_16BF and CUDA_R_16F.
-struct Bf16 {
-    uint16_t bits;
-};
-struct Fp16 {
-    uint16_t bits;
-};
-
-// fp16 bits of a float32 that lowp_fp16_bits has already rounded (so every step below is exact).
-__device__ __forceinline__ uint16_t fp16_pack(uint32_t r) {
-    uint32_t sign = (r >> 16) & 0x8000u, a = r & 0x7FFFFFFFu, e = a >> 23;
-    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | ((a & 0x007FFFFFu) >> 13));  // inf, NaN
-    if (e >= 113u) return (uint16_t)(sign | ((e - 112u) << 10) | ((a >> 13) & 0x3FFu));    // normal (>= 2^-14)
-    if (a == 0u) return (uint16_t)sign;
-    return (uint16_t)(sign | (((a & 0x007FFFFFu) | 0x00800000u) >> (126u - e)));  // subnormal: q x 2^-24
-}
-
-// A float32 value as the GEMM input type T stores it: float as it is, 16 bits rounded to nearest even.
-template <typename T>
-__device__ __forceinline__ T to_gemm(float v) {
-    if constexpr (sizeof(T) == sizeof(float)) {
-        return v;
-    } else if constexpr (std::is_same<T, Bf16>::value) {
-        return Bf16{(uint16_t)(lowp_bf16_bits(__float_as_uint(v)) >> 16)};
-    } else {
-        return Fp16{fp16_pack(lowp_fp16_bits(__float_as_uint(v)))};
-    }
-}
+// GEMM inputs are stored as T = float, Bf16 or Fp16 (cuda_internal.h: kit_store rounds to nearest even).
 
 template <typename T>
 __global__ void to_gemm_kernel(size_t n, const float *src, T *dst) {
-    KIT_GRID_LOOP(i, n) { dst[i] = to_gemm<T>(src[i]); }
+    KIT_GRID_LOOP(i, n) { dst[i] = kit_store<T>(src[i]); }
 }
 
 // src (n floats) as GEMM inputs of type T: src itself for float, else converted into dst.
@@ -163,13 +135,23 @@ ConvChunk conv_chunk(const Conv2dDims *s, const ConvPlan &pl, int n0, float *wor
     return c;
 }
 
-// cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image), stored as T
-// (float32, or a 16-bit GEMM input: see the top).
+// The storage types of im2col: In, the input's (float, or the 16-bit activations of 16-bit storage, see
+// conv2d_forward_act16_cuda), and Col, the columns' (the GEMM input type). One type argument, so that a launch
+// macro sees no comma.
+template <typename In, typename Col>
+struct Im2colTypes {
+    using in = In;
+    using col = Col;
+};
+
+// cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image), stored as
+// IO::col (float32, or a 16-bit GEMM input: see the top).
 // Grid: x over the chunk's L columns (n, p, q), y over input channels. A thread finds (n, p, q) once, with
 // two KitDivs, then writes the R*R rows of each of its channels: consecutive threads write consecutive
 // columns (coalesced) and, at stride 1, read consecutive input columns.
-template <typename T>
-__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x, T *cols) {
+template <typename IO>
+__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const typename IO::in *x, typename IO::col *cols) {
+    using Col = typename IO::col;
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;  // <= INT_MAX: conv_plan
     const int rr = s.r * s.r;
     KIT_LOOP_X(col, L) {
@@ -177,14 +159,14 @@ __global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *x,
         const unsigned p = kit_div(pq, pl.div_q);
         const int ih0 = (int)p * s.stride - s.pad, iw0 = (int)(pq - p * (unsigned)pl.q) * s.stride - s.pad;
         KIT_LOOP_Y(c, s.c) {
-            const float *plane = x + ((size_t)n * s.c + c) * (size_t)pl.hw;
-            T *dst = cols + (size_t)c * rr * L + col;  // row (c, 0, 0); each (r, t) is the next row
+            const typename IO::in *plane = x + ((size_t)n * s.c + c) * (size_t)pl.hw;
+            Col *dst = cols + (size_t)c * rr * L + col;  // row (c, 0, 0); each (r, t) is the next row
             for (int r = 0; r < s.r; r++) {
                 const int ih = ih0 + r;
                 const bool row_in = ih >= 0 && ih < s.h;
                 for (int t = 0; t < s.r; t++, dst += L) {
                     const int iw = iw0 + t;
-                    *dst = to_gemm<T>(row_in && iw >= 0 && iw < s.w ? plane[ih * s.w + iw] : 0.0f);
+                    *dst = kit_store<Col>(row_in && iw >= 0 && iw < s.w ? kit_load(plane[ih * s.w + iw]) : 0.0f);
                 }
             }
         }
@@ -225,15 +207,15 @@ __global__ void col2im_add_kernel(Conv2dDims s, ConvPlan pl, int nc, const float
     }
 }
 
-// y[n0 + n][k][pq] = tmp[k][n][pq] + b[k]   (b may be NULL)
+// y[n0 + n][k][pq] = tmp[k][n][pq] + b[k]   (b may be NULL), stored as T (float, or 16-bit activations)
 // Grid: x over the chunk's L columns, y over output channels: reads and writes both run along pq.
-__global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *tmp, const float *b,
-                                   float *y) {
+template <typename T>
+__global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *tmp, const float *b, T *y) {
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;
     KIT_LOOP_X(col, L) {
         const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
         KIT_LOOP_Y(k, k_out) {
-            y[((size_t)n * k_out + k) * pl.pq + pq] = tmp[(size_t)k * L + col] + (b ? b[k] : 0.0f);
+            y[((size_t)n * k_out + k) * pl.pq + pq] = kit_store<T>(tmp[(size_t)k * L + col] + (b ? b[k] : 0.0f));
         }
     }
 }
@@ -244,7 +226,7 @@ __global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const floa
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;
     KIT_LOOP_X(col, L) {
         const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
-        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = to_gemm<T>(dy[((size_t)n * k_out + k) * pl.pq + pq]); }
+        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = kit_store<T>(dy[((size_t)n * k_out + k) * pl.pq + pq]); }
     }
 }
 
@@ -272,40 +254,58 @@ extern "C" size_t conv2d_work_floats_cuda(const Conv2dDims *s) {
 
 namespace {
 
-// The forward in GEMM input type T (see the top). In 16 bits, cols holds 2-byte columns in the first half of its
-// float32 space, and the weights go to this thread's device scratch.
-template <typename T>
-void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const float *x, const float *w,
-                     const float *b, float *y, float *work) {
+// The format of GEMM precision p's inputs, for kit_with_type (fp32 and tf32 read float32 buffers).
+LowpFormat gemm_format(GemmPrecision p) {
+    return p == GEMM_BF16 ? LOWP_BF16 : p == GEMM_FP16 ? LOWP_FP16 : LOWP_FP32;
+}
+
+// 16-bit activation storage (conv2d_forward_act16_cuda) stores activations in the format the GEMMs read.
+void act16_check(LowpFormat f) {
+    CHECKF(f == LOWP_BF16 || f == LOWP_FP16, "16-bit activation storage is bf16 or fp16", "format %d", (int)f);
+    CHECKF(gemm_format(device_gemm_precision(DEVICE_CUDA)) == f,
+           "16-bit activations feed the GEMMs as they are: set the GEMM precision to the same format first "
+           "(device_set_gemm_precision, kit/device.h)",
+           "activations in %s, GEMMs in %s", lowp_name(f), gemm_precision_name(device_gemm_precision(DEVICE_CUDA)));
+}
+
+// The forward with GEMM inputs of type G (see the top), input x stored as In and output y as Out (float, or
+// 16-bit activations). With a 16-bit G, cols holds 2-byte columns in the first half of its float32 space, and
+// the weights go to this thread's device scratch.
+template <typename G, typename In, typename Out>
+void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
+                     const float *b, Out *y, float *work) {
+    using IO = Im2colTypes<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
-    const T *wt = gemm_input<T>(w, nw, sizeof(T) == 2 ? (T *)cuda_device_scratch(nw * sizeof(T)) : nullptr);
+    const G *wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
-        T *cols = (T *)c.cols;
+        G *cols = (G *)c.cols;
         float *tmp = c.tmp;
-        KIT_LAUNCH_2D(im2col_kernel<T>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
+        KIT_LAUNCH_2D(im2col_kernel<IO>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
         // Row-major: tmp (K, L) = w (K, CRR) @ cols (CRR, L).
         gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, L, s->k, pl.crr, cols, L, wt, pl.crr, 0.0f, tmp, L);
-        KIT_LAUNCH_2D(conv_output_kernel, L, s->k, s->k, pl, nc, tmp, b, y + n0 * out_image);
+        KIT_LAUNCH_2D(conv_output_kernel<Out>, L, s->k, s->k, pl, nc, tmp, b, y + n0 * out_image);
     }
 }
 
-// The backward's GEMMs in input type T. In 16 bits the gathered dy (K, L) takes the first half of tmp, the
-// columns the first half of cols, and dcols (float32, the dx GEMM's output) all of cols, as in float32.
-template <typename T>
-void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const float *x, const float *w,
+// The backward's GEMMs with inputs of type G, and the forward's input x stored as In. With a 16-bit G the gathered
+// dy (K, L) takes the first half of tmp, the columns the first half of cols, and dcols (float32, the dx GEMM's
+// output) all of cols, as in float32.
+template <typename G, typename In>
+void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
                       const float *dy, float *dx, float *dw, float *work) {
+    using IO = Im2colTypes<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
-    const T *wt = nullptr;
-    if (dx) wt = gemm_input<T>(w, nw, sizeof(T) == 2 ? (T *)cuda_device_scratch(nw * sizeof(T)) : nullptr);
+    const G *wt = nullptr;
+    if (dx) wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
-        T *cols = (T *)c.cols, *tmp = (T *)c.tmp;
-        KIT_LAUNCH_2D(conv_dy_gather_kernel<T>, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
+        G *cols = (G *)c.cols, *tmp = (G *)c.tmp;
+        KIT_LAUNCH_2D(conv_dy_gather_kernel<G>, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
         if (dw) {
-            KIT_LAUNCH_2D(im2col_kernel<T>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
+            KIT_LAUNCH_2D(im2col_kernel<IO>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
             // Row-major: dw (K, CRR) += tmp (K, L) @ cols^T (L, CRR): the sum over the chunk's images.
             gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, pl.crr, s->k, L, cols, L, tmp, L, 1.0f, dw, pl.crr);
         }
@@ -318,24 +318,16 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     }
 }
 
-}  // namespace
-
-extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b,
-                                    float *y, float *work) {
+void conv_forward_check(const void *x, const float *w, const void *y, const float *work) {
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(y);
     KIT_CHECK_PTR(work);
-    ConvPlan pl = conv_plan(s);
-    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
-    if (p == GEMM_BF16) conv_forward_as<Bf16>(p, s, pl, x, w, b, y, work);
-    else if (p == GEMM_FP16) conv_forward_as<Fp16>(p, s, pl, x, w, b, y, work);
-    else conv_forward_as<float>(p, s, pl, x, w, b, y, work);
 }
 
-extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy,
-                                     float *dx, float *dw, float *db, float *work) {
-    ConvPlan pl = conv_plan(s);
+// The bias gradient; then whether the GEMMs have anything to do (checking what they read).
+bool conv_backward_start(const Conv2dDims *s, const ConvPlan &pl, const void *x, const float *w, const float *dy,
+                         const float *dx, const float *dw, float *db, const float *work) {
     KIT_CHECK_PTR(dy);
     if (db) {
         CHECK((size_t)s->n * pl.pq <= INT_MAX, "conv2d: the bias gradient sums over more than 2^31 values "
@@ -345,14 +337,63 @@ extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const 
             CUDA_CHECK_LAUNCH();
         });
     }
-    if (!dx && !dw) return;
+    if (!dx && !dw) return false;
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(work);
+    return true;
+}
+
+}  // namespace
+
+extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b,
+                                    float *y, float *work) {
+    conv_forward_check(x, w, y, work);
+    ConvPlan pl = conv_plan(s);
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
-    if (p == GEMM_BF16) conv_backward_as<Bf16>(p, s, pl, x, w, dy, dx, dw, work);
-    else if (p == GEMM_FP16) conv_backward_as<Fp16>(p, s, pl, x, w, dy, dx, dw, work);
-    else conv_backward_as<float>(p, s, pl, x, w, dy, dx, dw, work);
+    kit_with_type(gemm_format(p), [&](auto g) {
+        using G = typename decltype(g)::type;
+        conv_forward_as<G, float, float>(p, s, pl, x, w, b, y, work);
+    });
+}
+
+extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy,
+                                     float *dx, float *dw, float *db, float *work) {
+    ConvPlan pl = conv_plan(s);
+    if (!conv_backward_start(s, pl, x, w, dy, dx, dw, db, work)) return;
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    kit_with_type(gemm_format(p), [&](auto g) {
+        using G = typename decltype(g)::type;
+        conv_backward_as<G, float>(p, s, pl, x, w, dy, dx, dw, work);
+    });
+}
+
+// 16-bit activations (kit/ops_impl.h): y in format f, x in f or float32 (fx: the model's input is float32).
+extern "C" void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x,
+                                          const float *w, const float *b, void *y, float *work) {
+    act16_check(f);
+    conv_forward_check(x, w, y, work);
+    ConvPlan pl = conv_plan(s);
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        if (fx == LOWP_FP32) conv_forward_as<T, float, T>(p, s, pl, (const float *)x, w, b, (T *)y, work);
+        else conv_forward_as<T, T, T>(p, s, pl, (const T *)x, w, b, (T *)y, work);
+    });
+}
+
+extern "C" void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x,
+                                           const float *w, const float *dy, float *dx, float *dw, float *db,
+                                           float *work) {
+    act16_check(f);
+    ConvPlan pl = conv_plan(s);
+    if (!conv_backward_start(s, pl, x, w, dy, dx, dw, db, work)) return;
+    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        if (fx == LOWP_FP32) conv_backward_as<T, float>(p, s, pl, (const float *)x, w, dy, dx, dw, work);
+        else conv_backward_as<T, T>(p, s, pl, (const T *)x, w, dy, dx, dw, work);
+    });
 }
 
 // ---------------------------------------------------------------- linear
@@ -380,60 +421,84 @@ void linear_check(int n, int in, int out) {
 }
 
 // Linear's GEMM inputs in precision p: 16-bit copies in this thread's device scratch (x (N, IN), w (OUT, IN),
-// dy (N, OUT), each converted only when given), or the float32 buffers themselves. TF32 is for convolutions
-// only (PyTorch's default: cuDNN's convolutions in TF32, matmuls in float32), so linear runs fp32 under it.
+// dy (N, OUT), each converted only when given), or the float32 buffers themselves. x_ready: x is stored in the
+// GEMMs' own 16-bit type already (16-bit activations), and is read where it is. TF32 is for convolutions only
+// (PyTorch's default: cuDNN's convolutions in TF32, matmuls in float32), so linear runs fp32 under it.
 struct LinearInputs {
     GemmPrecision p;
     const void *x, *w, *dy;
 };
 
 template <typename T>
-LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const float *x, const float *w,
-                              const float *dy) {
+LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const void *x, bool x_ready,
+                              const float *w, const float *dy) {
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ndy = (size_t)n * out;
     // Each part starts on a 16-byte boundary (8 elements), where cuBLAS's tensor-core kernels want their operands.
     size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8;
     T *scratch = (T *)cuda_device_scratch((at_dy + ndy) * sizeof(T));
     LinearInputs r = {p, nullptr, nullptr, nullptr};
-    if (x) r.x = gemm_input<T>(x, nx, scratch);
+    if (x) r.x = x_ready ? x : gemm_input<T>((const float *)x, nx, scratch);
     if (w) r.w = gemm_input<T>(w, nw, scratch + at_w);
     if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + at_dy);
     return r;
 }
 
-LinearInputs linear_inputs(int n, int in, int out, const float *x, const float *w, const float *dy) {
+LinearInputs linear_inputs(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy) {
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
-    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, w, dy);
-    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, w, dy);
+    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, x_ready, w, dy);
+    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, x_ready, w, dy);
     return LinearInputs{GEMM_FP32, x, w, dy};
 }
 
-}  // namespace
-
-extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, const float *w, const float *b,
-                                    float *y) {
+void linear_forward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *b,
+                         float *y) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(y);
-    LinearInputs g = linear_inputs(n, in, out, x, w, nullptr);
+    LinearInputs g = linear_inputs(n, in, out, x, x_ready, w, nullptr);
     // Row-major: y (N, OUT) = x (N, IN) @ w^T (IN, OUT).
     gemm(g.p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, g.w, in, g.x, in, 0.0f, y, out);
     if (b) KIT_LAUNCH_2D(linear_bias_kernel, out, n, n, out, b, y);
 }
 
-extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, const float *w, const float *dy,
-                                     float *dx, float *dw, float *db) {
+void linear_backward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy,
+                          float *dx, float *dw, float *db) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(dy);
     if (dx) KIT_CHECK_PTR(w);
     if (dw) KIT_CHECK_PTR(x);
     if (dx || dw) {
-        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, dx ? w : nullptr, dy);
+        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, x_ready, dx ? w : nullptr, dy);
         // Row-major: dx (N, IN) += dy (N, OUT) @ w (OUT, IN).
         if (dx) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 1.0f, dx, in);
         // Row-major: dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN).
         if (dw) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, g.x, in, g.dy, out, 1.0f, dw, in);
     }
     if (db) KIT_LAUNCH(linear_bias_grad_kernel, (size_t)out, n, out, dy, db);
+}
+
+}  // namespace
+
+extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, const float *w, const float *b,
+                                    float *y) {
+    linear_forward_impl(n, in, out, x, false, w, b, y);
+}
+
+extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, const float *w, const float *dy,
+                                     float *dx, float *dw, float *db) {
+    linear_backward_impl(n, in, out, x, false, w, dy, dx, dw, db);
+}
+
+// 16-bit activations (kit/ops_impl.h): x in format f, which the GEMMs read as it is; y (the logits) in float32.
+extern "C" void linear_forward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w,
+                                          const float *b, float *y) {
+    act16_check(f);
+    linear_forward_impl(n, in, out, x, true, w, b, y);
+}
+
+extern "C" void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w,
+                                           const float *dy, float *dx, float *dw, float *db) {
+    act16_check(f);
+    linear_backward_impl(n, in, out, x, true, w, dy, dx, dw, db);
 }

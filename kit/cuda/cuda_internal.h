@@ -7,9 +7,13 @@
 #endif
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
 
 #include "kit/cuda_check.h"
 #include "kit/cuda/cuda_context.h"
+#include "kit/ops_dims.h"
 
 // Threads per block for every kit kernel. The block reductions below assume exactly this many.
 #define KIT_BLOCK 256
@@ -126,6 +130,67 @@ __device__ inline double kit_block_sum(double v, double *shared) {
     double total = shared[0];
     __syncthreads();  // shared[] may be reused by the caller right after
     return total;
+}
+
+// ---------------------------------------------------------------- 16-bit storage
+// A bf16 or an fp16 as its 16 bits: two types, so that a kernel template picks the conversion. Same size and
+// layout as CUDA's __nv_bfloat16 and __half, which is what cublasGemmEx reads for CUDA_R_16BF and CUDA_R_16F.
+// A kernel templated on its storage type T (float, Bf16 or Fp16) reads with kit_load and writes with
+// kit_store<T>, and computes in float32 in between: for T = float both are the identity, so the float32
+// instance is the kernel as it was before there were 16-bit types.
+struct Bf16 {
+    uint16_t bits;
+};
+struct Fp16 {
+    uint16_t bits;
+};
+
+// fp16 bits of a float32 that lowp_fp16_bits has already rounded (so every step below is exact).
+__device__ __forceinline__ uint16_t fp16_pack(uint32_t r) {
+    uint32_t sign = (r >> 16) & 0x8000u, a = r & 0x7FFFFFFFu, e = a >> 23;
+    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | ((a & 0x007FFFFFu) >> 13));  // inf, NaN
+    if (e >= 113u) return (uint16_t)(sign | ((e - 112u) << 10) | ((a >> 13) & 0x3FFu));    // normal (>= 2^-14)
+    if (a == 0u) return (uint16_t)sign;
+    return (uint16_t)(sign | (((a & 0x007FFFFFu) | 0x00800000u) >> (126u - e)));  // subnormal: q x 2^-24
+}
+
+// The float32 an fp16 stands for (every fp16 is a float32 exactly).
+__device__ __forceinline__ float fp16_unpack(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 31u) return __uint_as_float(sign | 0x7F800000u | (m << 13));  // inf, NaN (payload kept)
+    if (e != 0u) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+    const float sub = (float)m * 5.9604644775390625e-8f;  // m x 2^-24: a subnormal, exact in float32
+    return sign ? -sub : sub;
+}
+
+// v as storage type T: float as it is, 16 bits rounded to nearest even (the bits round_lowp gives).
+template <typename T>
+__device__ __forceinline__ T kit_store(float v) {
+    if constexpr (std::is_same<T, float>::value) {
+        return v;
+    } else if constexpr (std::is_same<T, Bf16>::value) {
+        return Bf16{(uint16_t)(lowp_bf16_bits(__float_as_uint(v)) >> 16)};
+    } else {
+        static_assert(std::is_same<T, Fp16>::value, "kit_store: float, Bf16 or Fp16");
+        return Fp16{fp16_pack(lowp_fp16_bits(__float_as_uint(v)))};
+    }
+}
+
+__device__ __forceinline__ float kit_load(float v) { return v; }
+__device__ __forceinline__ float kit_load(Bf16 v) { return __uint_as_float((uint32_t)v.bits << 16); }
+__device__ __forceinline__ float kit_load(Fp16 v) { return fp16_unpack(v.bits); }
+
+// Calls fn(KitType<T>{}) with T the storage type of format f (LOWP_FP32: float): the one switch from a run-time
+// format to a kernel template. Inside, `using T = typename decltype(tag)::type;`.
+template <typename T>
+struct KitType {
+    using type = T;
+};
+template <typename Fn>
+void kit_with_type(LowpFormat f, Fn &&fn) {
+    if (f == LOWP_BF16) fn(KitType<Bf16>{});
+    else if (f == LOWP_FP16) fn(KitType<Fp16>{});
+    else fn(KitType<float>{});
 }
 
 // Host-side argument checks shared by the ops.

@@ -6,29 +6,52 @@
 #include "kit/ops_impl.h"
 
 // ---------------------------------------------------------------- ReLU
-__global__ void relu_forward_kernel(size_t n, const float *x, float *y) {
-    KIT_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+// The activations x and y are stored as T (float, or 16 bits: the *_act16_cuda entry points, kit/ops_impl.h);
+// the gradients are float32 always.
+template <typename T>
+__global__ void relu_forward_kernel(size_t n, const T *x, T *y) {
+    KIT_GRID_LOOP(i, n) {
+        const float v = kit_load(x[i]);
+        y[i] = kit_store<T>(v > 0.0f ? v : 0.0f);
+    }
 }
 
 // dx += dy where the output was positive (the same test the CPU uses: y > 0).
-__global__ void relu_backward_kernel(size_t n, const float *y, const float *dy, float *dx) {
+template <typename T>
+__global__ void relu_backward_kernel(size_t n, const T *y, const float *dy, float *dx) {
     KIT_GRID_LOOP(i, n) {
-        if (y[i] > 0.0f) dx[i] += dy[i];
+        if (kit_load(y[i]) > 0.0f) dx[i] += dy[i];
     }
 }
 
 extern "C" void relu_forward_cuda(size_t n, const float *x, float *y) {
-    KIT_LAUNCH(relu_forward_kernel, n, n, x, y);
+    KIT_LAUNCH(relu_forward_kernel<float>, n, n, x, y);
 }
 
 extern "C" void relu_backward_cuda(size_t n, const float *y, const float *dy, float *dx) {
     if (!dx) return;
-    KIT_LAUNCH(relu_backward_kernel, n, n, y, dy, dx);
+    KIT_LAUNCH(relu_backward_kernel<float>, n, n, y, dy, dx);
+}
+
+extern "C" void relu_forward_act16_cuda(LowpFormat f, size_t n, const void *x, void *y) {
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH(relu_forward_kernel<T>, n, n, (const T *)x, (T *)y);
+    });
+}
+
+extern "C" void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const float *dy, float *dx) {
+    if (!dx) return;
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH(relu_backward_kernel<T>, n, n, (const T *)y, dy, dx);
+    });
 }
 
 // ---------------------------------------------------------------- add, scale
-__global__ void add_forward_kernel(size_t n, const float *a, const float *b, float *y) {
-    KIT_GRID_LOOP(i, n) { y[i] = a[i] + b[i]; }
+template <typename T>
+__global__ void add_forward_kernel(size_t n, const T *a, const T *b, T *y) {
+    KIT_GRID_LOOP(i, n) { y[i] = kit_store<T>(kit_load(a[i]) + kit_load(b[i])); }
 }
 
 __global__ void add_inplace_kernel(size_t n, float *dst, const float *src) {
@@ -36,7 +59,14 @@ __global__ void add_inplace_kernel(size_t n, float *dst, const float *src) {
 }
 
 extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
-    KIT_LAUNCH(add_forward_kernel, n, n, a, b, y);
+    KIT_LAUNCH(add_forward_kernel<float>, n, n, a, b, y);
+}
+
+extern "C" void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, const void *b, void *y) {
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH(add_forward_kernel<T>, n, n, (const T *)a, (const T *)b, (T *)y);
+    });
 }
 
 extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
@@ -70,11 +100,12 @@ extern "C" void sgd_update_cuda(size_t n, float *param, const float *grad, float
 // The window of output (p, q) starts at input (2p, 2q); "first maximum" scans it row by row and keeps
 // the earliest of equal values (strict >), exactly like the CPU, so ties route the gradient the same way.
 // A NaN wins (so it propagates), also as the CPU.
-__device__ inline int maxpool2_argmax(const float *plane, int w, int p, int q) {
+template <typename T>
+__device__ inline int maxpool2_argmax(const T *plane, int w, int p, int q) {
     int best = (2 * p) * w + 2 * q;
     const int cand[3] = {best + 1, best + w, best + w + 1};
     for (int t = 0; t < 3; t++) {
-        float v = plane[cand[t]], b = plane[best];
+        float v = kit_load(plane[cand[t]]), b = kit_load(plane[best]);
         if (v > b || (isnan(v) && !isnan(b))) best = cand[t];
     }
     return best;
@@ -97,20 +128,22 @@ __device__ inline size_t pool_window(const PoolGeom &g, unsigned i, int *p, int 
     return (size_t)c * g.h * g.w;
 }
 
-// Grid: x over one image's outputs, y over images.
-__global__ void maxpool2_forward_kernel(int n_img, PoolGeom g, const float *x, float *y) {
+// Grid: x over one image's outputs, y over images. The maximum is one of the inputs: stored as it is.
+template <typename T>
+__global__ void maxpool2_forward_kernel(int n_img, PoolGeom g, const T *x, T *y) {
     KIT_LOOP_X(i, g.per_image) {
         int p, q;
         const size_t plane = pool_window(g, i, &p, &q);
         KIT_LOOP_Y(n, n_img) {
-            const float *xp = x + (size_t)n * g.in_image + plane;
+            const T *xp = x + (size_t)n * g.in_image + plane;
             y[(size_t)n * g.per_image + i] = xp[maxpool2_argmax(xp, g.w, p, q)];
         }
     }
 }
 
 // Windows do not overlap (stride 2 = size 2), so each input element receives from at most one thread.
-__global__ void maxpool2_backward_kernel(int n_img, PoolGeom g, const float *x, const float *dy, float *dx) {
+template <typename T>
+__global__ void maxpool2_backward_kernel(int n_img, PoolGeom g, const T *x, const float *dy, float *dx) {
     KIT_LOOP_X(i, g.per_image) {
         int p, q;
         const size_t plane = pool_window(g, i, &p, &q);
@@ -133,27 +166,44 @@ static PoolGeom maxpool2_geom(int n, int c, int h, int w) {
     return g;
 }
 
-extern "C" void maxpool2_forward_cuda(int n, int c, int h, int w, const float *x, float *y) {
+extern "C" void maxpool2_forward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, void *y) {
     PoolGeom g = maxpool2_geom(n, c, h, w);
-    KIT_LAUNCH_2D(maxpool2_forward_kernel, g.per_image, n, n, g, x, y);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH_2D(maxpool2_forward_kernel<T>, g.per_image, n, n, g, (const T *)x, (T *)y);
+    });
+}
+
+extern "C" void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x,
+                                             const float *dy, float *dx) {
+    PoolGeom g = maxpool2_geom(n, c, h, w);
+    if (!dx) return;
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH_2D(maxpool2_backward_kernel<T>, g.per_image, n, n, g, (const T *)x, dy, dx);
+    });
+}
+
+extern "C" void maxpool2_forward_cuda(int n, int c, int h, int w, const float *x, float *y) {
+    maxpool2_forward_act16_cuda(LOWP_FP32, n, c, h, w, x, y);
 }
 
 extern "C" void maxpool2_backward_cuda(int n, int c, int h, int w, const float *x, const float *y,
                                        const float *dy, float *dx) {
-    PoolGeom g = maxpool2_geom(n, c, h, w);
-    if (!dx) return;
-    KIT_LAUNCH_2D(maxpool2_backward_kernel, g.per_image, n, n, g, x, dy, dx);
+    (void)y;  // the argmax is found again in x, as on the CPU
+    maxpool2_backward_act16_cuda(LOWP_FP32, n, c, h, w, x, dy, dx);
 }
 
 // ---------------------------------------------------------------- global average pool
 // One thread per (n, c): the planes are small (4x4 .. 8x8 in the kit's models), and a sequential sum
 // keeps the order of the CPU's loop. Accumulated in double so long planes lose nothing.
-__global__ void avgpool_forward_kernel(size_t rows, int hw, const float *x, float *y) {
+template <typename T>
+__global__ void avgpool_forward_kernel(size_t rows, int hw, const T *x, T *y) {
     KIT_GRID_LOOP(i, rows) {
-        const float *p = x + i * (size_t)hw;
+        const T *p = x + i * (size_t)hw;
         double s = 0.0;
-        for (int j = 0; j < hw; j++) s += p[j];
-        y[i] = (float)(s / hw);
+        for (int j = 0; j < hw; j++) s += kit_load(p[j]);
+        y[i] = kit_store<T>((float)(s / hw));
     }
 }
 
@@ -166,10 +216,17 @@ __global__ void avgpool_backward_kernel(int n_img, int c, int hw, KitDiv div_hw,
     }
 }
 
-extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float *y) {
+extern "C" void avgpool_forward_act16_cuda(LowpFormat f, int n, int c, int hw, const void *x, void *y) {
     CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
     size_t rows = (size_t)n * c;
-    KIT_LAUNCH(avgpool_forward_kernel, rows, rows, hw, x, y);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH(avgpool_forward_kernel<T>, rows, rows, hw, (const T *)x, (T *)y);
+    });
+}
+
+extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float *y) {
+    avgpool_forward_act16_cuda(LOWP_FP32, n, c, hw, x, y);
 }
 
 extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, float *dx) {
