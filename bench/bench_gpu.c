@@ -5,7 +5,8 @@
 // Measures, on GPU 0:
 //   1. training throughput (images/s) of the model: forward, loss, backward, SGD step, on a batch that
 //      already lives on the GPU (the data pipeline is not measured), in float32, with TF32 conv GEMMs (--tf32),
-//      and with bf16 and fp16 GEMMs (device_set_gemm_precision: 16-bit inputs on tensor cores);
+//      and with bf16 and fp16 GEMMs (device_set_gemm_precision: 16-bit inputs on tensor cores), first with float32
+//      activations, then with the activations stored in 2 bytes as well (model_store_activations);
 //   2. each conv layer's forward and backward as the kit runs them (im2col + cuBLAS SGEMM + layout
 //      kernels), in achieved TFLOP/s (2 * MACs per pass; backward counts dx and dw: 2 passes);
 //   3. the ceiling: cuBLAS SGEMM on 8192^3, in float32 and in TF32;
@@ -266,18 +267,28 @@ int main(int argc, char **argv) {
     // The real 16-bit GEMMs (device_set_gemm_precision): conv and linear inputs in 2 bytes, tensor cores, float32
     // sums; activations float32. Timing only: no loss scale here (fp16's scaler adds one scale of the loss
     // gradient and one pass over the gradients per step), no policy rounding of the activations.
-    device_set_gemm_precision(DEVICE_CUDA, GEMM_BF16);
-    double ips_bf16 = train_throughput(m, batch, steps);
-    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP16);
-    double ips_fp16 = train_throughput(m, batch, steps);
-    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
-    fprintf(stderr, "train bf16 GEMMs: %.0f images/s, fp16 GEMMs: %.0f images/s\n", ips_bf16, ips_fp16);
+    // Then the same with the activations stored in 2 bytes too (model_store_activations: lesson 10's GPU path).
+    double ips_lowp[2], ips_act16[2];
+    for (int k = 0; k < 2; k++) {
+        const LowpFormat f = k ? LOWP_FP16 : LOWP_BF16;
+        device_set_gemm_precision(DEVICE_CUDA, k ? GEMM_FP16 : GEMM_BF16);
+        ips_lowp[k] = train_throughput(m, batch, steps);
+        model_store_activations(m, f);
+        ips_act16[k] = train_throughput(m, batch, steps);
+        model_store_activations(m, LOWP_FP32);
+        device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
+        fprintf(stderr, "train %s GEMMs: %.0f images/s; and %s activations: %.0f images/s\n", lowp_name(f),
+                ips_lowp[k], lowp_name(f), ips_act16[k]);
+    }
+    const double ips_bf16 = ips_lowp[0], ips_fp16 = ips_lowp[1];
 
     printf("{\n  \"gpu\": \"%s\",\n  \"model\": \"%s\",\n  \"batch\": %d,\n  \"steps\": %d,\n", prop.name, model,
            batch, steps);
     printf("  \"train_flop_per_image\": %.6g,\n", 6 * fwd_macs);  // forward 2*MACs, backward about 2x that
     printf("  \"train_images_per_s_fp32\": %.1f,\n  \"train_images_per_s_tf32\": %.1f,\n", ips32, ips_tf32);
     printf("  \"train_images_per_s_bf16\": %.1f,\n  \"train_images_per_s_fp16\": %.1f,\n", ips_bf16, ips_fp16);
+    printf("  \"train_images_per_s_bf16_act16\": %.1f,\n  \"train_images_per_s_fp16_act16\": %.1f,\n", ips_act16[0],
+           ips_act16[1]);
     conv_layers(m, batch, stdout);
     model_free(m);
     pipeline_models(pipeline, batch, steps, stdout);

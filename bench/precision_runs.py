@@ -511,7 +511,7 @@ def speed_notes(kit, pt, kfp, pfp, no_bf16_cpu, mem_key):
     if len(peaks) > 1 and max(peaks) <= 1.05 * min(peaks):
         lo, hi = f"{min(peaks) / 2**20:.0f}", f"{max(peaks) / 2**20:.0f}"
         N.append(f"The kit's peak memory does not move with the precision ({lo if lo == hi else lo + '-' + hi} "
-                 f"MiB): its low-precision values are float32 containers (lesson 10, "
+                 f"MiB): on a CPU its low-precision values are float32 containers (lesson 10, "
                  "section 2).")
     return [" ".join(N)] if N else []
 

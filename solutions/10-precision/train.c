@@ -64,24 +64,37 @@ static bool cpu_has_lowp(LowpFormat f) {
     return yes;
 }
 
-// Which path runs conv and linear under --precision, said on the program's first lines, and set: on a CUDA
-// device the kit's GEMMs take 16-bit inputs for real (device_set_gemm_precision: tensor cores, float32 sums); on
-// the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
-static void choose_gemm_path(const DdpRun *r, LowpFormat f) {
+// Does the policy (TODO 2a) store every layer's output in 16 bits, but the logits? Then a GPU can store them so.
+static bool policy_stores_low(const Model *m, LowpFormat f) {
+    for (int i = 0; i < m->n_layers - 1; i++)
+        if (policy_layer(m->layers[i].kind, f) == PREC_FP32) return false;
+    return f != LOWP_FP32;
+}
+
+// Which path runs conv and linear under --precision, said on the program's first lines. On a CUDA device the
+// kit's GEMMs take 16-bit inputs for real (device_set_gemm_precision, before the model exists: tensor cores,
+// float32 sums), and where the policy stores every activation in 16 bits the model stores them in 2 bytes
+// (model_store_activations: half the activation memory, and the round hook's ROUND_OUTPUT is done by storing);
+// on the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
+static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
     Device d = pg_device(r->pg);
     const char *name = lowp_name(f);
     const bool cuda = d == DEVICE_CUDA, emu = cuda && strcmp(device_name(d), "cuda-emu") == 0;
-    if (cuda && f != LOWP_FP32) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
     if (!r->is_main) return;
-    const char *where = emu ? " in the CUDA emulator (the tensor-core path's numerics, not its speed)" : "";
+    const char *where = emu ? "; run in the CUDA emulator (the tensor-core path's numerics, not its speed)" : "";
     if (f == LOWP_FP32 && cuda && device_gemm_precision(d) == GEMM_TF32)  // --tf32 (kit/device.h)
         printf("precision path: TF32 tensor cores for the convolutions' GEMMs (10-bit mantissa inputs, float32 "
                "sums), linear in float32%s\n", where);
     else if (f == LOWP_FP32)
         printf("precision path: float32 (%s)%s\n", cuda ? "cuBLAS SGEMM" : "OpenBLAS SGEMM", where);
+    else if (cuda && m->act_format == f)
+        printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation; activations stored in 2 bytes "
+               "(%s), their gradients, BN statistics, the loss and the master weights in float32%s\n", name, name,
+               where);
     else if (cuda)
         printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation (conv and linear inputs stored "
-               "in 2 bytes; activations between layers in float32 containers, rounded to %s)%s\n", name, name, where);
+               "in 2 bytes; activations in float32 containers: the policy keeps some layer's output in float32)%s\n",
+               name, where);
     else if (cpu_has_lowp(f))
         printf("precision path: emulated: float32 rounded to %s (this CPU has %s instructions, which the kit does not "
                "use yet; its CPU GEMMs are float32)\n", name, name);
@@ -95,13 +108,17 @@ static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     (void)ctx;
     LowpFormat f = LOWP_FP32;
     if (r->o->precision) lowp_parse(r->o->precision, &f);  // checked again by mixed_create, with the message
-    choose_gemm_path(r, f);
+    Device d = pg_device(r->pg);
+    if (d == DEVICE_CUDA && f != LOWP_FP32) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
     int K = r->o->accumulate > 0 ? r->o->accumulate : 1;
     if (r->local_batch % K != 0)
         die("--batch-size %d over %d rank(s) is a local batch of %d, which does not split into --accumulate %d "
             "micro-batches\n  HINT: a --batch-size that is a multiple of ranks x accumulate (%d)", r->o->batch_size,
             pg_world(r->pg), r->local_batch, K, pg_world(r->pg) * K);
-    return model_create(cfg, pg_device(r->pg), r->local_batch / K, r->o->seed);
+    Model *m = model_create(cfg, d, r->local_batch / K, r->o->seed);
+    if (d == DEVICE_CUDA && policy_stores_low(m, f)) model_store_activations(m, f);
+    say_gemm_path(r, m, f);
+    return m;
 }
 
 // Which master weights with a nonzero gradient did the update leave as they were? (the updates lost to a bf16
