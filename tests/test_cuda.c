@@ -1133,6 +1133,31 @@ static void test_act16_model_step(void **state) {
     act16_one_step(LOWP_FP16);
 }
 
+// What model_store_activations refuses, each with its reason and a non-zero exit: the CPU (its 16 bits are lesson
+// 10's emulation), GEMMs in another format than the activations (they read them as they are), and a stage.
+static void store_on(void *arg) {
+    const int which = *(const int *)arg;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny", 0, 3, 32, 32, 10));
+    Model *m = which == 2 ? model_create_stage(&cfg, GPU, 2, 1, 3, 8) : model_create(&cfg, which ? GPU : CPU, 2, 1);
+    device_set_gemm_precision(GPU, which == 2 ? GEMM_BF16 : GEMM_FP32);
+    model_store_activations(m, LOWP_BF16);
+}
+
+static void test_act16_refusals(void **state) {
+    skip_without_gpu();
+    const char *why[3] = {"16-bit activation storage is the GPU's", "set them to the same format first",
+                          "on a stage"};
+    for (int which = 0; which < 3; which++) {
+        char report[2048];
+        int status = child_exit_status(store_on, &which, report, sizeof report);
+        print_message("  case %d: exit %d\n", which, status);
+        assert_true(status > 0);
+        if (!strstr(report, why[which])) print_error("case %d's report lacks \"%s\":\n%s\n", which, why[which], report);
+        assert_non_null(strstr(report, why[which]));
+    }
+}
+
 // ---------------------------------------------------------------- whole model
 
 typedef struct {
@@ -1376,6 +1401,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_gemm_lowp_model_step),
         cmocka_unit_test(test_act16_model_step),
+        cmocka_unit_test(test_act16_refusals),
         cmocka_unit_test(test_model_one_step),
         cmocka_unit_test(test_model_ten_steps),
         cmocka_unit_test(test_loader_stages_batches),
