@@ -2,8 +2,10 @@
 // layer, against the SGEMM ceiling: the profile that says what to make faster next (bench/GPU.md, "Profile").
 //
 //   bench_profile [--model resnet9] [--batch 512] [--steps 5] [--sgemm-n 8192] [--conv-budget-mb MB]
+//                 [--precision fp32|bf16|fp16]
 //
-// Prints Markdown tables on stdout, all float32 with TF32 off:
+// Prints Markdown tables on stdout, all float32 with TF32 off (--precision bf16 or fp16: tables 1 and 2 of lesson
+// 10's GPU path instead, 16-bit GEMMs and activations stored in 2 bytes, model_store_activations; no table 3):
 //   1. the step: images/s of the bare step (forward, loss, backward, SGD, no host synchronisation inside),
 //      and of train_forward_backward + optim_step (the lessons' step: it reads the batch's loss and predictions
 //      back, and the loss checks the labels on the host), whose difference is what those synchronisations cost;
@@ -162,11 +164,12 @@ static void conv_table(const Model *m, int batch, double ceiling, int reps) {
     }
 }
 
-static void profile(const char *model, int batch, int steps, int sgemm_n) {
-    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
+static void profile(const char *model, int batch, int steps, int sgemm_n, LowpFormat f) {
+    device_set_gemm_precision(DEVICE_CUDA, f == LOWP_BF16 ? GEMM_BF16 : f == LOWP_FP16 ? GEMM_FP16 : GEMM_FP32);
     ModelConfig cfg;
     if (!model_config(&cfg, model, 0, 3, 32, 32, 10)) die("unknown model '%s' (known: %s)", model, model_names());
     Model *m = model_create(&cfg, DEVICE_CUDA, batch, 1);
+    model_store_activations(m, f);  // fp32: as it was
     const size_t image = (size_t)3 * 32 * 32;
     float *x = gpu_random((size_t)batch * image, 7);
     device_copy(DEVICE_CUDA, m->input, x, (size_t)batch * image * sizeof(float));
@@ -181,7 +184,9 @@ static void profile(const char *model, int batch, int steps, int sgemm_n) {
 
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("# Kit float32 profile: %s, %s, batch %d, TF32 off\n\n", prop.name, model, batch);
+    if (f == LOWP_FP32) printf("# Kit float32 profile: %s, %s, batch %d, TF32 off\n\n", prop.name, model, batch);
+    else printf("# Kit %s profile: %s, %s, batch %d, %s GEMMs and activations stored in 2 bytes (lesson 10's GPU "
+                "path)\n\n", lowp_name(f), prop.name, model, batch, lowp_name(f));
 #ifdef KIT_CUDA_EMU
     printf("(CUDA emulator: every time below is the emulator's host time, not a GPU's)\n\n");
 #endif
@@ -193,7 +198,9 @@ static void profile(const char *model, int batch, int steps, int sgemm_n) {
            lesson, batch / (lesson * 1e-3));
     printf("\ncuBLAS SGEMM %d^3 (the ceiling): %.1f TFLOP/s\n", sgemm_n, ceiling);
     kernel_table(m, batch, steps, bare);
-    conv_table(m, batch, ceiling, steps);
+    if (f == LOWP_FP32) conv_table(m, batch, ceiling, steps);  // its ceiling is SGEMM's: float32 only
+    model_store_activations(m, LOWP_FP32);
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
     free(b.x);
     free(b.y);
     model_free(m);
@@ -204,13 +211,16 @@ int main(int argc, char **argv) {
     const char *model = "resnet9";
     int batch = 512, steps = 5, sgemm_n = 8192;
     double budget_mb = 0.0;
+    LowpFormat precision = LOWP_FP32;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--sgemm-n") == 0 && i + 1 < argc) sgemm_n = atoi(argv[++i]);
         else if (strcmp(argv[i], "--conv-budget-mb") == 0 && i + 1 < argc) budget_mb = atof(argv[++i]);
-        else die("usage: %s [--model NAME] [--batch N] [--steps N] [--sgemm-n N] [--conv-budget-mb MB]", argv[0]);
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc && lowp_parse(argv[i + 1], &precision)) i++;
+        else die("usage: %s [--model NAME] [--batch N] [--steps N] [--sgemm-n N] [--conv-budget-mb MB] "
+                 "[--precision fp32|bf16|fp16]", argv[0]);
     }
     if (batch < 1 || steps < 1 || sgemm_n < 1 || budget_mb < 0) die("--batch, --steps and --sgemm-n must be positive");
     const char *why = NULL;
@@ -221,9 +231,9 @@ int main(int argc, char **argv) {
 #ifdef KIT_CUDA
     // The conv scratch bounds the images per GEMM (cuda_context.h): a larger budget, fewer and larger GEMMs.
     if (budget_mb > 0) cuda_conv_set_work_budget((size_t)(budget_mb * (1 << 20) / sizeof(float)));
-    profile(model, batch, steps, sgemm_n);
+    profile(model, batch, steps, sgemm_n, precision);
 #else
-    (void)model, (void)batch, (void)steps, (void)sgemm_n;
+    (void)model, (void)batch, (void)steps, (void)sgemm_n, (void)precision;
 #endif
     return 0;
 }

@@ -31,7 +31,8 @@
 #              lesson 03 (1 rank) with the overlap and with KIT_OVERLAP=0: the time split and images/s;
 #              lesson 06's latency and throughput on the GPU (ResNet-9; `make bench-inference` is CPU-only)
 #   profile    the float32 step per kit kernel and per conv layer against the SGEMM ceiling
-#              (build/bench/bench_profile -> LOGDIR/results-profile-gpu.md); with Nsight Systems installed,
+#              (build/bench/bench_profile -> LOGDIR/results-profile-gpu.md), then lesson 10's bf16 step per
+#              kernel (--precision bf16 -> LOGDIR/results-profile-bf16-gpu.md); with Nsight Systems installed,
 #              the same under `nsys profile --stats=true` (every kernel, cuBLAS's too); about two minutes
 #   trace      lesson 03's timeline on the GPU (--trace, 2 ranks sharing it, small buckets), checked as make
 #              test-trace checks the CPU's (tools/trace_check.py: valid, nested, an all-reduce begun inside
@@ -227,6 +228,7 @@ orig_ld=${GPU_BUNDLE_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 profile_step() {
   local out="$logdir/results-profile-gpu.md"
   run profile 1 150 sh -c 'make build/bench/bench_profile && build/bench/bench_profile > "$0" && cat "$0"' "$out"
+  run profile-bf16 1 90 sh -c 'build/bench/bench_profile --precision bf16 > "$0" && cat "$0"' "$logdir/results-profile-bf16-gpu.md"
   if command -v nsys >/dev/null 2>&1; then
     run profile-nsys 1 180 nsys profile --stats=true --force-overwrite true -o "$logdir/kit-profile" \
       build/bench/bench_profile --steps 3
