@@ -814,13 +814,13 @@ namespace {
 //         numerical_accuracy.rst, pytorch/pytorch#79537). A kernel may round before the tensor core instead
 //         (PTX cvt.rna.tf32.f32, nearest, ties away); that is within one TF32 unit of this, which is what the
 //         tests' GPU bound allows for (tests/test_cuda.c, tf32). NaN and inf stay as they are.
-float emu_bf16(uint16_t h) {
+static float emu_bf16(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
-float emu_fp16(uint16_t h) {
+static float emu_fp16(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, u;
     if (e == 0x1Fu) u = sign | 0x7F800000u | (mant << 13);  // inf, NaN (payload kept)
     else if (e != 0) u = sign | ((e + 112u) << 23) | (mant << 13);  // normal: rebias 15 -> 127
@@ -834,7 +834,7 @@ float emu_fp16(uint16_t h) {
     memcpy(&x, &u, sizeof x);
     return x;
 }
-float emu_tf32(float x) {
+static float emu_tf32(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if ((u & 0x7F800000u) != 0x7F800000u) u &= 0xFFFFE000u;  // finite: drop the low 13 mantissa bits
@@ -845,7 +845,7 @@ float emu_tf32(float x) {
 // op(X) is (rows x cols) as stored: rows with leading dimension ld, column-major. Returns its elements read
 // as the tensor core reads them, packed with leading dimension `rows` (only what the GEMM reads is touched,
 // so a short last column is not read past its end).
-std::vector<float> emu_read(const void *X, cudaDataType type, bool tf32, int rows, int cols, int ld) {
+static std::vector<float> emu_read(const void *X, cudaDataType type, bool tf32, int rows, int cols, int ld) {
     std::vector<float> out((size_t)rows * cols);
     for (int j = 0; j < cols; j++)
         for (int i = 0; i < rows; i++) {
