@@ -406,10 +406,11 @@ static size_t out_floats(const Model *m) {
     return (size_t)l->c * l->h * l->w;
 }
 
-// Bytes of the activation arena: 2 an element under 16-bit storage (model_store_activations), else 4.
-static size_t acts_bytes(const Model *m) {
-    return (size_t)m->max_batch * m->act_floats_per_sample * (m->act_format == LOWP_FP32 ? sizeof(float) : 2);
-}
+// Bytes of an arena element: 2 under 16-bit storage (model_store_activations), else 4.
+static size_t act_elem(const Model *m) { return m->act_format == LOWP_FP32 ? sizeof(float) : 2; }
+// Bytes of the activation arena, and of the activation-gradient arena.
+static size_t acts_bytes(const Model *m) { return (size_t)m->max_batch * m->act_floats_per_sample * act_elem(m); }
+static size_t dacts_bytes(const Model *m) { return (size_t)m->max_batch * m->grad_floats_per_sample * act_elem(m); }
 
 // What each batch in flight needs of its own (model_create_view shares the rest): activations, their gradients,
 // BN's saved statistics, the input and its gradient, the output gradient, labels, losses and predictions.
@@ -418,7 +419,7 @@ static void alloc_batch_buffers(Model *m, bool training) {
     const size_t B = (size_t)m->max_batch, F = sizeof(float), in = (size_t)m->in_c * m->in_h * m->in_w;
     m->acts = device_alloc_as(d, acts_bytes(m), MEM_ACTS);
     // Training: activation gradients, BN's saved batch statistics, the output's and the input's gradients.
-    m->dacts = training ? device_alloc_as(d, B * m->grad_floats_per_sample * F, MEM_ACTS) : NULL;
+    m->dacts = training ? device_alloc_as(d, dacts_bytes(m), MEM_ACTS) : NULL;
     m->saved = training ? device_alloc_as(d, m->saved_floats * F, MEM_ACTS) : NULL;
     m->dlogits = training ? device_alloc_as(d, B * out_floats(m) * F, MEM_ACTS) : NULL;
     m->dinput = training && m->first > 0 ? device_alloc_as(d, B * in * F, MEM_ACTS) : NULL;
@@ -485,16 +486,16 @@ void model_set_bn_ops(Model *m, const BatchNormLayerOps *ops) {
     CHECK(!ops || (ops->forward_train == NULL) == (ops->backward == NULL),
           "a replacement batch norm gives forward_train and backward, or neither (the kit's own, with `sync`)");
     model_require(m, MODEL_ACTS, "model_set_bn_ops (it re-allocates the activations)");
+    CHECK(m->act_format == LOWP_FP32, "model_set_bn_ops after model_store_activations: install the BN ops first");
     m->bn_ops = ops;
     // The fused CPU BN + ReLU would bypass `ops`, and its memory plan gives a fused BN's output gradient no slot
     // of its own: plan again (with or without fusion) and re-allocate the arena, which holds nothing between steps.
     plan_memory(m);
-    size_t B = (size_t)m->max_batch, F = sizeof(float);
     device_free(m->device, m->acts);
     m->acts = device_alloc_as(m->device, acts_bytes(m), MEM_ACTS);
     if (m->dacts) {  // an inference model (model_create_inference) has none
         device_free(m->device, m->dacts);
-        m->dacts = device_alloc_as(m->device, B * m->grad_floats_per_sample * F, MEM_ACTS);
+        m->dacts = device_alloc_as(m->device, dacts_bytes(m), MEM_ACTS);
     }
 }
 
@@ -531,6 +532,17 @@ void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx) {
     m->round_hook_ctx = ctx;
 }
 
+// Under 16-bit storage, may activation i's gradient live in 2 bytes and give the numbers of the float32 path? That
+// path sums the shares of its writers in float32 and rounds once (ROUND_DOUT); in 2 bytes each writer rounds what
+// it adds. The same when at most one share is not a 16-bit value already and it is added last: one writer, or two
+// where the first to write (the later layer) is a residual add passing its own 16-bit dy through exactly, which
+// is ResNet-9's residual input (its add, then its block's first conv). Anything else would round twice.
+static bool grad16_exact(const Model *m, int i) {
+    int uses, last;
+    layer_consumers(m, i, &uses, &last);
+    return uses <= 1 || (uses == 2 && m->layers[last].kind == LAYER_ADD);
+}
+
 void model_store_activations(Model *m, LowpFormat f) {
     CHECKF(m->device == DEVICE_CUDA || f == LOWP_FP32, "16-bit activation storage is the GPU's: on the CPU, lesson "
            "10 emulates it (round_lowp on float32 containers)", "model_store_activations(%s) on %s", lowp_name(f),
@@ -543,17 +555,22 @@ void model_store_activations(Model *m, LowpFormat f) {
     CHECKF(f == LOWP_FP32 || device_gemm_precision(m->device) == want, "the GEMMs read the 16-bit activations as "
            "they are: set them to the same format first (device_set_gemm_precision, kit/device.h)",
            "activations in %s, GEMMs in %s", lowp_name(f), gemm_precision_name(device_gemm_precision(m->device)));
-    for (int i = 0; i < m->n_layers; i++)  // the float32 input is read by the first conv only; logits are float32
+    for (int i = 0; i < m->n_layers; i++) {  // the float32 input is read by convs only; the logits are float32
         CHECK(f == LOWP_FP32 || ((m->layers[i].in >= 0 || m->layers[i].kind == LAYER_CONV) &&
                                  (i < m->n_layers - 1 || m->layers[i].kind == LAYER_LINEAR)),
               "16-bit activations: the model's input must feed convolutions only, and its last layer be linear");
+        CHECK(f == LOWP_FP32 || grad16_exact(m, i), "16-bit activations: an activation read by more layers than a "
+              "conv and a residual add would have its gradient rounded twice (not supported: keep float32 storage)");
+    }
     if (f == m->act_format) return;
-    device_free(m->device, m->acts);
-    device_free(m->device, m->logits);
+    const bool training = m->dacts != NULL;  // an inference model has no gradients
+    float **bufs[] = {&m->acts, &m->logits, &m->dacts};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) device_free(m->device, *bufs[k]), *bufs[k] = NULL;
     m->act_format = f;
     m->acts = device_alloc_as(m->device, acts_bytes(m), MEM_ACTS);
-    m->logits = f == LOWP_FP32 ? NULL
-                               : device_alloc_as(m->device, (size_t)m->max_batch * out_floats(m) * sizeof(float), MEM_ACTS);
+    if (f != LOWP_FP32)
+        m->logits = device_alloc_as(m->device, (size_t)m->max_batch * out_floats(m) * sizeof(float), MEM_ACTS);
+    if (training) m->dacts = device_alloc_as(m->device, dacts_bytes(m), MEM_ACTS);
 }
 
 // The rounding hook at one point, when one is installed (lesson 10; kit/model.h, RoundPoint).
@@ -575,10 +592,10 @@ size_t model_device_bytes(const Model *m) {
     if (!m->owner) floats += m->n_params + m->n_buffers + m->work_floats + (m->grads ? 2 * m->n_params : 0);
     floats += B * in + B;
     if (m->logits) floats += B * out_floats(m);
-    if (m->grads) floats += B * m->grad_floats_per_sample + m->saved_floats + B * out_floats(m);
+    if (m->grads) floats += m->saved_floats + B * out_floats(m);
     if (m->dinput) floats += B * in;
     if (!m->owner) floats += m->prepared_floats;
-    return floats * F + acts_bytes(m) + 2 * B * sizeof(int);  // + the arena, labels and pred
+    return floats * F + acts_bytes(m) + (m->grads ? dacts_bytes(m) : 0) + 2 * B * sizeof(int);  // + labels, pred
 }
 
 void model_free(Model *m) {
@@ -621,7 +638,7 @@ static int acts_buffers(Model *m, void ***ptr, size_t *bytes) {
     int k = 0;
     ptr[k] = (void **)&m->acts, bytes[k++] = acts_bytes(m);
     if (m->act_format != LOWP_FP32) ptr[k] = (void **)&m->logits, bytes[k++] = B * out_floats(m) * F;
-    ptr[k] = (void **)&m->dacts, bytes[k++] = B * m->grad_floats_per_sample * F;
+    ptr[k] = (void **)&m->dacts, bytes[k++] = dacts_bytes(m);
     ptr[k] = (void **)&m->saved, bytes[k++] = m->saved_floats * F;
     ptr[k] = (void **)&m->work, bytes[k++] = m->work_floats * F;
     ptr[k] = (void **)&m->dlogits, bytes[k++] = B * out_floats(m) * F;
@@ -912,24 +929,32 @@ static float *dout_for_hook(Model *m, int i) {
 }
 
 #ifdef KIT_CUDA
-// Layer i's backward under 16-bit activation storage (CUDA): the kinds that read a stored activation, with their
-// ops' 16-bit versions (kit/ops_impl.h). Returns false for those that read gradients only (add, average pool):
-// backward_layer's own code, unchanged, serves them.
-static bool backward_layer_act16(Model *m, int i, const float *x, const float *dlogits, int n) {
+// Under 16-bit storage: the gradient of activation idx in its 2-byte slot, which its reader reads and its writers
+// add into (grad16_exact says why that is exact).
+static void *grad16_at(const Model *m, int idx) {
+    if (idx < 0) return NULL;  // the model's input: nobody needs its gradient (a whole model: first = 0)
+    return (char *)m->dacts + m->layers[idx].grad_offset * (size_t)m->max_batch * 2;
+}
+
+// Layer i's backward under 16-bit storage (CUDA): backward_layer's switch with each op's 16-bit version
+// (kit/ops_impl.h): activations and output gradients read in 2 bytes (the logits' gradient, dlogits, in float32),
+// input gradients added into their 2-byte slots, each addition rounded (grad16_exact).
+static void backward_layer_act16(Model *m, int i, const float *x, const float *dlogits, int n) {
     const Layer *l = &m->layers[i];
     const LowpFormat f = m->act_format, f_in = l->in < 0 ? LOWP_FP32 : f;
     const void *in = act_at(m, l->in, x), *out = act_at(m, i, x);
-    const float *dy = i == m->n_layers - 1 ? dlogits : dact_ptr(m, i);
-    float *dx = dact_ptr(m, l->in);
+    const void *dy = i == m->n_layers - 1 ? (const void *)dlogits : grad16_at(m, i);
+    void *dx = grad16_at(m, l->in);
     int c, h, w;
     act_shape(m, l->in, &c, &h, &w);
+    const size_t count = (size_t)n * l->c * l->h * l->w;
     const float *weight = view_ptr(m->params, m, l->weight);
     float *dweight = view_mut(m->grads, m, l->weight), *dbias = view_mut(m->grads, m, l->bias_view);
     switch (l->kind) {
     case LAYER_CONV: {
         Conv2dDims cd = conv_dims(m, l, n);
         conv2d_backward_act16_cuda(f, f_in, &cd, in, weight, dy, dx, dweight, dbias, m->work);
-        return true;
+        break;
     }
     case LAYER_BN: {
         BatchNormDims bd = bn_dims(l, n);
@@ -938,31 +963,36 @@ static bool backward_layer_act16(Model *m, int i, const float *x, const float *d
         if (l->fused_relu) {  // dy and the mask are the ReLU's: its output gradient and output (in place)
             int uses, relu;
             layer_consumers(m, i, &uses, &relu);
-            dy = relu == m->n_layers - 1 ? dlogits : dact_ptr(m, relu);
+            dy = grad16_at(m, relu);  // not the last layer: that is linear (model_store_activations)
             relu_y = out;
         }
         batchnorm_backward_act16_cuda(f, &bd, in, weight, mean, mean + l->c, relu_y, dy, dx, dweight, dbias,
                                       bn_sync(m), m->work);
-        return true;
+        break;
     }
     case LAYER_RELU:
-        if (!relu_fused(m, l)) relu_backward_act16_cuda(f, (size_t)n * l->c * l->h * l->w, out, dy, dx);
-        return true;
-    case LAYER_MAXPOOL: maxpool2_backward_act16_cuda(f, n, c, h, w, in, dy, dx); return true;
-    case LAYER_LINEAR:
-        linear_backward_act16_cuda(f, n, c * h * w, l->out_c, in, weight, dy, dx, dweight, dbias);
-        return true;
+        if (!relu_fused(m, l)) relu_backward_act16_cuda(f, count, out, dy, dx);
+        break;
+    case LAYER_MAXPOOL: maxpool2_backward_act16_cuda(f, n, c, h, w, in, dy, dx); break;
     case LAYER_ADD:
-    case LAYER_AVGPOOL: return false;
+        add_inplace_act16_cuda(f, count, dx, dy);
+        add_inplace_act16_cuda(f, count, grad16_at(m, l->in2), dy);
+        break;
+    case LAYER_AVGPOOL: avgpool_backward_act16_cuda(f, n, c, h * w, dy, dx); break;
+    case LAYER_LINEAR:
+        linear_backward_act16_cuda(f, n, c * h * w, l->out_c, in, weight, dlogits, dx, dweight, dbias);
+        break;
     }
-    return false;
 }
 #endif
 
 // Layer i's backward: its input gradient added into its slot, its parameter gradients into grads.
 static void backward_layer(Model *m, int i, const float *x, const float *dlogits, int n) {
 #ifdef KIT_CUDA
-    if (m->act_format != LOWP_FP32 && backward_layer_act16(m, i, x, dlogits, n)) return;
+    if (m->act_format != LOWP_FP32) {
+        backward_layer_act16(m, i, x, dlogits, n);
+        return;
+    }
 #endif
     const Device d = m->device;
     const Layer *l = &m->layers[i];
@@ -1019,6 +1049,18 @@ static void backward_layer(Model *m, int i, const float *x, const float *dlogits
     }
 }
 
+// The gradient of activation j starts from zero (its first writer is next): its slot, 2 bytes an element under
+// 16-bit storage.
+static void grad_zero(Model *m, int j, size_t count) {
+#ifdef KIT_CUDA
+    if (m->act_format != LOWP_FP32) {
+        device_memset_zero(m->device, grad16_at(m, j), count * 2);
+        return;
+    }
+#endif
+    device_memset_zero(m->device, dact_ptr(m, j), count * sizeof(float));
+}
+
 void model_backward(Model *m, const float *x, const float *dlogits, int n) {
     CHECK(n > 0 && n <= m->max_batch, "batch larger than the model's max_batch (model_create)");
     model_require(m, MODEL_PARAMS | MODEL_GRADS | MODEL_ACTS, "model_backward");
@@ -1033,10 +1075,12 @@ void model_backward(Model *m, const float *x, const float *dlogits, int n) {
         for (int j = 0; j < i + 1; j++) {
             const Layer *lj = &m->layers[j];
             if (lj->grad_first_write == i && !(l->grad_in_place && j == l->in))  // 4: overwritten, not added to
-                device_memset_zero(d, dact_ptr(m, j), (size_t)n * lj->c * lj->h * lj->w * sizeof(float));
+                grad_zero(m, j, (size_t)n * lj->c * lj->h * lj->w);
         }
         const size_t count = (size_t)n * l->c * l->h * l->w;
-        if (m->round_hook) {  // every consumer of layer i's output has added its share by now (they come after it)
+        // Every consumer of layer i's output has added its share by now (they come after it). Under 16-bit storage
+        // the hook's rounding of dy was done by storing it (model.h).
+        if (m->round_hook && m->act_format == LOWP_FP32) {
             float *dout = dout_for_hook(m, i);
             if (dout) round_at(m, i, ROUND_DOUT, dout, count);
         }

@@ -147,7 +147,7 @@ struct Model {
 
     // The arena, on the device, sized for max_batch samples.
     float *acts;      // every layer's output, at Layer.act_offset * batch (in act_format: 2 bytes an element when
-                      // it is 16-bit, model_store_activations; float32 otherwise)
+                      // it is 16-bit, model_store_activations; float32 otherwise; dacts too)
     LowpFormat act_format;
     float *logits;    // (max_batch, classes) float32: the last layer's output under 16-bit storage; NULL otherwise
     float *dacts;     // their gradients, at Layer.grad_offset * batch (slots reused once dead: plan_memory)
@@ -229,13 +229,16 @@ Model *model_create_view(Model *owner, int max_batch);
 // Installs the rounding hook (RoundPoint above; ctx is handed to it). NULL: no hook (lessons 01-09 unchanged).
 void model_set_round_hook(Model *m, ModelRoundHook hook, void *ctx);
 // 16-bit activation storage, on a CUDA device (the real path of lesson 10's policy): f = LOWP_BF16 or LOWP_FP16
-// stores every layer's output but the last in 2 bytes of format f (the arena takes half its float32 bytes), and
-// the kit's CUDA kernels read them into float32 and write them rounded to nearest even (kit/ops_impl.h, *_act16).
-// The logits (the last layer's output, float32) move to Model.logits. Activation gradients, parameters, BN
-// statistics, the input batch and the loss stay float32. The GEMMs must already be in format f
-// (device_set_gemm_precision), and read the 16-bit activations as they are. The round hook is then not called at
-// ROUND_OUTPUT for the 16-bit outputs: storing IS that rounding, to the same values. LOWP_FP32: float32 storage
-// again. Re-allocates the arena (it holds nothing between steps). A whole model only (no stage, no view); the
+// stores every layer's output but the last, and the gradients of those outputs, in 2 bytes of format f (the
+// arena takes half its float32 bytes), and the kit's CUDA kernels read them into float32 and write them rounded
+// to nearest even (kit/ops_impl.h, *_act16). Each layer adding into a gradient rounds what it adds; for the kit's
+// models that gives the float32 path's numbers exactly (model.c, grad16_exact; a model where it would not is
+// refused). The logits and their gradient stay float32
+// (the last layer's output moves to Model.logits), and so do parameters, their gradients, BN statistics, the
+// input batch and the loss. The GEMMs must already be in format f (device_set_gemm_precision), and read the
+// 16-bit operands as they are. The round hook is then not called at ROUND_OUTPUT and ROUND_DOUT for what is
+// stored in 16 bits: storing IS that rounding, to the same values (ROUND_DPARAMS and the logits' ROUND_OUTPUT
+// still are). LOWP_FP32: float32 storage again. Re-allocates the arena (it holds nothing between steps). A whole model only (no stage, no view); the
 // CPU refuses with the reason: its 16 bits are lesson 10's emulation (round_lowp on float32 containers).
 void model_store_activations(Model *m, LowpFormat f);
 // The gradient of the input, (n, in_c, in_h, in_w) of the last model_backward, written (not added) by each

@@ -73,26 +73,28 @@ void scale_inplace_cuda(size_t n, float *x, float s);
 size_t count_nonfinite_cuda(size_t n, const float *x);
 
 // ---- CUDA with 16-bit activations (model_store_activations, kit/model.h; kit/cuda/*.cu)
-// The ops above with every activation (the `void *` arguments) stored in 2 bytes of format f (LOWP_BF16 or
-// LOWP_FP16; LOWP_FP32: float, the ops above), read into float32 and written rounded to nearest even: the values
-// lesson 10's emulation rounds to at the same points (round_lowp). Gradients, parameters and statistics stay
-// float32. conv's x may be float32 instead (fx = LOWP_FP32: the model's input); linear's y is the float32
-// logits. conv and linear need the GEMMs in the same format (device_set_gemm_precision), which read the 16-bit
-// activations as they are.
+// The ops above with every activation and output gradient (the `void *` arguments) stored in 2 bytes of format f
+// (LOWP_BF16 or LOWP_FP16; LOWP_FP32: float, the ops above), read into float32 and written rounded to nearest
+// even: the values lesson 10's emulation rounds to at the same points (round_lowp). The input gradient dx is
+// stored in f too, each addition into it rounded once. Parameters, their gradients and statistics stay float32. conv's x may be float32
+// instead (fx = LOWP_FP32: the model's input); linear's y and dy are the float32 logits and their gradient. conv
+// and linear need the GEMMs in the same format (device_set_gemm_precision), which read 16-bit operands as they are.
 void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *b, void *y, float *work);
-void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work);
+void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const void *dy, void *dx, float *dw, float *db, float *work);
 void batchnorm_forward_train_act16_cuda(LowpFormat f, bool relu, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
 void batchnorm_forward_eval_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, const float *running_mean, const float *running_var, void *y);
 // relu_y: the fused ReLU's output (NULL: plain BN).
-void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *mean, const float *invstd, const void *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
+void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *mean, const float *invstd, const void *relu_y, const void *dy, void *dx, float *dgamma, float *dbeta, const BatchNormSync *sync, float *work);
 void relu_forward_act16_cuda(LowpFormat f, size_t n, const void *x, void *y);
-void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const float *dy, float *dx);
+void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const void *dy, void *dx);
 void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, const void *b, void *y);
+void add_inplace_act16_cuda(LowpFormat f, size_t n, void *dst, const void *src);
 void maxpool2_forward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, void *y);
-void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, const float *dy, float *dx);
+void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x, const void *dy, void *dx);
 void avgpool_forward_act16_cuda(LowpFormat f, int n, int c, int hw, const void *x, void *y);
+void avgpool_backward_act16_cuda(LowpFormat f, int n, int c, int hw, const void *dy, void *dx);
 void linear_forward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w, const float *b, float *y);
-void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w, const float *dy, float *dx, float *dw, float *db);
+void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w, const float *dy, void *dx, float *dw, float *db);
 
 #ifdef __cplusplus
 }

@@ -1087,8 +1087,9 @@ static void act16_one_step(LowpFormat f) {
             MemStats before = mem_stats();
             model_store_activations(m[r], f);
             MemStats after = mem_stats();
-            const size_t arena = (size_t)batch * m[r]->act_floats_per_sample * sizeof(float);
-            assert_int_equal(after.live[MEM_ACTS] + arena / 2, before.live[MEM_ACTS] + batch * classes * sizeof(float));
+            // Both arenas (activations, their gradients) in 2 bytes, plus the float32 logits.
+            const size_t arenas = (size_t)batch * (m[r]->act_floats_per_sample + m[r]->grad_floats_per_sample) * 4;
+            assert_int_equal(after.live[MEM_ACTS] + arenas / 2, before.live[MEM_ACTS] + batch * classes * sizeof(float));
         }
         for (int i = 0; i < m[r]->n_layers; i++) {
             const Layer *l = &m[r]->layers[i];

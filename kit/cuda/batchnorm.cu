@@ -83,8 +83,9 @@ __device__ inline size_t bn_index(unsigned j, int c, int channels, int hw, KitDi
 // and plain agree bit for bit.
 __device__ inline float bn_relu_grad(float relu_y, float dy) { return relu_y > 0.0f ? 0.0f + dy : 0.0f; }
 
-// The activations (x, y, relu_y) are stored as T: float, or 16 bits (the *_act16_cuda entry points,
-// kit/ops_impl.h), read into float32 and written rounded; statistics, parameters and gradients are float32.
+// The activations (x, y, relu_y) and their gradients (dy, dx) are stored as T: float, or 16 bits (the *_act16_cuda
+// entry points, kit/ops_impl.h), read into float32 and written rounded; statistics and parameter gradients are
+// float32.
 
 // grid (C, S): partials[0][c][s] = sum x, partials[1][c][s] = sum x^2 over the slice.
 template <typename T>
@@ -111,7 +112,7 @@ __global__ void bn_stats_partial_kernel(BatchNormDims s, KitDiv div_hw, int slic
 // relu_y != NULL (fused BN + ReLU): dy is the ReLU's output gradient, masked on the fly (bn_relu_grad).
 template <typename T>
 __global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slices, const T *x,
-                                       const float *mean, const float *dy, const T *relu_y,
+                                       const float *mean, const T *dy, const T *relu_y,
                                        double *partials) {
     __shared__ double shared[KIT_BLOCK];
     int c = blockIdx.x, sl = blockIdx.y;
@@ -120,7 +121,7 @@ __global__ void bn_grad_partial_kernel(BatchNormDims s, KitDiv div_hw, int slice
     double sdy = 0.0, sdxh = 0.0;
     for (unsigned j = r.j0 + threadIdx.x; j < r.j1; j += blockDim.x) {
         size_t k = bn_index(j, c, s.c, s.hw, div_hw);
-        double g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), dy[k]) : dy[k];
+        double g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), kit_load(dy[k])) : kit_load(dy[k]);
         sdy += g;
         sdxh += g * ((double)kit_load(x[k]) - m);
     }
@@ -247,18 +248,19 @@ __global__ void bn_input_coef_kernel(int channels, const float *gamma, const flo
 // and is OVERWRITTEN: 0.0f + (...) is what adding into a zeroed buffer gives (each element is read before
 // its own thread writes it).
 template <typename T>
-__global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const T *x, const float *dy,
-                                     const T *relu_y, const float *coef, float *dx) {
+__global__ void bn_input_grad_kernel(BatchNormDims s, KitDiv div_hw, const T *x,
+                                     const T *dy, const T *relu_y, const float *coef,
+                                     T *dx) {
     const unsigned chw = (unsigned)s.c * (unsigned)s.hw;
-    const bool overwrite = relu_y && dx == dy;
+    const bool overwrite = relu_y && (const void *)dx == (const void *)dy;
     KIT_LOOP_X(i, chw) {
         const unsigned c = kit_div(i, div_hw);
         const float a = coef[c], b = coef[s.c + c], d = coef[2 * s.c + c];
         KIT_LOOP_Y(n, s.n) {
             const size_t k = (size_t)n * chw + i;
-            const float g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), dy[k]) : dy[k];
-            const float before = overwrite ? 0.0f : dx[k];
-            dx[k] = before + (a * g + b * kit_load(x[k]) + d);
+            const float g = relu_y ? bn_relu_grad(kit_load(relu_y[k]), kit_load(dy[k])) : kit_load(dy[k]);
+            const float before = overwrite ? 0.0f : kit_load(dx[k]);
+            dx[k] = kit_store<T>(before + (a * g + b * kit_load(x[k]) + d));
         }
     }
 }
@@ -300,8 +302,9 @@ void bn_forward_train(const BatchNormDims *s, const T *x, const float *gamma, co
 
 // relu_y != NULL: fused BN + ReLU (dy is the gradient of the ReLU's output relu_y; dx may be dy).
 template <typename T>
-void bn_backward(const BatchNormDims *s, const T *x, const float *gamma, const float *mean, const float *invstd,
-                 const T *relu_y, const float *dy, float *dx, float *dgamma, float *dbeta,
+void bn_backward(const BatchNormDims *s, const T *x, const float *gamma, const float *mean,
+                 const float *invstd, const T *relu_y, const T *dy,
+                 T *dx, float *dgamma, float *dbeta,
                  const BatchNormSync *sync, float *work) {
     bn_check(s);
     if (!dx && !dgamma && !dbeta) return;
@@ -397,12 +400,13 @@ extern "C" void batchnorm_forward_train_act16_cuda(LowpFormat f, bool relu, cons
     });
 }
 
-extern "C" void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma,
-                                              const float *mean, const float *invstd, const void *relu_y,
-                                              const float *dy, float *dx, float *dgamma, float *dbeta,
-                                              const BatchNormSync *sync, float *work) {
+extern "C" void batchnorm_backward_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x,
+                                              const float *gamma, const float *mean, const float *invstd,
+                                              const void *relu_y, const void *dy, void *dx, float *dgamma,
+                                              float *dbeta, const BatchNormSync *sync, float *work) {
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
-        bn_backward(s, (const T *)x, gamma, mean, invstd, (const T *)relu_y, dy, dx, dgamma, dbeta, sync, work);
+        bn_backward<T>(s, (const T *)x, gamma, mean, invstd, (const T *)relu_y, (const T *)dy,
+                        (T *)dx, dgamma, dbeta, sync, work);
     });
 }

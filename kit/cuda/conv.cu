@@ -23,7 +23,6 @@
 //         so the emulated path (round_lowp, then float32) computes the same products.
 #include "kit/cuda/cuda_internal.h"
 #include "kit/device.h"
-#include "kit/ops.h"
 #include "kit/ops_impl.h"
 
 #include <limits.h>
@@ -135,23 +134,23 @@ ConvChunk conv_chunk(const Conv2dDims *s, const ConvPlan &pl, int n0, float *wor
     return c;
 }
 
-// The storage types of im2col: In, the input's (float, or the 16-bit activations of 16-bit storage, see
-// conv2d_forward_act16_cuda), and Col, the columns' (the GEMM input type). One type argument, so that a launch
-// macro sees no comma.
-template <typename In, typename Col>
-struct Im2colTypes {
+// The storage types of a kernel that reads In and writes Out, in one type argument (a launch macro sees no comma).
+// im2col reads the input (float, or the 16-bit activations of 16-bit storage, conv2d_forward_act16_cuda) and
+// writes the columns (the GEMM input type); the output-gradient gather reads dy and writes the GEMM input type.
+template <typename In, typename Out>
+struct InOut {
     using in = In;
-    using col = Col;
+    using out = Out;
 };
 
 // cols[crr][n][pq] = x[n0 + n][c][p*stride - pad + r][q*stride - pad + s'] (0 outside the image), stored as
-// IO::col (float32, or a 16-bit GEMM input: see the top).
+// IO::out (float32, or a 16-bit GEMM input: see the top).
 // Grid: x over the chunk's L columns (n, p, q), y over input channels. A thread finds (n, p, q) once, with
 // two KitDivs, then writes the R*R rows of each of its channels: consecutive threads write consecutive
 // columns (coalesced) and, at stride 1, read consecutive input columns.
 template <typename IO>
-__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const typename IO::in *x, typename IO::col *cols) {
-    using Col = typename IO::col;
+__global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const typename IO::in *x, typename IO::out *cols) {
+    using Col = typename IO::out;
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;  // <= INT_MAX: conv_plan
     const int rr = s.r * s.r;
     KIT_LOOP_X(col, L) {
@@ -180,7 +179,8 @@ __global__ void im2col_kernel(Conv2dDims s, ConvPlan pl, int nc, const typename 
 // r0 = (ih + pad) % stride, and p falls by one at each step. So one KitDiv per dimension and thread
 // replaces the division per kernel tap; the taps are summed in the same order as always (r, then t,
 // ascending), so the result is the same bit for bit.
-__global__ void col2im_add_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *dcols, float *dx) {
+template <typename X>
+__global__ void col2im_add_kernel(Conv2dDims s, ConvPlan pl, int nc, const float *dcols, X *dx) {
     const size_t L = (size_t)nc * pl.pq;
     const unsigned planes = (unsigned)nc * (unsigned)s.c;  // <= INT_MAX: conv_plan
     const unsigned stride = (unsigned)s.stride;
@@ -202,7 +202,7 @@ __global__ void col2im_add_kernel(Conv2dDims s, ConvPlan pl, int nc, const float
                     sum += src[(size_t)(r * s.r + t) * L + p * pl.q + q];
                 }
             }
-            dx[(size_t)plane * pl.hw + i] += sum;
+            kit_add_to(&dx[(size_t)plane * pl.hw + i], sum);
         }
     }
 }
@@ -220,26 +220,29 @@ __global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *
     }
 }
 
-// tmp[k][n][pq] = dy[n0 + n][k][pq], stored as T; the same grid as conv_output_kernel.
-template <typename T>
-__global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const float *dy, T *tmp) {
+// tmp[k][n][pq] = dy[n0 + n][k][pq], dy read as IO::in, tmp stored as IO::out; the same grid as conv_output_kernel.
+template <typename IO>
+__global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const typename IO::in *dy, typename IO::out *tmp) {
     const unsigned L = (unsigned)nc * (unsigned)pl.pq;
     KIT_LOOP_X(col, L) {
         const unsigned n = kit_div(col, pl.div_pq), pq = col - n * (unsigned)pl.pq;
-        KIT_LOOP_Y(k, k_out) { tmp[(size_t)k * L + col] = kit_store<T>(dy[((size_t)n * k_out + k) * pl.pq + pq]); }
+        KIT_LOOP_Y(k, k_out) {
+            tmp[(size_t)k * L + col] = kit_store<typename IO::out>(kit_load(dy[((size_t)n * k_out + k) * pl.pq + pq]));
+        }
     }
 }
 
 // db[k] += sum over every image and pixel of dy[n][k][pq]. One block per channel, double accumulator.
 // j runs over (n, pq) in 32 bits (the caller checked N * PQ < 2^31), split with a KitDiv.
-__global__ void conv_bias_grad_kernel(int n_img, int k_out, int pq, KitDiv div_pq, const float *dy, float *db) {
+template <typename T>
+__global__ void conv_bias_grad_kernel(int n_img, int k_out, int pq, KitDiv div_pq, const T *dy, float *db) {
     __shared__ double shared[KIT_BLOCK];
     int k = blockIdx.x;
     const unsigned total = (unsigned)n_img * (unsigned)pq;
     double s = 0.0;
     for (unsigned j = threadIdx.x; j < total; j += blockDim.x) {
         const unsigned n = kit_div(j, div_pq), i = j - n * (unsigned)pq;
-        s += dy[((size_t)n * k_out + k) * pq + i];
+        s += kit_load(dy[((size_t)n * k_out + k) * pq + i]);
     }
     s = kit_block_sum(s, shared);
     if (threadIdx.x == 0) db[k] += (float)s;
@@ -265,7 +268,8 @@ void act16_check(LowpFormat f) {
     CHECKF(gemm_format(device_gemm_precision(DEVICE_CUDA)) == f,
            "16-bit activations feed the GEMMs as they are: set the GEMM precision to the same format first "
            "(device_set_gemm_precision, kit/device.h)",
-           "activations in %s, GEMMs in %s", lowp_name(f), gemm_precision_name(device_gemm_precision(DEVICE_CUDA)));
+           "activations in %s, GEMMs in %s", f == LOWP_BF16 ? "bf16" : "fp16",
+           gemm_precision_name(device_gemm_precision(DEVICE_CUDA)));
 }
 
 // The forward with GEMM inputs of type G (see the top), input x stored as In and output y as Out (float, or
@@ -274,7 +278,7 @@ void act16_check(LowpFormat f) {
 template <typename G, typename In, typename Out>
 void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
                      const float *b, Out *y, float *work) {
-    using IO = Im2colTypes<In, G>;
+    using IO = InOut<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
     const G *wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
@@ -289,13 +293,14 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
     }
 }
 
-// The backward's GEMMs with inputs of type G, and the forward's input x stored as In. With a 16-bit G the gathered
-// dy (K, L) takes the first half of tmp, the columns the first half of cols, and dcols (float32, the dx GEMM's
-// output) all of cols, as in float32.
-template <typename G, typename In>
+// The backward's GEMMs with inputs of type G, the forward's input x stored as In, dy and dx as T. With a 16-bit
+// G the gathered dy (K, L) takes the first half of tmp, the columns the first half of cols, and dcols (float32, the
+// dx GEMM's output) all of cols, as in float32.
+template <typename G, typename In, typename T>
 void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
-                      const float *dy, float *dx, float *dw, float *work) {
-    using IO = Im2colTypes<In, G>;
+                      const T *dy, T *dx, float *dw, float *work) {
+    using IO = InOut<In, G>;
+    using DyIO = InOut<T, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
     const G *wt = nullptr;
     if (dx) wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
@@ -303,7 +308,7 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
         G *cols = (G *)c.cols, *tmp = (G *)c.tmp;
-        KIT_LAUNCH_2D(conv_dy_gather_kernel<G>, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
+        KIT_LAUNCH_2D(conv_dy_gather_kernel<DyIO>, L, s->k, s->k, pl, nc, dy + n0 * out_image, tmp);
         if (dw) {
             KIT_LAUNCH_2D(im2col_kernel<IO>, L, s->c, *s, pl, nc, x + n0 * in_image, cols);
             // Row-major: dw (K, CRR) += tmp (K, L) @ cols^T (L, CRR): the sum over the chunk's images.
@@ -313,7 +318,7 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
             // Row-major: dcols (CRR, L) = w^T (CRR, K) @ tmp (K, L). It overwrites cols, which the dw
             // GEMM above has finished reading: both are queued in order on the one compute stream.
             gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, L, pl.crr, s->k, tmp, L, wt, pl.crr, 0.0f, c.cols, L);
-            KIT_LAUNCH_2D(col2im_add_kernel, pl.hw, (size_t)nc * s->c, *s, pl, nc, c.cols, dx + n0 * in_image);
+            KIT_LAUNCH_2D(col2im_add_kernel<T>, pl.hw, (size_t)nc * s->c, *s, pl, nc, c.cols, dx + n0 * in_image);
         }
     }
 }
@@ -325,18 +330,21 @@ void conv_forward_check(const void *x, const float *w, const void *y, const floa
     KIT_CHECK_PTR(work);
 }
 
-// The bias gradient; then whether the GEMMs have anything to do (checking what they read).
-bool conv_backward_start(const Conv2dDims *s, const ConvPlan &pl, const void *x, const float *w, const float *dy,
-                         const float *dx, const float *dw, float *db, const float *work) {
+// db += the bias gradient, from dy stored as T.
+template <typename T>
+void conv_bias_grad(const Conv2dDims *s, const ConvPlan &pl, const T *dy, float *db) {
     KIT_CHECK_PTR(dy);
-    if (db) {
-        CHECK((size_t)s->n * pl.pq <= INT_MAX, "conv2d: the bias gradient sums over more than 2^31 values "
-                                               "per channel; use a smaller batch");
-        KIT_PROFILED(conv_bias_grad_kernel, {
-            CUDA_LAUNCH(conv_bias_grad_kernel, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, pl.div_pq, dy, db);
-            CUDA_CHECK_LAUNCH();
-        });
-    }
+    if (!db) return;
+    CHECK((size_t)s->n * pl.pq <= INT_MAX, "conv2d: the bias gradient sums over more than 2^31 values "
+                                           "per channel; use a smaller batch");
+    KIT_PROFILED(conv_bias_grad_kernel<T>, {
+        CUDA_LAUNCH(conv_bias_grad_kernel<T>, s->k, KIT_BLOCK, 0, cuda_stream())(s->n, s->k, pl.pq, pl.div_pq, dy, db);
+        CUDA_CHECK_LAUNCH();
+    });
+}
+
+// Whether the GEMMs have anything to do (checking what they read).
+bool conv_backward_needs_gemms(const void *x, const float *w, const void *dx, const float *dw, const float *work) {
     if (!dx && !dw) return false;
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
@@ -360,11 +368,12 @@ extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const f
 extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy,
                                      float *dx, float *dw, float *db, float *work) {
     ConvPlan pl = conv_plan(s);
-    if (!conv_backward_start(s, pl, x, w, dy, dx, dw, db, work)) return;
+    conv_bias_grad(s, pl, dy, db);
+    if (!conv_backward_needs_gemms(x, w, dx, dw, work)) return;
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     kit_with_type(gemm_format(p), [&](auto g) {
         using G = typename decltype(g)::type;
-        conv_backward_as<G, float>(p, s, pl, x, w, dy, dx, dw, work);
+        conv_backward_as<G, float, float>(p, s, pl, x, w, dy, dx, dw, work);
     });
 }
 
@@ -382,17 +391,20 @@ extern "C" void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Con
     });
 }
 
-extern "C" void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x,
-                                           const float *w, const float *dy, float *dx, float *dw, float *db,
-                                           float *work) {
+extern "C" void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s,
+                                           const void *x, const float *w, const void *dy, void *dx, float *dw,
+                                           float *db, float *work) {
     act16_check(f);
     ConvPlan pl = conv_plan(s);
-    if (!conv_backward_start(s, pl, x, w, dy, dx, dw, db, work)) return;
-    GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
-        if (fx == LOWP_FP32) conv_backward_as<T, float>(p, s, pl, (const float *)x, w, dy, dx, dw, work);
-        else conv_backward_as<T, T>(p, s, pl, (const T *)x, w, dy, dx, dw, work);
+        conv_bias_grad(s, pl, (const T *)dy, db);
+        if (!conv_backward_needs_gemms(x, w, dx, dw, work)) return;
+        GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
+        if (fx == LOWP_FP32)
+            conv_backward_as<T, float, T>(p, s, pl, (const float *)x, w, (const T *)dy, (T *)dx, dw, work);
+        else
+            conv_backward_as<T, T, T>(p, s, pl, (const T *)x, w, (const T *)dy, (T *)dx, dw, work);
     });
 }
 
@@ -424,30 +436,42 @@ void linear_check(int n, int in, int out) {
 // dy (N, OUT), each converted only when given), or the float32 buffers themselves. x_ready: x is stored in the
 // GEMMs' own 16-bit type already (16-bit activations), and is read where it is. TF32 is for convolutions only
 // (PyTorch's default: cuDNN's convolutions in TF32, matmuls in float32), so linear runs fp32 under it.
+// dx_sum (with want_dx_sum): float32 room for the dx GEMM's (N, IN) result, after the inputs in the same scratch,
+// for a dx stored in 16 bits (added into it, rounded once: linear_backward_act16_cuda).
 struct LinearInputs {
     GemmPrecision p;
     const void *x, *w, *dy;
+    float *dx_sum;
 };
 
 template <typename T>
 LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const void *x, bool x_ready,
-                              const float *w, const float *dy) {
+                              const float *w, const float *dy, bool want_dx_sum) {
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ndy = (size_t)n * out;
     // Each part starts on a 16-byte boundary (8 elements), where cuBLAS's tensor-core kernels want their operands.
-    size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8;
-    T *scratch = (T *)cuda_device_scratch((at_dy + ndy) * sizeof(T));
-    LinearInputs r = {p, nullptr, nullptr, nullptr};
+    size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8, at_sum = (at_dy + ndy + 7) / 8 * 8;
+    size_t bytes = at_sum * sizeof(T) + (want_dx_sum ? nx * sizeof(float) : 0);
+    T *scratch = (T *)cuda_device_scratch(bytes);
+    LinearInputs r = {p, nullptr, nullptr, nullptr, want_dx_sum ? (float *)(scratch + at_sum) : nullptr};
     if (x) r.x = x_ready ? x : gemm_input<T>((const float *)x, nx, scratch);
     if (w) r.w = gemm_input<T>(w, nw, scratch + at_w);
     if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + at_dy);
     return r;
 }
 
-LinearInputs linear_inputs(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy) {
+LinearInputs linear_inputs(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy,
+                           bool want_dx_sum = false) {
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
-    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, x_ready, w, dy);
-    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, x_ready, w, dy);
-    return LinearInputs{GEMM_FP32, x, w, dy};
+    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, x_ready, w, dy, want_dx_sum);
+    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, x_ready, w, dy, want_dx_sum);
+    CHECK(!want_dx_sum, "linear: a 16-bit input gradient needs 16-bit GEMMs");
+    return LinearInputs{GEMM_FP32, x, w, dy, nullptr};
+}
+
+// dst (n, stored as X) += src (n floats).
+template <typename X>
+__global__ void add_float_into_kernel(size_t n, const float *src, X *dst) {
+    KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], src[i]); }
 }
 
 void linear_forward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *b,
@@ -462,16 +486,26 @@ void linear_forward_impl(int n, int in, int out, const void *x, bool x_ready, co
     if (b) KIT_LAUNCH_2D(linear_bias_kernel, out, n, n, out, b, y);
 }
 
+// dx is float32 (fdx = LOWP_FP32) or 16 bits in format fdx (the GEMM's float32 result then added into it, rounded).
 void linear_backward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy,
-                          float *dx, float *dw, float *db) {
+                          LowpFormat fdx, void *dx, float *dw, float *db) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(dy);
     if (dx) KIT_CHECK_PTR(w);
     if (dw) KIT_CHECK_PTR(x);
     if (dx || dw) {
-        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, x_ready, dx ? w : nullptr, dy);
+        const bool dx16 = dx && fdx != LOWP_FP32;
+        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, x_ready, dx ? w : nullptr, dy, dx16);
         // Row-major: dx (N, IN) += dy (N, OUT) @ w (OUT, IN).
-        if (dx) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 1.0f, dx, in);
+        if (dx && !dx16) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 1.0f, (float *)dx, in);
+        if (dx16) {
+            gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 0.0f, g.dx_sum, in);
+            const size_t nx = (size_t)n * in;
+            kit_with_type(fdx, [&](auto t) {
+                using X = typename decltype(t)::type;
+                KIT_LAUNCH(add_float_into_kernel<X>, nx, nx, g.dx_sum, (X *)dx);
+            });
+        }
         // Row-major: dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN).
         if (dw) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, g.x, in, g.dy, out, 1.0f, dw, in);
     }
@@ -487,7 +521,7 @@ extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, cons
 
 extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, const float *w, const float *dy,
                                      float *dx, float *dw, float *db) {
-    linear_backward_impl(n, in, out, x, false, w, dy, dx, dw, db);
+    linear_backward_impl(n, in, out, x, false, w, dy, LOWP_FP32, dx, dw, db);
 }
 
 // 16-bit activations (kit/ops_impl.h): x in format f, which the GEMMs read as it is; y (the logits) in float32.
@@ -497,8 +531,8 @@ extern "C" void linear_forward_act16_cuda(LowpFormat f, int n, int in, int out, 
     linear_forward_impl(n, in, out, x, true, w, b, y);
 }
 
-extern "C" void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w,
-                                           const float *dy, float *dx, float *dw, float *db) {
+extern "C" void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x,
+                                           const float *w, const float *dy, void *dx, float *dw, float *db) {
     act16_check(f);
-    linear_backward_impl(n, in, out, x, true, w, dy, dx, dw, db);
+    linear_backward_impl(n, in, out, x, true, w, dy, f, dx, dw, db);
 }

@@ -193,6 +193,12 @@ void kit_with_type(LowpFormat f, Fn &&fn) {
     else fn(KitType<float>{});
 }
 
+// dx += v, stored as X: for float the plain +=; for 16 bits the float32 sum rounded once.
+template <typename X>
+__device__ __forceinline__ void kit_add_to(X *dx, float v) {
+    *dx = kit_store<X>(kit_load(*dx) + v);
+}
+
 // Host-side argument checks shared by the ops.
 #define KIT_CHECK_PTR(p) CHECK((p) != NULL, #p " must not be NULL here (see kit/ops.h)")
 

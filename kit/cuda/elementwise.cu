@@ -6,8 +6,8 @@
 #include "kit/ops_impl.h"
 
 // ---------------------------------------------------------------- ReLU
-// The activations x and y are stored as T (float, or 16 bits: the *_act16_cuda entry points, kit/ops_impl.h);
-// the gradients are float32 always.
+// The activations x and y and their gradients dy and dx are stored as T (float, or 16 bits: the *_act16_cuda
+// entry points, kit/ops_impl.h).
 template <typename T>
 __global__ void relu_forward_kernel(size_t n, const T *x, T *y) {
     KIT_GRID_LOOP(i, n) {
@@ -18,9 +18,10 @@ __global__ void relu_forward_kernel(size_t n, const T *x, T *y) {
 
 // dx += dy where the output was positive (the same test the CPU uses: y > 0).
 template <typename T>
-__global__ void relu_backward_kernel(size_t n, const T *y, const float *dy, float *dx) {
+__global__ void relu_backward_kernel(size_t n, const T *y, const T *dy,
+                                     T *dx) {
     KIT_GRID_LOOP(i, n) {
-        if (kit_load(y[i]) > 0.0f) dx[i] += dy[i];
+        if (kit_load(y[i]) > 0.0f) kit_add_to(&dx[i], kit_load(dy[i]));
     }
 }
 
@@ -40,11 +41,12 @@ extern "C" void relu_forward_act16_cuda(LowpFormat f, size_t n, const void *x, v
     });
 }
 
-extern "C" void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const float *dy, float *dx) {
+extern "C" void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, const void *dy,
+                                         void *dx) {
     if (!dx) return;
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
-        KIT_LAUNCH(relu_backward_kernel<T>, n, n, (const T *)y, dy, dx);
+        KIT_LAUNCH(relu_backward_kernel<T>, n, n, (const T *)y, (const T *)dy, (T *)dx);
     });
 }
 
@@ -54,8 +56,10 @@ __global__ void add_forward_kernel(size_t n, const T *a, const T *b, T *y) {
     KIT_GRID_LOOP(i, n) { y[i] = kit_store<T>(kit_load(a[i]) + kit_load(b[i])); }
 }
 
-__global__ void add_inplace_kernel(size_t n, float *dst, const float *src) {
-    KIT_GRID_LOOP(i, n) { dst[i] += src[i]; }
+// dst += src: a residual's backward, src its output gradient, dst an input's gradient.
+template <typename T>
+__global__ void add_inplace_kernel(size_t n, T *dst, const T *src) {
+    KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], kit_load(src[i])); }
 }
 
 extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
@@ -71,7 +75,15 @@ extern "C" void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, co
 
 extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
     if (!dst) return;  // a NULL gradient is "not needed" (ops.h)
-    KIT_LAUNCH(add_inplace_kernel, n, n, dst, src);
+    KIT_LAUNCH(add_inplace_kernel<float>, n, n, dst, src);
+}
+
+extern "C" void add_inplace_act16_cuda(LowpFormat f, size_t n, void *dst, const void *src) {
+    if (!dst) return;
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH(add_inplace_kernel<T>, n, n, (T *)dst, (const T *)src);
+    });
 }
 
 // ---------------------------------------------------------------- SGD with momentum (PyTorch's form)
@@ -143,13 +155,14 @@ __global__ void maxpool2_forward_kernel(int n_img, PoolGeom g, const T *x, T *y)
 
 // Windows do not overlap (stride 2 = size 2), so each input element receives from at most one thread.
 template <typename T>
-__global__ void maxpool2_backward_kernel(int n_img, PoolGeom g, const T *x, const float *dy, float *dx) {
+__global__ void maxpool2_backward_kernel(int n_img, PoolGeom g, const T *x, const T *dy,
+                                         T *dx) {
     KIT_LOOP_X(i, g.per_image) {
         int p, q;
         const size_t plane = pool_window(g, i, &p, &q);
         KIT_LOOP_Y(n, n_img) {
             const size_t base = (size_t)n * g.in_image + plane;
-            dx[base + maxpool2_argmax(x + base, g.w, p, q)] += dy[(size_t)n * g.per_image + i];
+            kit_add_to(&dx[base + maxpool2_argmax(x + base, g.w, p, q)], kit_load(dy[(size_t)n * g.per_image + i]));
         }
     }
 }
@@ -174,13 +187,14 @@ extern "C" void maxpool2_forward_act16_cuda(LowpFormat f, int n, int c, int h, i
     });
 }
 
-extern "C" void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w, const void *x,
-                                             const float *dy, float *dx) {
+extern "C" void maxpool2_backward_act16_cuda(LowpFormat f, int n, int c, int h, int w,
+                                             const void *x, const void *dy, void *dx) {
     PoolGeom g = maxpool2_geom(n, c, h, w);
     if (!dx) return;
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
-        KIT_LAUNCH_2D(maxpool2_backward_kernel<T>, g.per_image, n, n, g, (const T *)x, dy, dx);
+        KIT_LAUNCH_2D(maxpool2_backward_kernel<T>, g.per_image, n, n, g, (const T *)x, (const T *)dy,
+                      (T *)dx);
     });
 }
 
@@ -208,11 +222,13 @@ __global__ void avgpool_forward_kernel(size_t rows, int hw, const T *x, T *y) {
 }
 
 // Grid: x over the (c, pixel) of one image, y over images; one KitDiv finds the channel.
-__global__ void avgpool_backward_kernel(int n_img, int c, int hw, KitDiv div_hw, const float *dy, float *dx) {
+template <typename T>
+__global__ void avgpool_backward_kernel(int n_img, int c, int hw, KitDiv div_hw, const T *dy,
+                                        T *dx) {
     const unsigned chw = (unsigned)c * (unsigned)hw;
     KIT_LOOP_X(i, chw) {
         const unsigned ch = kit_div(i, div_hw);
-        KIT_LOOP_Y(n, n_img) { dx[(size_t)n * chw + i] += dy[(size_t)n * c + ch] / (float)hw; }
+        KIT_LOOP_Y(n, n_img) { kit_add_to(&dx[(size_t)n * chw + i], kit_load(dy[(size_t)n * c + ch]) / (float)hw); }
     }
 }
 
@@ -229,11 +245,20 @@ extern "C" void avgpool_forward_cuda(int n, int c, int hw, const float *x, float
     avgpool_forward_act16_cuda(LOWP_FP32, n, c, hw, x, y);
 }
 
-extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, float *dx) {
+extern "C" void avgpool_backward_act16_cuda(LowpFormat f, int n, int c, int hw, const void *dy,
+                                            void *dx) {
     CHECK(n > 0 && c > 0 && hw > 0, "avgpool: n, c and hw must be positive");
     if (!dx) return;
     CHECK((size_t)c * hw <= INT_MAX, "avgpool: one image exceeds 2^31 elements (32-bit indices)");
-    KIT_LAUNCH_2D(avgpool_backward_kernel, (size_t)c * hw, n, n, c, hw, kit_div_make(hw), dy, dx);
+    kit_with_type(f, [&](auto t) {
+        using T = typename decltype(t)::type;
+        KIT_LAUNCH_2D(avgpool_backward_kernel<T>, (size_t)c * hw, n, n, c, hw, kit_div_make(hw),
+                      (const T *)dy, (T *)dx);
+    });
+}
+
+extern "C" void avgpool_backward_cuda(int n, int c, int hw, const float *dy, float *dx) {
+    avgpool_backward_act16_cuda(LOWP_FP32, n, c, hw, dy, dx);
 }
 
 // ---------------------------------------------------------------- low precision (round_lowp, lesson 10)
