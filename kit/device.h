@@ -49,7 +49,8 @@ typedef enum { GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16 } GemmPrecision;
 // GEMM_FP32 stops with the reason (its low precision is lesson 10's emulation: round_lowp at the policy's points).
 // On CUDA, GEMM_BF16/FP16 round each GEMM input to the format (to nearest even, the bits round_lowp gives) as it
 // stores it in 2 bytes; everything else (BN, the loss, the optimizer, the parameters) stays float32, and so do the
-// activations between layers unless the model stores them in the same 16-bit format (model_store_activations).
+// activations between layers and their gradients unless the model stores them in the same 16-bit format
+// (model_store_activations).
 void device_set_gemm_precision(Device d, GemmPrecision p);
 GemmPrecision device_gemm_precision(Device d);
 // "fp32", "tf32", "bf16", "fp16".

@@ -73,8 +73,9 @@ static bool policy_stores_low(const Model *m, LowpFormat f) {
 
 // Which path runs conv and linear under --precision, said on the program's first lines. On a CUDA device the
 // kit's GEMMs take 16-bit inputs for real (device_set_gemm_precision, before the model exists: tensor cores,
-// float32 sums), and where the policy stores every activation in 16 bits the model stores them in 2 bytes
-// (model_store_activations: half the activation memory, and the round hook's ROUND_OUTPUT is done by storing);
+// float32 sums), and where the policy stores every activation in 16 bits the model stores them and their gradients
+// in 2 bytes (model_store_activations: half their memory; the round hook's ROUND_OUTPUT and ROUND_DOUT are done by
+// storing);
 // on the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
 static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
     Device d = pg_device(r->pg);
@@ -88,8 +89,8 @@ static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
     else if (f == LOWP_FP32)
         printf("precision path: float32 (%s)%s\n", cuda ? "cuBLAS SGEMM" : "OpenBLAS SGEMM", where);
     else if (cuda && m->act_format == f)
-        printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation; activations stored in 2 bytes "
-               "(%s), their gradients, BN statistics, the loss and the master weights in float32%s\n", name, name,
+        printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation; activations and their gradients "
+               "stored in 2 bytes (%s); BN statistics, the loss and the master weights in float32%s\n", name, name,
                where);
     else if (cuda)
         printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation (conv and linear inputs stored "
