@@ -994,10 +994,46 @@ static void test_gemm_tf32(void **state) {
 // value across a bf16 rounding boundary: that element then differs by one bf16 unit (2^-8 of itself), and the
 // elements computed from it by that much of its share; so each tensor stays within 2^-8 of its RMS.
 static void policy_like_hook(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
-    (void)ctx;
     LayerKind k = m->layers[layer].kind;
     if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
-    round_lowp(m->device, LOWP_BF16, n, buf, NULL);
+    round_lowp(m->device, *(const LowpFormat *)ctx, n, buf, NULL);
+}
+
+// One mixed-precision training step of m in format *f, as lesson 10 takes it (the comment above): the policy's
+// hook installed, the conv and linear parameters, the input batch x (batch, 3, H, W) and the loss gradient rounded.
+static void policy_step(Model *m, LowpFormat *f, const float *x, const int *y, int batch) {
+    const int classes = m->cfg.classes;
+    const size_t nx = (size_t)batch * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
+    model_set_round_hook(m, policy_like_hook, f);
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
+            round_lowp(GPU, *f, l->param_count, m->params + l->param_offset, NULL);
+    }
+    device_copy_to(GPU, m->input, x, nx * sizeof(float));
+    device_copy_to(GPU, m->labels, y, batch * sizeof(int));
+    round_lowp(GPU, *f, nx, m->input, NULL);
+    const float *logits = model_forward(m, m->input, batch, true);
+    device_memset_zero(GPU, m->dlogits, (size_t)batch * classes * sizeof(float));
+    cross_entropy_backward(GPU, batch, classes, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
+    round_lowp(GPU, *f, (size_t)batch * classes, m->dlogits, NULL);
+    model_zero_grad(m);
+    model_backward(m, m->input, m->dlogits, batch);
+}
+
+// The loss gradient (the forward's result, through the loss) and every parameter gradient of b against a's.
+static void assert_step_close(const Model *a, const Model *b, int batch, double tol) {
+    const size_t nd = (size_t)batch * a->cfg.classes;
+    float *ref = host_of(a->dlogits, nd);
+    assert_gpu_close(b->dlogits, ref, nd, tol);
+    free(ref);
+    for (int i = 0; i < a->n_views; i++) {
+        const TensorView *v = &a->views[i];
+        float *g = host_of(a->grads + v->offset, v->count);
+        print_message("  %-24s checked\n", v->name);
+        assert_gpu_close(b->grads + v->offset, g, v->count, tol);
+        free(g);
+    }
 }
 
 static void test_gemm_lowp_model_step(void **state) {
@@ -1010,60 +1046,32 @@ static void test_gemm_lowp_model_step(void **state) {
     const int batch = 8;
     ModelConfig cfg;
     assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
-    size_t nx = (size_t)batch * 3 * 32 * 32;
-    float *x = hvec(nx, -1, 1, 1500);
+    float *x = hvec((size_t)batch * 3 * 32 * 32, -1, 1, 1500);
     int y[8];
     for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
+    LowpFormat f = LOWP_BF16;
     Model *m[2];  // [0] emulated, [1] real
     for (int r = 0; r < 2; r++) {
         m[r] = model_create(&cfg, GPU, batch, 1501);
-        model_set_round_hook(m[r], policy_like_hook, NULL);
-        for (int i = 0; i < m[r]->n_layers; i++) {
-            const Layer *l = &m[r]->layers[i];
-            if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
-                round_lowp(GPU, LOWP_BF16, l->param_count, m[r]->params + l->param_offset, NULL);
-        }
-        device_copy_to(GPU, m[r]->input, x, nx * sizeof(float));
-        device_copy_to(GPU, m[r]->labels, y, batch * sizeof(int));
-        round_lowp(GPU, LOWP_BF16, nx, m[r]->input, NULL);
         device_set_gemm_precision(GPU, r ? GEMM_BF16 : GEMM_FP32);
-        const float *logits = model_forward(m[r], m[r]->input, batch, true);
-        device_memset_zero(GPU, m[r]->dlogits, (size_t)batch * 10 * sizeof(float));
-        cross_entropy_backward(GPU, batch, 10, logits, m[r]->labels, 0.0f, 1.0f / batch, m[r]->dlogits);
-        round_lowp(GPU, LOWP_BF16, (size_t)batch * 10, m[r]->dlogits, NULL);
-        model_zero_grad(m[r]);
-        model_backward(m[r], m[r]->input, m[r]->dlogits, batch);
+        policy_step(m[r], &f, x, y, batch);
         device_set_gemm_precision(GPU, GEMM_FP32);
     }
-    float *ref = host_of(m[0]->dlogits, (size_t)batch * 10);
-    assert_gpu_close(m[1]->dlogits, ref, (size_t)batch * 10, tol);  // the forward's result, through the loss
-    free(ref);
-    for (int i = 0; i < m[0]->n_views; i++) {
-        const TensorView *v = &m[0]->views[i];
-        float *g = host_of(m[0]->grads + v->offset, v->count);
-        print_message("  %-24s checked\n", v->name);
-        assert_gpu_close(m[1]->grads + v->offset, g, v->count, tol);
-        free(g);
-    }
+    assert_step_close(m[0], m[1], batch, tol);
     model_free(m[0]), model_free(m[1]);
     free(x);
 }
 
-// 16-bit activation storage (model_store_activations): every layer's output but the logits stored in 2 bytes, the
-// kernels reading them into float32 and writing them rounded. Against the same model with float32 storage and
-// the policy's hook rounding those outputs in place (the real path before 16-bit storage, which
+// 16-bit storage (model_store_activations): every layer's output but the logits, and its gradient, stored in 2
+// bytes, the kernels reading them into float32 and writing them rounded. Against the same model with float32
+// storage and the policy's hook rounding those tensors in place (the real path before 16-bit storage, which
 // test_gemm_lowp_model_step checks against the emulated one), nothing may change: a rounded value is stored
-// exactly in 2 bytes, and every kernel computes in float32 from the same values in the same order. So in the
-// emulator the two agree bit for bit: logits, loss gradient, every parameter gradient, the BN running statistics
-// and an eval forward. On a GPU, cuBLAS may pick another kernel for an operand at another address (the 16-bit
-// arena, against the scratch copy), which changes the GEMMs' summation order: the bound of
-// test_gemm_lowp_model_step (2^-8 of the RMS) then applies. And the arena takes half its float32 bytes.
-static void policy_hook_format(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
-    LayerKind k = m->layers[layer].kind;
-    if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
-    round_lowp(m->device, *(const LowpFormat *)ctx, n, buf, NULL);
-}
-
+// exactly in 2 bytes, every kernel computes in float32 from the same values in the same order, and ResNet-9's
+// residual inputs, whose gradients two layers add into, round once either way (kit/model.c, grad16_exact). So in
+// the emulator the two agree bit for bit: the loss gradient, every parameter gradient, the BN running statistics
+// and an eval forward's logits. On a GPU, cuBLAS may pick another kernel for an operand at another address (the
+// 16-bit arena, against the scratch copy), which changes the GEMMs' summation order: the bound of
+// test_gemm_lowp_model_step (2^-8 of the RMS) then applies. And both arenas take half their float32 bytes.
 static void act16_one_step(LowpFormat f) {
 #ifdef KIT_CUDA_EMU
     const double tol = EXACT;
@@ -1074,15 +1082,13 @@ static void act16_one_step(LowpFormat f) {
     print_message("  %s activations\n", lowp_name(f));
     ModelConfig cfg;
     assert_true(model_config(&cfg, "resnet9", 8, 3, 16, 16, classes));  // residual adds, pools, fused BN + ReLU
-    size_t nx = (size_t)batch * 3 * 16 * 16;
-    float *x = hvec(nx, -1, 1, 1700);
+    float *x = hvec((size_t)batch * 3 * 16 * 16, -1, 1, 1700);
     int y[4] = {3, 1, 4, 1};
     LowpFormat fmt = f;
     device_set_gemm_precision(GPU, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
     Model *m[2];  // [0] float32 storage, rounded by the hook; [1] 16-bit storage
     for (int r = 0; r < 2; r++) {
         m[r] = model_create(&cfg, GPU, batch, 1701);
-        model_set_round_hook(m[r], policy_hook_format, &fmt);
         if (r) {
             MemStats before = mem_stats();
             model_store_activations(m[r], f);
@@ -1091,31 +1097,10 @@ static void act16_one_step(LowpFormat f) {
             const size_t arenas = (size_t)batch * (m[r]->act_floats_per_sample + m[r]->grad_floats_per_sample) * 4;
             assert_int_equal(after.live[MEM_ACTS] + arenas / 2, before.live[MEM_ACTS] + batch * classes * sizeof(float));
         }
-        for (int i = 0; i < m[r]->n_layers; i++) {
-            const Layer *l = &m[r]->layers[i];
-            if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
-                round_lowp(GPU, f, l->param_count, m[r]->params + l->param_offset, NULL);
-        }
-        device_copy_to(GPU, m[r]->input, x, nx * sizeof(float));
-        device_copy_to(GPU, m[r]->labels, y, batch * sizeof(int));
-        round_lowp(GPU, f, nx, m[r]->input, NULL);
-        const float *logits = model_forward(m[r], m[r]->input, batch, true);
-        device_memset_zero(GPU, m[r]->dlogits, (size_t)batch * classes * sizeof(float));
-        cross_entropy_backward(GPU, batch, classes, logits, m[r]->labels, 0.0f, 1.0f / batch, m[r]->dlogits);
-        round_lowp(GPU, f, (size_t)batch * classes, m[r]->dlogits, NULL);
-        model_zero_grad(m[r]);
-        model_backward(m[r], m[r]->input, m[r]->dlogits, batch);
+        policy_step(m[r], &fmt, x, y, batch);
     }
-    float *ref = host_of(m[0]->dlogits, (size_t)batch * classes);
-    assert_gpu_close(m[1]->dlogits, ref, (size_t)batch * classes, tol);  // the forward's result, through the loss
-    free(ref);
-    for (int i = 0; i < m[0]->n_views; i++) {
-        const TensorView *v = &m[0]->views[i];
-        float *g = host_of(m[0]->grads + v->offset, v->count);
-        assert_gpu_close(m[1]->grads + v->offset, g, v->count, tol);
-        free(g);
-    }
-    ref = host_of(m[0]->buffers, m[0]->n_buffers);  // the running statistics the training forward updated
+    assert_step_close(m[0], m[1], batch, tol);
+    float *ref = host_of(m[0]->buffers, m[0]->n_buffers);  // the running statistics the training forward updated
     assert_gpu_close(m[1]->buffers, ref, m[0]->n_buffers, tol);
     free(ref);
     const float *eval[2];
