@@ -6,10 +6,11 @@
 #   build      make all (with CUDA; CUDA_ARCH set to the GPU's own compute capability)
 #   fastpath   run it FIRST (after build): the real low-precision GEMMs. make test-cuda (every CUDA op against the
 #              CPU, and tests/test_cuda.c's real-vs-emulated tests: bf16/fp16 cublasGemmEx against round_lowp +
-#              float32 within the derived bound, TF32 against truncated inputs, a bf16 training step), lesson 10
-#              on ResNet-9 (batch 512, one epoch of the synthetic set) in fp32, bf16 and fp16 + the loss scaler
-#              (its first lines name the path), then the speed table: bench/torch_gpu.py --fast, the kit's
-#              fp32 / --tf32 / bf16 / fp16 GEMMs beside PyTorch fp32 (TF32 off), its TF32 default and
+#              float32 within the derived bound, TF32 against truncated inputs, a bf16 training step, 16-bit
+#              activations and gradients against float32 storage), lesson 10 on ResNet-9 (batch 512, one epoch of
+#              the synthetic set) in fp32, bf16 and fp16 + the loss scaler (its first lines name the path, its
+#              final line peak_mib), then the speed table: bench/torch_gpu.py --fast, the kit's fp32 / --tf32 /
+#              bf16 / fp16 GEMMs (with and without 2-byte activations) beside PyTorch fp32 (TF32 off), its TF32 default and
 #              channels_last + bf16 autocast, ResNet-9 width 64, batch 512 -> LOGDIR/results-fastpath.md; ~3 min
 #   cpu        make test-kit: the CPU unit tests (proves the bundle's OpenBLAS/cmocka/zlib on this machine)
 #   parity     make test-cuda: every CUDA op against the CPU op
