@@ -83,7 +83,7 @@ static const CliOption OPTIONS[] = {
     {"keep-last-batch", NULL, CLI_DIST, OPT_FLAG, FIELD(keep_last_batch), NULL, 0, 0, NULL,
      "train on the last, short batch of every epoch too; the shards are\npadded to equal length from the epoch's start "
      "(PyTorch's\nDistributedSampler(drop_last=False)); default: both dropped"},
-    {"trace", "FILE", CLI_DIST | CLI_INFER, OPT_STRING, FIELD(trace), NULL, 0, 0, NULL,
+    {"trace", "FILE", CLI_BASE, OPT_STRING, FIELD(trace), NULL, 0, 0, NULL,
      "write a timeline of every rank to FILE (Chrome trace format:\nopen it at ui.perfetto.dev; kit/TRACING.md)"},
     {"checkpoint", "FILE", CLI_CKPT | CLI_INFER, OPT_STRING, FIELD(checkpoint), NULL, 0, 0, NULL,
      "training: save to FILE at the end of every epoch (and every\n--save-every steps); inference: the checkpoint to load"},

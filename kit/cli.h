@@ -39,7 +39,7 @@ typedef struct {
     double bucket_mb;         // CLI_DIST: gradient bucket size (0: one flat all-reduce after backward)
     double timeout_s;         // CLI_DIST: collective timeout
     bool keep_last_batch;     // CLI_DIST: keep the epoch's last short batch, shards padded (drop_last=False)
-    const char *trace;        // CLI_DIST, CLI_INFER: write a timeline of every rank to this file (kit/trace.h; NULL: none)
+    const char *trace;        // write a timeline of every rank to this file (kit/trace.h; NULL: none)
     const char *checkpoint;      // CLI_CKPT: file to save to (overwritten at every save)
     const char *checkpoint_dir;  // CLI_CKPT: or a folder of ckpt-STEP.ckpt files, the newest --keep kept
     const char *resume;          // CLI_CKPT: a checkpoint file to resume from, or "auto" (newest valid in the folder)

@@ -146,7 +146,8 @@ Loader *loader_create(const Dataset *ds, const Sampler *s, int batch_size, bool 
 // 0 <= start_batch <= loader_batches_per_epoch, else a clear error). Cancels the rest of the last one.
 void loader_start_epoch(Loader *L, int epoch, int start_batch);
 // The next batch, or NULL at the end of the epoch. Valid until the next call.
-// *wait_seconds (if not NULL) is the time spent waiting for the background thread.
+// *wait_seconds (if not NULL) is the time spent waiting for the background thread; with --trace the call is a
+// "data wait" span on the caller's track (kit/trace.h).
 // Calling it before the first loader_start_epoch is a clear error.
 const Batch *loader_next(Loader *L, double *wait_seconds);
 int loader_batches_per_epoch(const Loader *L);

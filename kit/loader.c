@@ -225,6 +225,7 @@ void loader_start_epoch(Loader *L, int epoch, int start_batch) {
 const Batch *loader_next(Loader *L, double *wait_seconds) {
     CHECK(L->started, "call loader_start_epoch before loader_next");
     int nb = loader_batches_per_epoch(L);
+    double t = trace_begin("data wait");  // the caller's track (--trace): every program's waits, in one place
     pthread_mutex_lock(&L->mu);
     double waited = loader_wait_idle(L);  // batch L->next is now in slot L->next % 2
     const Batch *b = NULL;
@@ -237,6 +238,7 @@ const Batch *loader_next(Loader *L, double *wait_seconds) {
         if (L->next < nb) loader_submit(L, L->next, L->next % 2);
     }
     pthread_mutex_unlock(&L->mu);
+    trace_end(t, TRACE_DATA, "data wait");
     if (wait_seconds) *wait_seconds = waited;
     return b;
 }

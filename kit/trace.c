@@ -376,3 +376,14 @@ long trace_merge(const char *path, int world) {
     }
     return total;
 }
+
+void trace_open_process(const char *path) {
+    if (path) trace_open(path, 0, 1);
+}
+
+void trace_close_process(const char *path) {
+    if (!path) return;
+    trace_close();
+    long n = trace_merge(path, 1);
+    if (n >= 0) printf("trace: %s (%ld events, 1 process): open it at https://ui.perfetto.dev\n", path, n);
+}

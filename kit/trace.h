@@ -64,6 +64,11 @@ void trace_close(void);
 // Joins FILE.rank0.json .. FILE.rank{world-1}.json into FILE (one JSON object; the timestamps are already on
 // rank 0's clock). Returns the events written, -1 (and a message on stderr) when a rank's file is missing.
 long trace_merge(const char *path, int world);
+// The timeline of a program that is one process without a process group (lessons 01, 02 and 06): trace_open_process
+// is trace_open(path, 0, 1); trace_close_process closes its file, merges it into path (trace_merge) and names the
+// file on stdout. A NULL path (no --trace): both do nothing.
+void trace_open_process(const char *path);
+void trace_close_process(const char *path);
 // Names the calling thread's track ("main" for the first thread that records, "thread N" otherwise).
 void trace_thread_name(const char *name);
 // Gives the next async span this thread begins with a NULL name its name: the caller knows what a collective

@@ -384,7 +384,7 @@ mutants: $(KIT_LIB)
 TEST_TARGETS += test-trace
 HELP_TARGETS += test-trace plot-trace
 ifeq ($(HAVE_MPI),yes)
-test-trace: $(foreach l,03-ddp 04-checkpoint 08-pipeline 09-zero 10-precision,$(BUILD)/solutions/$(l)/train)
+test-trace: $(foreach l,01-single-gpu 02-data-parallel 03-ddp 04-checkpoint 08-pipeline 09-zero 10-precision,$(BUILD)/solutions/$(l)/train)
 	@tests/trace/run-lesson03.sh $(BUILD)/solutions/03-ddp/train
 	@tests/trace/run-lessons.sh $(BUILD)
 else

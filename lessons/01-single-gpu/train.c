@@ -22,6 +22,7 @@
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
+#include "kit/trace.h"
 #include "kit/train.h"
 #include "lesson.h"
 
@@ -85,20 +86,26 @@ int main(int argc, char **argv) {
 
     TrainLog log;  // the progress bar, the per-epoch lines and the final line: kit/train.c
     trainlog_begin(&log, &o, data.train.name, dev, 1, true);
+    trace_open_process(o.trace);  // --trace FILE: the run's timeline, the time split as a picture (kit/TRACING.md)
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         trainlog_epoch_begin(&log, epoch, steps_per_epoch);
         loader_start_epoch(data.train_loader, epoch, 0);  // a new shuffle every epoch
         const Batch *b;
         double wait;
-        while ((b = loader_next(data.train_loader, &wait)) != NULL) {
+        while ((b = loader_next(data.train_loader, &wait)) != NULL) {  // a "data wait" span on the timeline
             opt.lr = lr_at(&sched, epoch * steps_per_epoch + b->index);  // the schedule sets this step's rate
+            double t = trace_begin("step");  // trace_*: nothing at all without --trace
             Metrics r = train_step(m, b, &opt, o.label_smoothing);
+            trace_endf(t, TRACE_COMPUTE, "step %d", epoch * steps_per_epoch + b->index);
             trainlog_step(&log, b->index, &r, wait);
         }
+        double t = trace_begin("evaluate");
         Metrics test = evaluate(m, data.test_loader);
+        trace_end(t, TRACE_EVAL, "evaluate");
         trainlog_epoch_end(&log, &log.local, &test, opt.lr);
     }
     trainlog_final(&log, NULL);
+    trace_close_process(o.trace);
 
     model_free(m);
     train_data_close(&data);

@@ -24,6 +24,7 @@
 #include "kit/log.h"
 #include "kit/model.h"
 #include "kit/optim.h"
+#include "kit/trace.h"
 #include "kit/train.h"
 #include "lesson.h"
 
@@ -91,6 +92,7 @@ static void dp_run_open(DpRun *r, const TrainOptions *o, Device dev) {
                     dp->threads_per_replica);
     }
     trainlog_begin(&r->log, o, r->data.train.name, dev, 1, true);
+    trace_open_process(o->trace);  // --trace FILE: this process's timeline, to dp_run_close (kit/TRACING.md)
 }
 
 // One epoch, then its evaluation.
@@ -102,7 +104,9 @@ static void dp_run_epoch(DpRun *r, int epoch) {
     double wait;
     while ((b = loader_next(r->data.train_loader, &wait)) != NULL) {
         r->opt.lr = lr_at(&r->sched, (int)r->step);  // the schedule sets this step's rate
+        double t = trace_begin("step");
         Metrics batch = dp_step(r->dp, b, &r->opt, r->o->label_smoothing);
+        trace_endf(t, TRACE_COMPUTE, "step %lld", r->step);
         if (batch.count != b->n)
             die("dp_step processed %ld of the %d images of the batch: finish TODO 1-4 in dp.c", batch.count, b->n);
         trainlog_step(&r->log, b->index, &batch, wait);
@@ -111,7 +115,9 @@ static void dp_run_epoch(DpRun *r, int epoch) {
 
     // The master alone evaluates: its weights are the model, and its BN running statistics are the only ones
     // kept (each replica's were overwritten by the next replicate).
+    double t = trace_begin("evaluate");
     Metrics test = train_evaluate(m, r->data.test_loader);
+    trace_end(t, TRACE_EVAL, "evaluate");
     trainlog_epoch_end(&r->log, &r->log.local, &test, lr_at(&r->sched, (epoch + 1) * r->steps_per_epoch - 1));
 }
 
@@ -124,6 +130,7 @@ static void dp_run_report(DpRun *r) {
 }
 
 static void dp_run_close(DpRun *r) {
+    trace_close_process(r->o->trace);
     dp_free(r->dp);
     train_data_close(&r->data);
 }

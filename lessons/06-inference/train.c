@@ -214,14 +214,6 @@ static int evaluate_and_report(Model *m, const TrainOptions *o, const Dataset *t
     return status;
 }
 
-// --trace: the timeline of this one process (kit/trace.h), its file merged into the path asked for.
-static void finish_trace(const char *path) {
-    if (!path) return;
-    trace_close();
-    long n = trace_merge(path, 1);
-    if (n >= 0) printf("trace: %s (%ld events, 1 process): open it at https://ui.perfetto.dev\n", path, n);
-}
-
 int run_inference(const TrainOptions *o) {
     if (!o->checkpoint) {
         fprintf(stderr, "error: no --checkpoint FILE to load\n  HINT: lesson 04 writes one (`make lesson-06` "
@@ -245,7 +237,7 @@ int run_inference(const TrainOptions *o) {
     model_config(&cfg, o->model, o->width, test.c, test.h, test.w, test.classes);  // as training built it
     int max_batch = o->latency && o->batch_size < THROUGHPUT_BATCH ? THROUGHPUT_BATCH : o->batch_size;
     CkptState st;
-    if (o->trace) trace_open(o->trace, 0, 1);  // one process: its file, then merged into o->trace at the end
+    trace_open_process(o->trace);  // --trace: this one process's timeline, merged into o->trace at the end
     double t = trace_begin("load checkpoint");
     Model *m = infer_load(o->checkpoint, &cfg, o->dataset, dev, max_batch, &st, err, sizeof err);
     trace_end(t, TRACE_IO, "load checkpoint");
@@ -271,7 +263,7 @@ int run_inference(const TrainOptions *o) {
         measure_latency(m, &test);
         trace_end(t, TRACE_EVAL, "measure latency and throughput");
     }
-    finish_trace(o->trace);
+    trace_close_process(o->trace);
     fflush(stdout);
     model_free(m);
     dataset_free(&test);

@@ -242,14 +242,6 @@ void ddp_run_open(DdpRun *r, ProcessGroup *pg, const TrainOptions *o, const Trai
     r->log.last_loss = r->run.last_loss;
 }
 
-// The next batch of L; the time spent waiting for it is on the timeline (--trace).
-static const Batch *next_batch(Loader *L, double *wait) {
-    double t = trace_begin("data wait");
-    const Batch *b = loader_next(L, wait);
-    trace_end(t, TRACE_DATA, "data wait");
-    return b;
-}
-
 // The epoch r->run.epoch, from batch r->run.batch_in_epoch on, then its evaluation. Returns false when a hook
 // asked to stop (after a step or after the epoch), true when the next epoch may start.
 bool ddp_run_epoch(DdpRun *r) {
@@ -260,7 +252,7 @@ bool ddp_run_epoch(DdpRun *r) {
     ddp_start_epoch(&r->data, epoch, run->batch_in_epoch);  // a new shuffle every epoch, the same on every rank
     const Batch *b;
     double wait;
-    while ((b = next_batch(r->data.train_loader, &wait)) != NULL) {
+    while ((b = loader_next(r->data.train_loader, &wait)) != NULL) {  // a "data wait" span on the timeline
         r->opt.lr = lr_at(&r->sched, (int)run->step);  // the schedule sets this step's rate
         double t = trace_begin("step");
         Metrics batch = r->hooks.step ? r->hooks.step(r->hooks.ctx, r, b)

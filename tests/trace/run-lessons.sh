@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The timelines of lessons 04-11 (make test-trace, after lesson 03's run-lesson03.sh): each lesson's program on
-# 2 ranks, one short epoch of the synthetic set, with --trace. Every merged file must be what Perfetto reads
-# (tools/trace_check.py: valid JSON, nesting, async pairs, both ranks named) and show the lesson's own spans:
+# The timelines of lessons 01, 02 and 04-11 (make test-trace, after lesson 03's run-lesson03.sh): each lesson's
+# program on 2 ranks (01, 02 and 06: one process), one short epoch of the synthetic set, with --trace. Every merged
+# file must be what Perfetto reads (tools/trace_check.py: valid JSON, nesting, async pairs, every rank named) and
+# show the lesson's own spans:
+#   01, 02  every step, a "data wait" before each (kit/loader.c), the evaluation, the loader's batches on its track;
 #   04  a checkpoint save;
 #   06  (one process, lesson 04's checkpoint) the load, the evaluation, and the loader's batches on its track;
 #   08  M forward and M backward micro-batch spans per step on each stage (M = --micro-batches), and each
@@ -55,6 +57,18 @@ for r in (0, 1):
         sys.exit(f"!! rank {r}: expected {m} backward micro-batch span(s) per step and {rule} {m} forward")
 PY
 }
+
+echo "== lessons 01 and 02: one process, its steps, data waits, evaluation and the loader's batches"
+for lesson in 01-single-gpu 02-data-parallel; do
+  if timeout --kill-after=5 120 "$build/solutions/$lesson/train" --dataset synthetic --epochs 1 --batch-size 64 \
+       --trace "$dir/$lesson.json" >"$dir/$lesson.log" 2>&1; then
+    # The synthetic set's 5000 training images in batches of 64: steps 0-77 (the short last batch dropped) and 79
+    # waits (one more sees the epoch's end); its 1000 test images: 16 batches, 17 waits.
+    python3 tools/trace_check.py --ranks 1 "$dir/$lesson.json" --count "0:step 0:1" --count "0:step 77:1" \
+      --count "0:step 78:0" --count "0:data wait:96" --count "0:evaluate:1" --min-count "0:load batch 0:1" || failed=1
+    python3 tools/trace_perfetto.py "$dir/$lesson.json" || failed=1
+  else echo "!! lesson $lesson with --trace failed:"; tail -20 "$dir/$lesson.log"; failed=1; fi
+done
 
 echo "== lesson 04: a checkpoint save on the timeline"
 if run 04-checkpoint --checkpoint "$dir/c04.ckpt" --stop-at $steps; then
@@ -164,5 +178,5 @@ for r in (0, 1):
 PY
 else failed=1; fi
 
-[ $failed -eq 0 ] && echo "test-trace (lessons 04-11): passed" || echo "test-trace (lessons 04-11): FAILED"
+[ $failed -eq 0 ] && echo "test-trace (lessons 01, 02, 04-11): passed" || echo "test-trace (lessons 01, 02, 04-11): FAILED"
 exit $failed
