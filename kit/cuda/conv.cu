@@ -433,11 +433,11 @@ void linear_check(int n, int in, int out) {
 }
 
 // Linear's GEMM inputs in precision p: 16-bit copies in this thread's device scratch (x (N, IN), w (OUT, IN),
-// dy (N, OUT), each converted only when given), or the float32 buffers themselves. x_ready: x is stored in the
-// GEMMs' own 16-bit type already (16-bit activations), and is read where it is. TF32 is for convolutions only
+// dy (N, OUT), each converted only when given), or the float32 buffers themselves. TF32 is for convolutions only
 // (PyTorch's default: cuDNN's convolutions in TF32, matmuls in float32), so linear runs fp32 under it.
-// dx_sum (with want_dx_sum): float32 room for the dx GEMM's (N, IN) result, after the inputs in the same scratch,
-// for a dx stored in 16 bits (added into it, rounded once: linear_backward_act16_cuda).
+// act: how x and dx are stored, LOWP_FP32 (float32) or the GEMMs' own 16-bit format (16-bit activations: x is
+// read where it is, and dx_sum is float32 room for the dx GEMM's (N, IN) result, after the inputs in the same
+// scratch, added into dx rounded once: linear_backward_act16_cuda).
 struct LinearInputs {
     GemmPrecision p;
     const void *x, *w, *dy;
@@ -445,27 +445,26 @@ struct LinearInputs {
 };
 
 template <typename T>
-LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, const void *x, bool x_ready,
-                              const float *w, const float *dy, bool want_dx_sum) {
+LinearInputs linear_inputs_as(GemmPrecision p, int n, int in, int out, LowpFormat act, const void *x,
+                              const float *w, const float *dy) {
+    const bool act16 = act != LOWP_FP32;
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ndy = (size_t)n * out;
     // Each part starts on a 16-byte boundary (8 elements), where cuBLAS's tensor-core kernels want their operands.
     size_t at_w = (nx + 7) / 8 * 8, at_dy = at_w + (nw + 7) / 8 * 8, at_sum = (at_dy + ndy + 7) / 8 * 8;
-    size_t bytes = at_sum * sizeof(T) + (want_dx_sum ? nx * sizeof(float) : 0);
+    size_t bytes = at_sum * sizeof(T) + (act16 ? nx * sizeof(float) : 0);
     T *scratch = (T *)cuda_device_scratch(bytes);
-    LinearInputs r = {p, nullptr, nullptr, nullptr, want_dx_sum ? (float *)(scratch + at_sum) : nullptr};
-    if (x) r.x = x_ready ? x : gemm_input<T>((const float *)x, nx, scratch);
+    LinearInputs r = {p, nullptr, nullptr, nullptr, act16 ? (float *)(scratch + at_sum) : nullptr};
+    if (x) r.x = act16 ? x : gemm_input<T>((const float *)x, nx, scratch);
     if (w) r.w = gemm_input<T>(w, nw, scratch + at_w);
     if (dy) r.dy = gemm_input<T>(dy, ndy, scratch + at_dy);
     return r;
 }
 
-LinearInputs linear_inputs(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy,
-                           bool want_dx_sum = false) {
+LinearInputs linear_inputs(int n, int in, int out, LowpFormat act, const void *x, const float *w, const float *dy) {
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
-    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, x, x_ready, w, dy, want_dx_sum);
-    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, x, x_ready, w, dy, want_dx_sum);
-    CHECK(!want_dx_sum, "linear: a 16-bit input gradient needs 16-bit GEMMs");
-    return LinearInputs{GEMM_FP32, x, w, dy, nullptr};
+    if (p == GEMM_BF16) return linear_inputs_as<Bf16>(p, n, in, out, act, x, w, dy);
+    if (p == GEMM_FP16) return linear_inputs_as<Fp16>(p, n, in, out, act, x, w, dy);
+    return LinearInputs{GEMM_FP32, x, w, dy, nullptr};  // act is LOWP_FP32 here: act16_check
 }
 
 // dst (n, stored as X) += src (n floats).
@@ -474,34 +473,35 @@ __global__ void add_float_into_kernel(size_t n, const float *src, X *dst) {
     KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], src[i]); }
 }
 
-void linear_forward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *b,
+// act: how x is stored (see LinearInputs); y is float32.
+void linear_forward_impl(int n, int in, int out, LowpFormat act, const void *x, const float *w, const float *b,
                          float *y) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(y);
-    LinearInputs g = linear_inputs(n, in, out, x, x_ready, w, nullptr);
+    LinearInputs g = linear_inputs(n, in, out, act, x, w, nullptr);
     // Row-major: y (N, OUT) = x (N, IN) @ w^T (IN, OUT).
     gemm(g.p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, g.w, in, g.x, in, 0.0f, y, out);
     if (b) KIT_LAUNCH_2D(linear_bias_kernel, out, n, n, out, b, y);
 }
 
-// dx is float32 (fdx = LOWP_FP32) or 16 bits in format fdx (the GEMM's float32 result then added into it, rounded).
-void linear_backward_impl(int n, int in, int out, const void *x, bool x_ready, const float *w, const float *dy,
-                          LowpFormat fdx, void *dx, float *dw, float *db) {
+// act: how x and dx are stored (see LinearInputs); a 16-bit dx gets the GEMM's float32 result added, rounded.
+void linear_backward_impl(int n, int in, int out, LowpFormat act, const void *x, const float *w, const float *dy,
+                          void *dx, float *dw, float *db) {
     linear_check(n, in, out);
     KIT_CHECK_PTR(dy);
     if (dx) KIT_CHECK_PTR(w);
     if (dw) KIT_CHECK_PTR(x);
     if (dx || dw) {
-        const bool dx16 = dx && fdx != LOWP_FP32;
-        LinearInputs g = linear_inputs(n, in, out, dw ? x : nullptr, x_ready, dx ? w : nullptr, dy, dx16);
+        const bool dx16 = dx && act != LOWP_FP32;
+        LinearInputs g = linear_inputs(n, in, out, act, dw ? x : nullptr, dx ? w : nullptr, dy);
         // Row-major: dx (N, IN) += dy (N, OUT) @ w (OUT, IN).
         if (dx && !dx16) gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 1.0f, (float *)dx, in);
         if (dx16) {
             gemm(g.p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, g.w, in, g.dy, out, 0.0f, g.dx_sum, in);
             const size_t nx = (size_t)n * in;
-            kit_with_type(fdx, [&](auto t) {
+            kit_with_type(act, [&](auto t) {
                 using X = typename decltype(t)::type;
                 KIT_LAUNCH(add_float_into_kernel<X>, nx, nx, g.dx_sum, (X *)dx);
             });
@@ -516,23 +516,23 @@ void linear_backward_impl(int n, int in, int out, const void *x, bool x_ready, c
 
 extern "C" void linear_forward_cuda(int n, int in, int out, const float *x, const float *w, const float *b,
                                     float *y) {
-    linear_forward_impl(n, in, out, x, false, w, b, y);
+    linear_forward_impl(n, in, out, LOWP_FP32, x, w, b, y);
 }
 
 extern "C" void linear_backward_cuda(int n, int in, int out, const float *x, const float *w, const float *dy,
                                      float *dx, float *dw, float *db) {
-    linear_backward_impl(n, in, out, x, false, w, dy, LOWP_FP32, dx, dw, db);
+    linear_backward_impl(n, in, out, LOWP_FP32, x, w, dy, dx, dw, db);
 }
 
 // 16-bit activations (kit/ops_impl.h): x in format f, which the GEMMs read as it is; y (the logits) in float32.
 extern "C" void linear_forward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x, const float *w,
                                           const float *b, float *y) {
     act16_check(f);
-    linear_forward_impl(n, in, out, x, true, w, b, y);
+    linear_forward_impl(n, in, out, f, x, w, b, y);
 }
 
 extern "C" void linear_backward_act16_cuda(LowpFormat f, int n, int in, int out, const void *x,
                                            const float *w, const float *dy, void *dx, float *dw, float *db) {
     act16_check(f);
-    linear_backward_impl(n, in, out, x, true, w, dy, f, dx, dw, db);
+    linear_backward_impl(n, in, out, f, x, w, dy, dx, dw, db);
 }
