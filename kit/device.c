@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/cpu_bf16.h"
 #ifdef KIT_CUDA
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
@@ -60,21 +61,30 @@ bool device_cuda_usable(const char **why) {
 #endif
 }
 
-// The GemmPrecision of every CUDA conv and linear (device_set_gemm_precision).
-static _Atomic int g_gemm_precision = GEMM_FP32;
+// The GemmPrecision of every conv and linear, per device kind (device_set_gemm_precision).
+static _Atomic int g_gemm_precision = GEMM_FP32, g_cpu_gemm_precision = GEMM_FP32;
 
 void device_set_gemm_precision(Device d, GemmPrecision p) {
     CHECK(p == GEMM_FP32 || p == GEMM_TF32 || p == GEMM_BF16 || p == GEMM_FP16, "device_set_gemm_precision: unknown");
-    // The CPU's GEMMs are OpenBLAS's SGEMM: float32 only. Low precision on the CPU is lesson 10's emulation
-    // (the inputs rounded by round_lowp at the policy's points), and TF32 exists only on tensor cores.
-    CHECKF(d == DEVICE_CUDA || p == GEMM_FP32, "the CPU runs its GEMMs in float32 only",
-           "asked for %s GEMMs on the CPU (TF32 is a tensor-core format: use --device cuda; bf16/fp16 on the CPU "
-           "are lesson 10's --precision, emulated by rounding)", gemm_precision_name(p));
-    g_gemm_precision = (int)p;
+    if (d == DEVICE_CUDA) {
+        g_gemm_precision = (int)p;
+        return;
+    }
+    // The CPU: float32 (OpenBLAS), or bf16 through oneDNN where this CPU has a bf16 kernel (kit/cpu_bf16.h; the
+    // tests' float32 containers stand in for it anywhere). TF32 exists only on tensor cores, and oneDNN 2.x has no
+    // fp16 matmul on the CPU: fp16 on the CPU is lesson 10's emulation (round_lowp at the policy's points).
+    CHECKF(p == GEMM_FP32 || p == GEMM_BF16, "the CPU runs its GEMMs in float32, or in bf16 on AMX/AVX512-BF16",
+           "asked for %s GEMMs on the CPU (TF32 is a tensor-core format: use --device cuda; fp16 on the CPU is "
+           "lesson 10's --precision, emulated by rounding)", gemm_precision_name(p));
+    const char *why = NULL;
+    CHECKF(p == GEMM_FP32 || cpu_bf16_available(&why) || cpu_bf16_storage() == CPU_BF16_IN_FP32,
+           "bf16 GEMMs on the CPU need oneDNN and a CPU with AVX-512 (AVX512-BF16 or AMX for the speed); elsewhere "
+           "lesson 10's --precision bf16 emulates them (check cpu_bf16_available first)", "%s", why);
+    g_cpu_gemm_precision = (int)p;
 }
 
 GemmPrecision device_gemm_precision(Device d) {
-    return d == DEVICE_CUDA ? (GemmPrecision)g_gemm_precision : GEMM_FP32;
+    return (GemmPrecision)(d == DEVICE_CUDA ? g_gemm_precision : g_cpu_gemm_precision);
 }
 
 const char *gemm_precision_name(GemmPrecision p) {

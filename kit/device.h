@@ -36,19 +36,21 @@ bool device_parse(const char *arg, Device *out, bool quiet);
 // process), the CPU stops the program with the reason (exit status 2): TF32 is a tensor-core format.
 void device_request_tf32(bool on);
 
-// The precision of the GEMMs of conv and linear on a CUDA device (device_set_gemm_precision).
+// The precision of the GEMMs of conv and linear on a device (device_set_gemm_precision).
 //   GEMM_FP32  cublasSgemm: float32 inputs, products and sums (the default; what the tests compare to the CPU)
 //   GEMM_TF32  the CONVOLUTIONS' GEMMs on TF32 tensor cores (inputs read with 10 mantissa bits, float32 sums);
 //              linear stays float32: PyTorch's default (allow_tf32 on for cuDNN, off for matmul)
 //   GEMM_BF16, GEMM_FP16  conv and linear store their GEMM inputs (columns, weights, output gradients) in 2 bytes
-//              and run cublasGemmEx on tensor cores with float32 accumulation and float32 output
+//              and run cublasGemmEx on tensor cores with float32 accumulation and float32 output; on the CPU, bf16
+//              only: oneDNN's bf16 matmul (kit/cpu_bf16.h: AMX or AVX512-BF16), float32 accumulation and output
 typedef enum { GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16 } GemmPrecision;
 
 // The one switch for how conv and linear run their GEMMs on device d, for the whole process (every thread, every
-// op; kit/cuda/conv.cu reads it at each call). The CPU computes in float32 only: a CPU asked for anything but
-// GEMM_FP32 stops with the reason (its low precision is lesson 10's emulation: round_lowp at the policy's points).
-// On CUDA, GEMM_BF16/FP16 round each GEMM input to the format (to nearest even, the bits round_lowp gives) as it
-// stores it in 2 bytes; everything else (BN, the loss, the optimizer, the parameters) stays float32, and so do the
+// op; kit/cuda/conv.cu and kit/ops_cpu.c read it at each call). The CPU takes GEMM_FP32, or GEMM_BF16 where
+// cpu_bf16_available (kit/cpu_bf16.h) says it has a bf16 kernel; anything else stops with the reason (the CPU's other
+// low precision is lesson 10's emulation: round_lowp at the policy's points).
+// GEMM_BF16/FP16 round each GEMM input to the format (to nearest even, the bits round_lowp gives) as they store it
+// in 2 bytes; everything else (BN, the loss, the optimizer, the parameters) stays float32, and so do the
 // activations between layers and their gradients unless the model stores them in the same 16-bit format
 // (model_store_activations).
 void device_set_gemm_precision(Device d, GemmPrecision p);

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/cpu_bf16.h"
+#include "kit/device.h"
 #include "kit/gemm_small.h"
 #include "kit/ops_impl.h"
 #include "kit/winograd.h"
@@ -31,6 +33,66 @@ static void blas_single_thread(void) {
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+// ================================================================ the GEMMs of conv and linear: float32 or bf16
+// device_gemm_precision(DEVICE_CPU) (kit/device.h) says which: GEMM_FP32 is OpenBLAS's SGEMM on the float32 buffers
+// as they are; GEMM_BF16 is oneDNN's bf16 matmul (kit/cpu_bf16.h) on copies of its inputs rounded to bf16 by the
+// functions below, float32 sums into a float32 C. The rounding is round_lowp's (kit/ops_dims.h), so each product
+// is the one lesson 10's emulation forms, exactly.
+
+static bool gemm_bf16(void) { return device_gemm_precision(DEVICE_CPU) == GEMM_BF16; }
+
+// src (n floats) rounded to bf16 into dst, stored as cpu_bf16 reads GEMM inputs (2 bytes, or float32 containers in
+// the tests' mode). dst may be src: element i's new bytes (at 2i or 4i) never reach element i + 1's, which is read
+// later; memcpy keeps the compiler from assuming the two types never share memory.
+static void bf16_store(const float *src, size_t n, void *dst) {
+    const size_t eb = cpu_bf16_elem_bytes();
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        u = lowp_bf16_bits(u);
+        if (eb == 2) {
+            const uint16_t h = (uint16_t)(u >> 16);
+            memcpy(d + 2 * i, &h, sizeof h);
+        } else {
+            memcpy(d + 4 * i, &u, sizeof u);
+        }
+    }
+}
+
+// src as a bf16 GEMM input in this thread's scratch `slot` (kit/cpu_bf16.h).
+static const void *bf16_copy(int slot, const float *src, size_t n) {
+    void *dst = cpu_bf16_scratch(slot, n * cpu_bf16_elem_bytes());
+    bf16_store(src, n, dst);
+    return dst;
+}
+
+// The scratch slots (per thread): the weights (converted once per call by the calling thread, read by all), a
+// matrix that is not the thread's own to overwrite (an image that is its own im2col matrix, linear's x), the output
+// gradients.
+enum { SLOT_WEIGHTS, SLOT_INPUT, SLOT_DY };
+
+// C (m, n) = op(A) op(B) + beta C, row-major (op: transposed when ta / tb). float32 A and B for SGEMM; for bf16, A
+// and B as bf16_store left them.
+static void gemm_any(bool bf16, bool ta, bool tb, int m, int n, int k, const void *a, int lda, const void *b, int ldb,
+                     float beta, float *c, int ldc) {
+    if (bf16) {
+        cpu_bf16_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda,
+                b, ldb, beta, c, ldc);
+}
+
+// The im2col matrix `a` (crr x cols) of a group as a GEMM input: itself for float32; for bf16, rounded in place when
+// it is the thread's own `col`, else (a 1x1 layer's image) copied into the thread's scratch.
+static const void *conv_gemm_columns(bool bf16, const float *a, float *col, size_t n) {
+    if (!bf16) return a;
+    if (a != col) return bf16_copy(SLOT_INPUT, a, n);
+    bf16_store(col, n, col);
+    return col;
+}
 
 // ================================================================ conv2d
 
@@ -263,16 +325,20 @@ static void conv2d_forward_split(const Conv2dDims *s, const ConvPlan *pl, int th
     }
 }
 
+// With bf16 GEMMs, im2col + GEMM always (Winograd's transforms would round other numbers than the emulation does),
+// and the group split below even for few images (the split by rows or columns is a float32 tuning).
 void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y,
                         float *work) {
-    if (winograd_forward_eligible(s) && winograd_enabled()) {
+    const bool bf16 = gemm_bf16();
+    if (!bf16 && winograd_forward_eligible(s) && winograd_enabled()) {
         winograd_forward(s, x, w, b, y, work);
         return;
     }
     const ConvPlan pl = conv_plan(s);
     blas_single_thread();
     const int call_threads = conv_call_threads();
-    if (pl.group == 1 && s->n < call_threads && (pl.pq >= 2 * 16 || s->k >= 2 * 16)) {
+    const void *wg = bf16 ? bf16_copy(SLOT_WEIGHTS, w, (size_t)s->k * pl.crr) : w;
+    if (!bf16 && pl.group == 1 && s->n < call_threads && (pl.pq >= 2 * 16 || s->k >= 2 * 16)) {
         conv2d_forward_split(s, &pl, call_threads, x, w, b, y, work);
         return;
     }
@@ -301,8 +367,8 @@ void conv2d_forward_cpu(const Conv2dDims *s, const float *x, const float *w, con
                 beta = 1.0f;
             }
             // out (K, cols) = w (K, C*R*R) @ a (C*R*R, cols)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, cols, (int)pl.crr, 1.0f, w,
-                        (int)pl.crr, a, cols, beta, out, cols);
+            gemm_any(bf16, false, false, K, cols, (int)pl.crr, wg, (int)pl.crr,
+                     conv_gemm_columns(bf16, a, col, pl.crr * (size_t)cols), cols, beta, out, cols);
             if (pl.group > 1) {
                 for (int n = 0; n < g; n++) {
                     for (int k = 0; k < K; k++) {
@@ -358,6 +424,7 @@ static void conv2d_forward_packed(const Conv2dDims *s, const float *x, const flo
 
 void conv2d_forward_prepared_cpu(const Conv2dDims *s, const float *x, const float *w, const float *prepared,
                                  const float *b, float *y, float *work) {
+    if (gemm_bf16()) prepared = NULL;  // the prepared filters are float32 (Winograd's, gemm_small's)
     if (prepared && winograd_forward_eligible(s)) {
         if (winograd_enabled()) winograd_forward_prepared(s, x, prepared, b, y, work);
         else conv2d_forward_cpu(s, x, w, b, y, work);
@@ -392,7 +459,7 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
 
 void conv2d_backward_cpu(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, float *work) {
-    if (winograd_eligible(s) && winograd_enabled()) {
+    if (!gemm_bf16() && winograd_eligible(s) && winograd_enabled()) {
         // One after the other: each uses all of `work`.
         if (db) conv_bias_grad(s, (size_t)s->h * s->w, dy, db);
         if (dw) winograd_backward_weights(s, x, dy, dw, work);
@@ -411,6 +478,8 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
     blas_single_thread();
     const int K = s->k;
     const size_t x_img = (size_t)s->c * s->h * s->w, y_img = (size_t)K * pl.pq, wn = (size_t)K * pl.crr;
+    const bool bf16 = gemm_bf16();
+    const void *wg = bf16 && dx ? bf16_copy(SLOT_WEIGHTS, w, wn) : w;
     float *partials = conv_thread_col(&pl, work, pl.threads);  // past every thread's slice
 #pragma omp parallel num_threads(pl.threads)
     {
@@ -428,9 +497,17 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
             const int g = conv_group_images(s, &pl, n0);
             const int cols = (int)((size_t)g * pl.pq);
             const float *xg = x + n0 * x_img;
-            // dY of the group as one (K, g*P*Q) matrix: the image's own slice when g == 1, else gathered.
-            const float *dyg = dy + n0 * y_img;
-            if (pl.group > 1) {
+            // dY of the group as one (K, g*P*Q) matrix: the image's own slice when g == 1, else gathered; for bf16
+            // GEMMs, gathered and rounded into the thread's scratch.
+            const void *dyg = dy + n0 * y_img;
+            if (bf16) {
+                const size_t eb = cpu_bf16_elem_bytes();
+                unsigned char *d = cpu_bf16_scratch(SLOT_DY, (size_t)K * cols * eb);
+                for (int n = 0; n < g; n++)
+                    for (int k = 0; k < K; k++)
+                        bf16_store(dy + (n0 + n) * y_img + k * pl.pq, pl.pq, d + ((size_t)k * cols + n * pl.pq) * eb);
+                dyg = d;
+            } else if (pl.group > 1) {
                 for (int n = 0; n < g; n++)
                     for (int k = 0; k < K; k++)
                         memcpy(stage + (size_t)k * cols + n * pl.pq, dy + (n0 + n) * y_img + k * pl.pq,
@@ -444,18 +521,17 @@ static void conv2d_backward_cpu_plain(const Conv2dDims *s, const float *x, const
                     a = col;
                 }
                 // dW (K, C*R*R) += dY (K, cols) @ col^T (cols, C*R*R): each weight meets every position.
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, (int)pl.crr, cols, 1.0f, dyg, cols, a,
-                            cols, 1.0f, dwt, (int)pl.crr);
+                gemm_any(bf16, false, true, K, (int)pl.crr, cols, dyg, cols,
+                         conv_gemm_columns(bf16, a, col, pl.crr * (size_t)cols), cols, 1.0f, dwt, (int)pl.crr);
             }
             if (dx) {
                 if (pl.direct) {
                     // 1x1: dx[n] (C, H*W) += w^T (C, K) @ dY (K, H*W), no col2im needed.
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->c, cols, K, 1.0f, w, (int)pl.crr, dyg,
-                                cols, 1.0f, dx + n0 * x_img, cols);
+                    gemm_any(bf16, true, false, s->c, cols, K, wg, (int)pl.crr, dyg, cols, 1.0f, dx + n0 * x_img,
+                             cols);
                 } else {
                     // dcol (C*R*R, cols) = w^T (C*R*R, K) @ dY (K, cols), then scattered back: dx += col2im(dcol).
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)pl.crr, cols, K, 1.0f, w,
-                                (int)pl.crr, dyg, cols, 0.0f, col, cols);
+                    gemm_any(bf16, true, false, (int)pl.crr, cols, K, wg, (int)pl.crr, dyg, cols, 0.0f, col, cols);
                     col2im_group(s, &pl, col, g, dx + n0 * x_img);
                 }
             }
@@ -827,17 +903,26 @@ void linear_forward_cpu(int n, int in, int out, const float *x, const float *w, 
         beta = 1.0f;
     }
     // y (N, OUT) = x (N, IN) @ w^T (IN, OUT)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+    const bool bf16 = gemm_bf16();
+    const void *xg = bf16 ? bf16_copy(SLOT_INPUT, x, (size_t)n * in) : x;
+    const void *wg = bf16 ? bf16_copy(SLOT_WEIGHTS, w, (size_t)out * in) : w;
+    gemm_any(bf16, false, true, n, out, in, xg, in, wg, in, beta, y, out);
 }
 
 void linear_backward_cpu(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db) {
     CHECK(n > 0 && in > 0 && out > 0, "linear: n, in and out must be positive");
     blas_single_thread();
+    const bool bf16 = gemm_bf16();
+    const void *dyg = bf16 && (dx || dw) ? bf16_copy(SLOT_DY, dy, (size_t)n * out) : dy;
     // dx (N, IN) += dy (N, OUT) @ w (OUT, IN)
-    if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 1.0f, dx, in);
+    if (dx)
+        gemm_any(bf16, false, false, n, in, out, dyg, out, bf16 ? bf16_copy(SLOT_WEIGHTS, w, (size_t)out * in) : w,
+                 in, 1.0f, dx, in);
     // dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN)
-    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    if (dw)
+        gemm_any(bf16, true, false, out, in, n, dyg, out, bf16 ? bf16_copy(SLOT_INPUT, x, (size_t)n * in) : x, in,
+                 1.0f, dw, in);
     if (db) {
         for (int o = 0; o < out; o++) {
             double acc = 0.0;

@@ -30,6 +30,10 @@ HAVE_CMOCKA := $(call try_link,#include <stdarg.h>\n#include <stddef.h>\n#includ
 # ---- zlib (gzip datasets, CRC32)
 HAVE_ZLIB := $(call try_link,#include <zlib.h>,crc32(0,0,0),-lz)
 
+# ---- oneDNN (Debian: libdnnl-dev): the CPU's real bf16 GEMMs (kit/cpu_bf16.c, on AMX or AVX512-BF16). Optional:
+# without it the CPU's bf16 is lesson 10's emulation, and the programs say why.
+HAVE_DNNL := $(call try_link,#include <oneapi/dnnl/dnnl.h>,dnnl_version(),-ldnnl)
+
 # ---- Open MPI (lessons 03+)
 MPICC := $(shell command -v mpicc 2>/dev/null)
 ifneq ($(MPICC),)
@@ -62,6 +66,7 @@ ifeq ($(MAKELEVEL),0)
     $(info config: Open MPI     $(call yesno,$(HAVE_MPI))$(if $(MPICC), ($(MPICC))))
     $(info config: CUDA+cuBLAS  $(if $(filter 1,$(NO_CUDA)),off (NO_CUDA=1),$(call yesno,$(HAVE_CUDA))$(if $(HAVE_CUDA), (nvcc $(NVCC), sm_$(CUDA_ARCH)))))
     $(info config: NCCL         $(call yesno,$(HAVE_NCCL)))
+    $(info config: oneDNN       $(call yesno,$(HAVE_DNNL)) (the CPU's bf16 GEMMs, where it has AMX or AVX512-BF16))
     ifneq ($(HAVE_OPENBLAS)$(HAVE_ZLIB),yesyes)
       $(info config: missing packages: run `make deps` (or scripts/install-deps.sh))
     endif
@@ -87,6 +92,8 @@ SAN := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omi
 CPPFLAGS += -I. $(OPENBLAS_CFLAGS) $(if $(HAVE_CUDA),-DKIT_CUDA -I$(CUDA_HOME)/include)
 # KIT_NCCL: the process group's NCCL backend (kit/dist.c), built when CUDA and NCCL are both found.
 CPPFLAGS += $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-DKIT_NCCL)
+# KIT_HAVE_DNNL: kit/cpu_bf16.c's oneDNN matmul (else it says the build has none).
+CPPFLAGS += $(if $(HAVE_DNNL),-DKIT_HAVE_DNNL)
 # The one link rule for programs that may call the process group (lessons with NEEDS := mpi, tests/mpi_*.c,
 # the benchmarks): after libkit.a.
 DIST_LIBS := $(MPI_LIBS) $(if $(and $(HAVE_CUDA),$(HAVE_NCCL)),-lnccl)
@@ -95,7 +102,7 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -fopenmp $(OPT) $(WARN) $(SAN)
 # (-Wpass-failed, an error with -Werror): the loops stay correct, only scalar, in the sanitizer build.
 CFLAGS += $(if $(and $(filter 1,$(SANITIZE)),$(findstring clang,$(CC))),-Wno-pass-failed)
 LDFLAGS += -fopenmp $(SAN)
-LDLIBS += $(OPENBLAS_LIBS) -lz -lm -lpthread $(if $(HAVE_CUDA),$(CUDA_LIBS))
+LDLIBS += $(OPENBLAS_LIBS) $(if $(HAVE_DNNL),-ldnnl) -lz -lm -lpthread $(if $(HAVE_CUDA),$(CUDA_LIBS))
 NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings
 

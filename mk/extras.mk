@@ -267,8 +267,7 @@ test-bench-tools:
 # SPEED_ARGS / PRECISION_ARGS / BATCH_ARGS / AUTOCAST_ARGS / LOWP_ARGS pass options on (e.g. BATCH_ARGS="--epochs 1",
 # SPEED_ARGS="--rounds 3").
 
-# oneDNN (Debian: libdnnl-dev) for the CPU's bf16 matmul; only this benchmark uses it.
-HAVE_DNNL := $(call try_link,#include <oneapi/dnnl/dnnl.h>,dnnl_version(),-ldnnl)
+# oneDNN (HAVE_DNNL, mk/config.mk): this benchmark times its bf16 matmul against sgemm.
 GEMM_LOWP_CPU := $(BUILD)/bench/gemm_lowp_cpu
 GEMM_LOWP := $(BUILD)/bench/gemm_lowp
 LESSON10_TRAIN := $(BUILD)/solutions/10-precision/train
@@ -279,7 +278,7 @@ ifeq ($(HAVE_DNNL),yes)
 $(GEMM_LOWP_CPU): bench/gemm_lowp_cpu.c bench/gemm_shapes.h $(KIT_LIB)
 	@mkdir -p $(dir $@)
 	$(say) LINK $@
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) -ldnnl $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(LDLIBS)
 ALL_TARGETS += $(GEMM_LOWP_CPU)
 endif
 # A real GPU build only: the emulator has no tensor cores to time.

@@ -45,7 +45,7 @@ $(KIT_LIB): $(KIT_OBJ)
 CUDA_TEST := $(BUILD)/tests/test_cuda
 KIT_TESTS := $(filter-out $(CUDA_TEST),$(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)))
 
-$(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h $(KIT_LIB)
+$(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h tests/lowp_gemm_cases.h $(KIT_LIB)
 	@mkdir -p $(dir $@)
 	$(say) LINK $@
 	$(Q)$(CC) $(CPPFLAGS) $(CMOCKA_CFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(KIT_LIB) $(CMOCKA_LIBS) $(LDLIBS)

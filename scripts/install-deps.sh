@@ -4,7 +4,6 @@
 #   scripts/install-deps.sh            build, test, MPI, data and plotting packages
 #   scripts/install-deps.sh --slides   also pandoc + LaTeX for `make slides`
 #   scripts/install-deps.sh --slurm    also Slurm (slurmctld, slurmd, client): lesson 07's local cluster and tests
-#   scripts/install-deps.sh --bench    also oneDNN (libdnnl-dev): `make bench-lowp`'s CPU bf16 GEMM, nothing else
 #   scripts/install-deps.sh --check    only say what is missing (exit 1 when something is)
 #
 # Uses apt-get (noninteractive), through sudo when not root. CUDA and NCCL do not come from apt:
@@ -16,19 +15,18 @@ packages=(
   zlib1g-dev libpng-dev python3 python3-numpy gnuplot-nox dataset-fashion-mnist curl ca-certificates
   bubblewrap  # tests/grade.py's sandbox: code under test sees the kit read-only, in its own PID namespace
   libclang-rt-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz, and the fuzz smoke run in make test
+  libdnnl-dev  # oneDNN: the CPU's real bf16 GEMMs (kit/cpu_bf16.c) where it has AMX or AVX512-BF16
 )
 slides_packages=(pandoc texlive-latex-recommended texlive-pictures lmodern poppler-utils)  # poppler-utils: pdftotext, make slides checks the PDF text
 slurm_packages=(slurmctld slurmd slurm-client)
-bench_packages=(libdnnl-dev)  # bench/gemm_lowp_cpu.c: oneDNN's bf16 matmul; the kit and lessons never link it  # scripts/slurm/local-cluster.sh (auth/none: no munge needed)
 
 check_only=0
 for arg in "$@"; do
   case "$arg" in
     --slides) packages+=("${slides_packages[@]}") ;;
     --slurm) packages+=("${slurm_packages[@]}") ;;
-    --bench) packages+=("${bench_packages[@]}") ;;
     --check) check_only=1 ;;
-    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

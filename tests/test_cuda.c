@@ -21,6 +21,7 @@
 #include "kit/ops.h"
 #include "kit/optim.h"
 #include "kit/train.h"
+#include "tests/lowp_gemm_cases.h"
 #ifdef KIT_CUDA
 #include "kit/cuda/cuda_context.h"
 #endif
@@ -40,12 +41,6 @@ static const Device GPU = DEVICE_CUDA, CPU = DEVICE_CPU;
 #define TOL_MODEL 1e-4
 
 // ---------------------------------------------------------------- helpers
-
-static float *hvec(size_t n, float lo, float hi, uint64_t seed) {
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    fill_uniform(x, n, lo, hi, seed);
-    return x;
-}
 
 // A GPU copy of a host array (NULL stays NULL, so optional gradients read naturally).
 static float *gpu_of(const float *h, size_t n) {
@@ -92,13 +87,6 @@ static double rms_floor(const float *x, size_t n) {
         free(got_);                                                                          \
     } while (0)
 
-#ifdef KIT_CUDA
-// Lowers the conv scratch budget so that exactly `chunk` images of s fit (tests the multi-chunk path).
-static void conv_budget_for_chunk(const Conv2dDims *s, int chunk) {
-    size_t pq = (size_t)conv2d_out_h(s) * conv2d_out_w(s);
-    cuda_conv_set_work_budget((size_t)chunk * pq * ((size_t)s->c * s->r * s->r + s->k));
-}
-#endif
 
 // ---------------------------------------------------------------- conv2d
 
@@ -118,11 +106,11 @@ static void round_to_ints(float *x, size_t n) {
 static void conv_case_ints(Conv2dDims s, bool bias, int grads, uint64_t seed, bool ints) {
     size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r;
     size_t ny = (size_t)s.n * s.k * conv2d_out_h(&s) * conv2d_out_w(&s);
-    float *x = hvec(nx, -1, 1, seed), *w = hvec(nw, -1, 1, seed + 1), *b = bias ? hvec(s.k, -1, 1, seed + 2) : NULL;
-    float *dy = hvec(ny, -1, 1, seed + 3);
-    float *dx = (grads & 1) ? hvec(nx, -1, 1, seed + 4) : NULL;
-    float *dw = (grads & 2) ? hvec(nw, -1, 1, seed + 5) : NULL;
-    float *db = (grads & 4) ? hvec(s.k, -1, 1, seed + 6) : NULL;
+    float *x = uniform_vec(nx, -1, 1, seed), *w = uniform_vec(nw, -1, 1, seed + 1), *b = bias ? uniform_vec(s.k, -1, 1, seed + 2) : NULL;
+    float *dy = uniform_vec(ny, -1, 1, seed + 3);
+    float *dx = (grads & 1) ? uniform_vec(nx, -1, 1, seed + 4) : NULL;
+    float *dw = (grads & 2) ? uniform_vec(nw, -1, 1, seed + 5) : NULL;
+    float *db = (grads & 4) ? uniform_vec(s.k, -1, 1, seed + 6) : NULL;
     if (ints) {
         round_to_ints(x, nx), round_to_ints(w, nw), round_to_ints(b, bias ? (size_t)s.k : 0);
         round_to_ints(dy, ny), round_to_ints(dx, dx ? nx : 0), round_to_ints(dw, dw ? nw : 0);
@@ -182,7 +170,7 @@ static void test_conv_chunks(void **state) {
     skip_without_gpu();
 #ifdef KIT_CUDA
     Conv2dDims s = {.n = 5, .c = 3, .h = 8, .w = 8, .k = 4, .r = 3, .stride = 1, .pad = 1};
-    conv_budget_for_chunk(&s, 2);
+    lowp_set_chunk(GPU, &s, 2);
     size_t pq = (size_t)conv2d_out_h(&s) * conv2d_out_w(&s);
     assert_int_equal(conv2d_work_floats(GPU, &s), 2 * pq * (3 * 9 + 4));  // the budget is respected
     conv_case(s, true, 7, 90);
@@ -208,7 +196,7 @@ static void test_conv_exact_layouts(void **state) {
         conv_case_ints(shapes[i], true, 7, 1000 + 10 * (uint64_t)i, true);
 #ifdef KIT_CUDA
     Conv2dDims s = {.n = 5, .c = 3, .h = 8, .w = 6, .k = 4, .r = 3, .stride = 2, .pad = 1};
-    conv_budget_for_chunk(&s, 2);
+    lowp_set_chunk(GPU, &s, 2);
     conv_case_ints(s, true, 7, 1100, true);
     cuda_conv_set_work_budget(0);
 #endif
@@ -238,10 +226,10 @@ typedef struct {
 static BnCase bn_case(int n, int c, int hw, uint64_t seed) {
     BnCase b = {.s = {.n = n, .c = c, .hw = hw, .eps = 1e-5f, .momentum = 0.1f}};
     b.nx = (size_t)n * c * hw;
-    b.x = hvec(b.nx, -2, 3, seed);  // a non-zero mean, so mean and variance both matter
-    b.gamma = hvec(c, 0.5f, 1.5f, seed + 1);
-    b.beta = hvec(c, -0.5f, 0.5f, seed + 2);
-    b.dy = hvec(b.nx, -1, 1, seed + 3);
+    b.x = uniform_vec(b.nx, -2, 3, seed);  // a non-zero mean, so mean and variance both matter
+    b.gamma = uniform_vec(c, 0.5f, 1.5f, seed + 1);
+    b.beta = uniform_vec(c, -0.5f, 0.5f, seed + 2);
+    b.dy = uniform_vec(b.nx, -1, 1, seed + 3);
     return b;
 }
 
@@ -258,8 +246,8 @@ static void bn_compare(int n, int c, int hw, uint64_t seed) {
     BnCase b = bn_case(n, c, hw, seed);
     const BatchNormDims *s = &b.s;
     size_t C = (size_t)c;
-    float *rm = hvec(C, -0.2f, 0.2f, seed + 5), *rv = hvec(C, 0.5f, 2, seed + 6);
-    float *dx = hvec(b.nx, -1, 1, seed + 7), *dg = hvec(C, -1, 1, seed + 8), *dbeta = hvec(C, -1, 1, seed + 9);
+    float *rm = uniform_vec(C, -0.2f, 0.2f, seed + 5), *rv = uniform_vec(C, 0.5f, 2, seed + 6);
+    float *dx = uniform_vec(b.nx, -1, 1, seed + 7), *dg = uniform_vec(C, -1, 1, seed + 8), *dbeta = uniform_vec(C, -1, 1, seed + 9);
     float *y = xmalloc(b.nx * sizeof(float)), *mean = xmalloc(C * sizeof(float)), *invstd = xmalloc(C * sizeof(float));
     float *work = xmalloc(batchnorm_work_floats(CPU, s) * sizeof(float));
     float *gx = gpu_of(b.x, b.nx), *gg = gpu_of(b.gamma, C), *gbeta = gpu_of(b.beta, C), *gdy = gpu_of(b.dy, b.nx);
@@ -324,7 +312,7 @@ static void test_bn_sync_hook(void **state) {
     memcpy(dy2, b.dy, nx * sizeof(float));
     memcpy(dy2 + nx, b.dy, nx * sizeof(float));
     // CPU reference: plain BN on the doubled batch.
-    float *rm = hvec(C, -0.2f, 0.2f, 5), *rv = hvec(C, 0.5f, 2, 6);
+    float *rm = uniform_vec(C, -0.2f, 0.2f, 5), *rv = uniform_vec(C, 0.5f, 2, 6);
     float *grm = gpu_of(rm, C), *grv = gpu_of(rv, C);
     float *y2 = xmalloc(2 * nx * sizeof(float)), *mean = xmalloc(C * sizeof(float)), *invstd = xmalloc(C * sizeof(float));
     float *dx2 = xcalloc(2 * nx, sizeof(float)), *dg = xcalloc(C, sizeof(float)), *dbeta = xcalloc(C, sizeof(float));
@@ -379,7 +367,7 @@ static void bn_relu_compare(int n, int c, int hw, bool with_sync, uint64_t seed)
     const BatchNormDims *s = &b.s;
     const size_t C = (size_t)c, nx = b.nx;
     for (size_t i = 0; i < nx; i += 7) b.dy[i] = -0.0f;  // the plain path turns these into +0.0f
-    float *rm = hvec(C, -0.2f, 0.2f, seed + 5), *rv = hvec(C, 0.5f, 2, seed + 6), *dx = hvec(nx, -1, 1, seed + 7);
+    float *rm = uniform_vec(C, -0.2f, 0.2f, seed + 5), *rv = uniform_vec(C, 0.5f, 2, seed + 6), *dx = uniform_vec(nx, -1, 1, seed + 7);
     float *zeros = xcalloc(nx, sizeof(float));
     HookLog lp = {0, 0}, lf = {0, 0};
     BatchNormSync sp = {hook_double, &lp}, sf = {hook_double, &lf};
@@ -462,7 +450,7 @@ static void test_bn_relu_fused(void **state) {
 static void test_relu_add_scale(void **state) {
     skip_without_gpu();
     size_t n = 100003;  // not a multiple of the block size, and more than one grid-stride pass
-    float *x = hvec(n, -1, 1, 300), *b = hvec(n, -1, 1, 301), *dy = hvec(n, -1, 1, 302), *dx = hvec(n, -1, 1, 303);
+    float *x = uniform_vec(n, -1, 1, 300), *b = uniform_vec(n, -1, 1, 301), *dy = uniform_vec(n, -1, 1, 302), *dx = uniform_vec(n, -1, 1, 303);
     float *y = xmalloc(n * sizeof(float));
     float *gx = gpu_of(x, n), *gb = gpu_of(b, n), *gdy = gpu_of(dy, n), *gdx = gpu_of(dx, n);
     float *gy = device_alloc(GPU, n * sizeof(float));
@@ -491,7 +479,7 @@ static void test_relu_add_scale(void **state) {
 // a coarse grid): the gradient must go to the same "first maximum" on both devices.
 static void maxpool_compare(int n, int c, int h, int w, bool ties, uint64_t seed) {
     size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * (h / 2) * (w / 2);
-    float *x = hvec(nx, -1, 1, seed), *dy = hvec(ny, -1, 1, seed + 1), *dx = hvec(nx, -1, 1, seed + 2);
+    float *x = uniform_vec(nx, -1, 1, seed), *dy = uniform_vec(ny, -1, 1, seed + 1), *dx = uniform_vec(nx, -1, 1, seed + 2);
     if (ties)
         for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 2.0f);  // only -2, -1, 0, 1
     float *y = xmalloc(ny * sizeof(float));
@@ -519,7 +507,7 @@ static void test_avgpool(void **state) {
     skip_without_gpu();
     int n = 6, c = 7, hw = 49;
     size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;
-    float *x = hvec(nx, -1, 1, 500), *dy = hvec(ny, -1, 1, 501), *dx = hvec(nx, -1, 1, 502);
+    float *x = uniform_vec(nx, -1, 1, 500), *dy = uniform_vec(ny, -1, 1, 501), *dx = uniform_vec(nx, -1, 1, 502);
     float *y = xmalloc(ny * sizeof(float));
     float *gx = gpu_of(x, nx), *gdy = gpu_of(dy, ny), *gdx = gpu_of(dx, nx), *gy = device_alloc(GPU, ny * sizeof(float));
     avgpool_forward(CPU, n, c, hw, x, y);
@@ -538,9 +526,9 @@ static void test_avgpool(void **state) {
 
 static void linear_compare(int n, int in, int out, bool bias, bool want_dx, uint64_t seed) {
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
-    float *x = hvec(nx, -1, 1, seed), *w = hvec(nw, -1, 1, seed + 1), *b = bias ? hvec(out, -1, 1, seed + 2) : NULL;
-    float *dy = hvec(ny, -1, 1, seed + 3), *dx = want_dx ? hvec(nx, -1, 1, seed + 4) : NULL;
-    float *dw = hvec(nw, -1, 1, seed + 5), *db = bias ? hvec(out, -1, 1, seed + 6) : NULL;
+    float *x = uniform_vec(nx, -1, 1, seed), *w = uniform_vec(nw, -1, 1, seed + 1), *b = bias ? uniform_vec(out, -1, 1, seed + 2) : NULL;
+    float *dy = uniform_vec(ny, -1, 1, seed + 3), *dx = want_dx ? uniform_vec(nx, -1, 1, seed + 4) : NULL;
+    float *dw = uniform_vec(nw, -1, 1, seed + 5), *db = bias ? uniform_vec(out, -1, 1, seed + 6) : NULL;
     float *y = xmalloc(ny * sizeof(float));
     float *gx = gpu_of(x, nx), *gw = gpu_of(w, nw), *gb = gpu_of(b, out), *gdy = gpu_of(dy, ny);
     float *gdx = gpu_of(dx, nx), *gdw = gpu_of(dw, nw), *gdb = gpu_of(db, out), *gy = device_alloc(GPU, ny * sizeof(float));
@@ -568,7 +556,7 @@ static void test_linear(void **state) {
 
 static void ce_compare(int n, int k, float smoothing, uint64_t seed) {
     size_t nl = (size_t)n * k;
-    float *logits = hvec(nl, -3, 3, seed), *dl = hvec(nl, -1, 1, seed + 1), *loss = xmalloc(n * sizeof(float));
+    float *logits = uniform_vec(nl, -3, 3, seed), *dl = uniform_vec(nl, -1, 1, seed + 1), *loss = xmalloc(n * sizeof(float));
     int *labels = xmalloc(n * sizeof(int)), *pred = xmalloc(n * sizeof(int)), *gpred_h = xmalloc(n * sizeof(int));
     Rng r = rng_make(seed, 7);
     for (int i = 0; i < n; i++) labels[i] = (int)rng_below(&r, (uint32_t)k);
@@ -609,7 +597,7 @@ static void test_sgd(void **state) {
         // plain momentum + decay; Nesterov; momentum 0 without a velocity buffer
         float momentum = variant == 2 ? 0.0f : 0.9f, wd = variant == 1 ? 0.0f : 5e-4f;
         int nesterov = variant == 1;
-        float *p = hvec(n, -1, 1, 800), *g = hvec(n, -1, 1, 801), *v = variant == 2 ? NULL : hvec(n, -1, 1, 802);
+        float *p = uniform_vec(n, -1, 1, 800), *g = uniform_vec(n, -1, 1, 801), *v = variant == 2 ? NULL : uniform_vec(n, -1, 1, 802);
         float *gp = gpu_of(p, n), *gg = gpu_of(g, n), *gv = gpu_of(v, n);
         for (int step = 0; step < 3; step++) {
             sgd_update(CPU, n, p, g, v, 0.05f, momentum, wd, nesterov);
@@ -705,7 +693,7 @@ static void test_round_hook_same_points(void **state) {
     assert_true(model_config(&cfg, "tiny-bn", 0, 3, 16, 16, 10));
     RoundLog *log = xmalloc(2 * sizeof *log);
     const int batch = 4;
-    float *x = hvec((size_t)batch * 3 * 16 * 16, -1, 1, 1200), *dl = hvec((size_t)batch * 10, -1, 1, 1201);
+    float *x = uniform_vec((size_t)batch * 3 * 16 * 16, -1, 1, 1200), *dl = uniform_vec((size_t)batch * 10, -1, 1, 1201);
     for (int d = 0; d < 2; d++) {
         Device dev = d ? GPU : CPU;
         Model *m = model_create(&cfg, dev, batch, 7);
@@ -728,201 +716,7 @@ static void test_round_hook_same_points(void **state) {
 }
 
 // ---------------------------------------------------------------- the real low-precision GEMMs (tensor cores)
-//
-// What is compared. The REAL path: device_set_gemm_precision(GPU, bf16 or fp16); conv and linear get float32
-// x, w, dy and store each as a 16-bit GEMM input themselves (round to nearest even), then cublasGemmEx with
-// 16-bit A and B, float32 accumulation and a float32 C. The EMULATED path (lesson 10's, kit/ops.h round_lowp):
-// x, w and dy rounded to the format by round_lowp, then the float32 op (cublasSgemm). Both round the same
-// tensors at the same point (the GEMM's inputs, once, with the same rounding: kit/ops_dims.h's functions), so
-// each GEMM multiplies the same pairs of numbers a_i, b_i. 16-bit values have at most 11 significant bits, so
-// a_i b_i (22 bits) is EXACT in float32 in both paths. What remains is the summation of k exact products in
-// float32, in an order that differs between cuBLAS's tensor-core kernels and its SGEMM (and OpenBLAS in the
-// emulator). Each addition errs by at most one unit u of its result, u = 2^-23 (2^-24 for round-to-nearest;
-// 2^-23 covers tensor cores, whose adders truncate when they align: Fasi, Higham, Mikaitis, Pranesh,
-// "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021). A sum of k terms then errs by at most
-// gamma_k = k u / (1 - k u) times S = sum |a_i b_i| (Higham, Accuracy and Stability, 3.1), whatever the order,
-// so the two paths differ by at most 2 gamma_k S. The accumulation into an existing C (beta = 1: dx and dw add
-// into what is there) and the bias add are further additions: k + 1 terms, with |c0| joining S. Hence, per
-// element: |real - emulated| <= 2 gamma_(k+1) (S + |c0|), with k the GEMM's inner size (plus the R*R dcols that
-// col2im adds into one dx element). S is the same op on |inputs| (the CPU's float32 computes it; its own error
-// changes the bound by a few parts in 10^7).
-// Why it can fail: without the conversion (fp32 inputs), a product differs by up to 2^-8 (bf16) / 2^-11 (fp16)
-// relative from the rounded one; the test checks that this plain float32 result lies OUTSIDE the bound, so
-// the bound would catch a real path that forgot to round (or rounded another way, e.g. truncated).
-
-#define U_ACC (1.0 / 8388608.0)  // 2^-23, see above
-
-static double gamma_acc(double k) { return k * U_ACC / (1.0 - k * U_ACC); }
-
-// x as the GEMM precision p reads it: bf16/fp16 rounded by round_lowp (the emulated path), TF32 truncated to 10
-// mantissa bits (what the emulator's tensor cores read: kit/cuda/emu/cuda_emu.cc, emu_tf32).
-static float *copy_rounded(const float *x, size_t n, GemmPrecision p) {
-    if (!x) return NULL;
-    float *r = xmalloc(n * sizeof(float));
-    memcpy(r, x, n * sizeof(float));
-    if (p == GEMM_BF16 || p == GEMM_FP16) round_lowp(CPU, p == GEMM_BF16 ? LOWP_BF16 : LOWP_FP16, n, r, NULL);
-    if (p == GEMM_TF32)
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &r[i], sizeof u);
-            u &= 0xFFFFE000u;  // finite inputs only here
-            memcpy(&r[i], &u, sizeof u);
-        }
-    return r;
-}
-
-// TF32 on a GPU: cuBLAS's kernels may round float32 to TF32 (PTX cvt.rna: nearest, ties away) where the emulator
-// truncates; either input is then within one TF32 unit (2^-10 relative) of the truncated one, so a product differs
-// by at most (2 x 2^-10 + 2^-20) |a b|: that much of S joins the bound. The emulator truncates, as the emulated
-// path does: nothing to add. bf16/fp16: the same rounding on both sides everywhere.
-static double input_slack(GemmPrecision p) {
-#ifdef KIT_CUDA_EMU
-    (void)p;
-    return 0.0;
-#else
-    return p == GEMM_TF32 ? ldexp(1.0, -9) + ldexp(1.0, -20) : 0.0;
-#endif
-}
-
-// How many elements of got (host) lie outside 2 gamma_(k+1) (S + |c0|) of want (host); c0 may be NULL.
-static size_t outside_sum_bound(const float *got, const float *want, const float *S, const float *c0, size_t n,
-                                double k, double slack, double *worst) {
-    size_t bad = 0;
-    *worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double bound = 2.0 * gamma_acc(k + 1) * ((double)S[i] + (c0 ? fabs((double)c0[i]) : 0.0)) + slack * S[i];
-        double d = fabs((double)got[i] - (double)want[i]);
-        if (d > bound) bad++;
-        if (bound > 0 && d / bound > *worst) *worst = d / bound;
-    }
-    return bad;
-}
-
-// Asserts real and emulated within the bound. Adds to g_plain_outside how many elements of the plain float32 result (no
-// rounding) lie outside it: the test asserts some do (a large inner size k or accumulator c0 can hide the
-// rounding in one tensor, not in all).
-static size_t g_plain_outside;
-static void check_sum_bound(const char *what, const float *g_real, const float *g_emul, const float *g_plain,
-                            const float *S, const float *c0, size_t n, double k, double slack) {
-    float *real = host_of(g_real, n), *emul = host_of(g_emul, n), *plain = host_of(g_plain, n);
-    double worst, worst_plain;
-    size_t bad = outside_sum_bound(real, emul, S, c0, n, k, slack, &worst);
-    // The real path against float32 inputs, with the summation bound alone: outside it, the inputs WERE read
-    // in the low precision.
-    size_t plain_out = outside_sum_bound(plain, real, S, c0, n, k, 0.0, &worst_plain);
-    print_message("  %-6s k=%-5.0f real vs emulated: %.3g of the bound; real vs float32: %.3g (%zu of %zu outside)\n",
-                  what, k, worst, worst_plain, plain_out, n);
-    if (bad) {
-        print_error("%s: %zu of %zu elements of the real path differ from the emulated one by more than the bound\n",
-                    what, bad, n);
-        fail();
-    }
-    g_plain_outside += plain_out;
-    free(real), free(emul), free(plain);
-}
-
-#ifdef KIT_CUDA
-// One conv shape in GEMM precision p (bf16/fp16): forward y, backward dx, dw (added into random values) and db.
-// Three runs on the GPU: real (p, float32 inputs), emulated (fp32 GEMMs, inputs rounded by round_lowp), plain
-// (fp32, float32 inputs).
-static void conv_lowp_case(GemmPrecision p, Conv2dDims s, int chunk, uint64_t seed) {
-    const GemmPrecision f = p;
-    const double slack = input_slack(p);
-    size_t nx = (size_t)s.n * s.c * s.h * s.w, nw = (size_t)s.k * s.c * s.r * s.r;
-    size_t ny = (size_t)s.n * s.k * conv2d_out_h(&s) * conv2d_out_w(&s), pq = ny / ((size_t)s.n * s.k);
-    float *in[4] = {hvec(nx, -1, 1, seed), hvec(nw, -1, 1, seed + 1), hvec(ny, -1, 1, seed + 2),
-                    hvec(s.k, -1, 1, seed + 3)};  // x, w, dy, b
-    float *dx0 = hvec(nx, -1, 1, seed + 4), *dw0 = hvec(nw, -1, 1, seed + 5), *db0 = hvec(s.k, -1, 1, seed + 6);
-    size_t sizes[4] = {nx, nw, ny, (size_t)s.k};
-    if (chunk) conv_budget_for_chunk(&s, chunk);
-    float *out[3][4];  // [real, emulated, plain][y, dx, dw, db] on the GPU
-    for (int run = 0; run < 3; run++) {
-        float *g[4];
-        for (int i = 0; i < 4; i++) {
-            float *h = run == 1 && i < 3 ? copy_rounded(in[i], sizes[i], f) : in[i];  // the bias is not rounded
-            g[i] = gpu_of(h, sizes[i]);
-            if (h != in[i]) free(h);
-        }
-        out[run][0] = device_alloc(GPU, ny * sizeof(float));
-        out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw), out[run][3] = gpu_of(db0, s.k);
-        float *work = device_alloc(GPU, conv2d_work_floats(GPU, &s) * sizeof(float));
-        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
-        conv2d_forward(GPU, &s, g[0], g[1], g[3], out[run][0], work);
-        conv2d_backward(GPU, &s, g[0], g[1], g[2], out[run][1], out[run][2], out[run][3], work);
-        device_set_gemm_precision(GPU, GEMM_FP32);
-        for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
-        device_free(GPU, work);
-    }
-    cuda_conv_set_work_budget(0);
-    // S for each GEMM: the op on the absolute values of the rounded inputs (CPU, float32).
-    float *ax = copy_rounded(in[0], nx, f), *aw = copy_rounded(in[1], nw, f), *ady = copy_rounded(in[2], ny, f);
-    for (size_t i = 0; i < nx; i++) ax[i] = fabsf(ax[i]);
-    for (size_t i = 0; i < nw; i++) aw[i] = fabsf(aw[i]);
-    for (size_t i = 0; i < ny; i++) ady[i] = fabsf(ady[i]);
-    float *Sy = xmalloc(ny * sizeof(float)), *Sdx = xcalloc(nx, sizeof(float)), *Sdw = xcalloc(nw, sizeof(float));
-    float *work = xmalloc(conv2d_work_floats(CPU, &s) * sizeof(float));
-    conv2d_forward(CPU, &s, ax, aw, NULL, Sy, work);
-    conv2d_backward(CPU, &s, ax, aw, ady, Sdx, Sdw, NULL, work);
-    float *bias_y = xmalloc(ny * sizeof(float));  // the bias each output element adds: c0 of the forward
-    for (size_t i = 0; i < ny; i++) bias_y[i] = in[3][(i / pq) % (size_t)s.k];
-    const double crr = (double)s.c * s.r * s.r;
-    check_sum_bound("y", out[0][0], out[1][0], out[2][0], Sy, bias_y, ny, crr, slack);
-    check_sum_bound("dx", out[0][1], out[1][1], out[2][1], Sdx, dx0, nx, (double)s.k + (double)s.r * s.r, slack);
-    check_sum_bound("dw", out[0][2], out[1][2], out[2][2], Sdw, dw0, nw, (double)s.n * pq + s.n, slack);
-    // db is no GEMM: the real path sums the float32 dy it was given, as the plain run does: the same bits.
-    float *db_plain = host_of(out[2][3], s.k);
-    assert_gpu_close(out[0][3], db_plain, (size_t)s.k, EXACT);
-    free(db_plain);
-    for (int run = 0; run < 3; run++)
-        for (int i = 0; i < 4; i++) device_free(GPU, out[run][i]);
-    for (int i = 0; i < 4; i++) free(in[i]);
-    float *hp[] = {dx0, dw0, db0, ax, aw, ady, Sy, Sdx, Sdw, work, bias_y};
-    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
-}
-
-// Linear in precision p: y = x w^T + b, dx += dy w, dw += dy^T x; runs as conv_lowp_case.
-static void linear_lowp_case(GemmPrecision p, int n, int in_f, int out_f, uint64_t seed) {
-    const GemmPrecision f = p;
-    size_t nx = (size_t)n * in_f, nw = (size_t)out_f * in_f, ny = (size_t)n * out_f;
-    float *in[4] = {hvec(nx, -1, 1, seed), hvec(nw, -1, 1, seed + 1), hvec(ny, -1, 1, seed + 2),
-                    hvec(out_f, -1, 1, seed + 3)};
-    float *dx0 = hvec(nx, -1, 1, seed + 4), *dw0 = hvec(nw, -1, 1, seed + 5);
-    size_t sizes[4] = {nx, nw, ny, (size_t)out_f};
-    float *out[3][3];
-    for (int run = 0; run < 3; run++) {
-        float *g[4];
-        for (int i = 0; i < 4; i++) {
-            float *h = run == 1 && i < 3 ? copy_rounded(in[i], sizes[i], f) : in[i];
-            g[i] = gpu_of(h, sizes[i]);
-            if (h != in[i]) free(h);
-        }
-        out[run][0] = device_alloc(GPU, ny * sizeof(float));
-        out[run][1] = gpu_of(dx0, nx), out[run][2] = gpu_of(dw0, nw);
-        device_set_gemm_precision(GPU, run == 0 ? p : GEMM_FP32);
-        linear_forward(GPU, n, in_f, out_f, g[0], g[1], g[3], out[run][0]);
-        linear_backward(GPU, n, in_f, out_f, g[0], g[1], g[2], out[run][1], out[run][2], NULL);
-        device_set_gemm_precision(GPU, GEMM_FP32);
-        for (int i = 0; i < 4; i++) device_free(GPU, g[i]);
-    }
-    float *ax = copy_rounded(in[0], nx, f), *aw = copy_rounded(in[1], nw, f), *ady = copy_rounded(in[2], ny, f);
-    for (size_t i = 0; i < nx; i++) ax[i] = fabsf(ax[i]);
-    for (size_t i = 0; i < nw; i++) aw[i] = fabsf(aw[i]);
-    for (size_t i = 0; i < ny; i++) ady[i] = fabsf(ady[i]);
-    float *Sy = xmalloc(ny * sizeof(float)), *Sdx = xcalloc(nx, sizeof(float)), *Sdw = xcalloc(nw, sizeof(float));
-    linear_forward(CPU, n, in_f, out_f, ax, aw, NULL, Sy);
-    linear_backward(CPU, n, in_f, out_f, ax, aw, ady, Sdx, Sdw, NULL);
-    float *bias_y = xmalloc(ny * sizeof(float));
-    for (size_t i = 0; i < ny; i++) bias_y[i] = in[3][i % (size_t)out_f];
-    check_sum_bound("y", out[0][0], out[1][0], out[2][0], Sy, bias_y, ny, in_f, 0.0);
-    check_sum_bound("dx", out[0][1], out[1][1], out[2][1], Sdx, dx0, nx, out_f, 0.0);
-    check_sum_bound("dw", out[0][2], out[1][2], out[2][2], Sdw, dw0, nw, n, 0.0);
-    for (int run = 0; run < 3; run++)
-        for (int i = 0; i < 3; i++) device_free(GPU, out[run][i]);
-    for (int i = 0; i < 4; i++) free(in[i]);
-    float *hp[] = {dx0, dw0, ax, aw, ady, Sy, Sdx, Sdw, bias_y};
-    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
-}
-#endif
+// Against the emulation (bf16, fp16, TF32): the cases and their bound are in tests/lowp_gemm_cases.h.
 
 static void test_gemm_lowp_real_equals_emulated(void **state) {
     skip_without_gpu();
@@ -930,15 +724,15 @@ static void test_gemm_lowp_real_equals_emulated(void **state) {
     for (GemmPrecision p = GEMM_BF16; p <= GEMM_FP16; p++) {
         print_message("%s GEMMs:\n", gemm_precision_name(p));
         g_plain_outside = 0;
-        conv_lowp_case(p, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
+        conv_lowp_case(GPU, p, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
                        1300 + p);
         // Two images per GEMM: dw adds three GEMMs (beta = 1), the chunk's offsets into x, dy and dx.
-        conv_lowp_case(p, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1}, 2,
+        conv_lowp_case(GPU, p, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1}, 2,
                        1310 + p);
-        conv_lowp_case(p, (Conv2dDims){.n = 2, .c = 64, .h = 4, .w = 4, .k = 24, .r = 1, .stride = 1, .pad = 0}, 0,
+        conv_lowp_case(GPU, p, (Conv2dDims){.n = 2, .c = 64, .h = 4, .w = 4, .k = 24, .r = 1, .stride = 1, .pad = 0}, 0,
                        1320 + p);
-        linear_lowp_case(p, 33, 70, 10, 1330 + p);
-        linear_lowp_case(p, 5, 512, 100, 1340 + p);
+        linear_lowp_case(GPU, p, 33, 70, 10, 1330 + p);
+        linear_lowp_case(GPU, p, 5, 512, 100, 1340 + p);
         assert_true(g_plain_outside > 0);  // the bound is tight enough to see a missing rounding
     }
 #endif
@@ -954,9 +748,9 @@ static void test_gemm_tf32(void **state) {
     skip_without_gpu();
 #ifdef KIT_CUDA
     g_plain_outside = 0;
-    conv_lowp_case(GEMM_TF32, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
+    conv_lowp_case(GPU, GEMM_TF32, (Conv2dDims){.n = 3, .c = 5, .h = 9, .w = 9, .k = 7, .r = 3, .stride = 1, .pad = 1}, 0,
                    1400);
-    conv_lowp_case(GEMM_TF32, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1},
+    conv_lowp_case(GPU, GEMM_TF32, (Conv2dDims){.n = 5, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .stride = 2, .pad = 1},
                    2, 1410);
 #ifdef KIT_CUDA_EMU
     assert_true(g_plain_outside > 0);
@@ -967,7 +761,7 @@ static void test_gemm_tf32(void **state) {
                   g_plain_outside ? "used" : "NOT used", g_plain_outside);
 #endif
     const int n = 9, in_f = 70, out_f = 10;
-    float *x = hvec((size_t)n * in_f, -1, 1, 1420), *w = hvec((size_t)out_f * in_f, -1, 1, 1421);
+    float *x = uniform_vec((size_t)n * in_f, -1, 1, 1420), *w = uniform_vec((size_t)out_f * in_f, -1, 1, 1421);
     float *gx = gpu_of(x, (size_t)n * in_f), *gw = gpu_of(w, (size_t)out_f * in_f);
     float *y[2] = {device_alloc(GPU, (size_t)n * out_f * sizeof(float)),
                    device_alloc(GPU, (size_t)n * out_f * sizeof(float))};
@@ -1046,7 +840,7 @@ static void test_gemm_lowp_model_step(void **state) {
     const int batch = 8;
     ModelConfig cfg;
     assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
-    float *x = hvec((size_t)batch * 3 * 32 * 32, -1, 1, 1500);
+    float *x = uniform_vec((size_t)batch * 3 * 32 * 32, -1, 1, 1500);
     int y[8];
     for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
     LowpFormat f = LOWP_BF16;
@@ -1082,7 +876,7 @@ static void act16_one_step(LowpFormat f) {
     print_message("  %s activations\n", lowp_name(f));
     ModelConfig cfg;
     assert_true(model_config(&cfg, "resnet9", 8, 3, 16, 16, classes));  // residual adds, pools, fused BN + ReLU
-    float *x = hvec((size_t)batch * 3 * 16 * 16, -1, 1, 1700);
+    float *x = uniform_vec((size_t)batch * 3 * 16 * 16, -1, 1, 1700);
     int y[4] = {3, 1, 4, 1};
     LowpFormat fmt = f;
     device_set_gemm_precision(GPU, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
@@ -1160,7 +954,7 @@ static Pair pair_create(const char *name, int batch, uint64_t seed) {
     p.m[0] = model_create(&cfg, CPU, batch, seed);
     p.m[1] = model_create(&cfg, GPU, batch, seed);
     size_t nx = (size_t)batch * 3 * 32 * 32;
-    p.x = hvec(nx, -1, 1, seed + 1);
+    p.x = uniform_vec(nx, -1, 1, seed + 1);
     p.y = xmalloc(batch * sizeof(int));
     Rng r = rng_make(seed, 3);
     for (int i = 0; i < batch; i++) p.y[i] = (int)rng_below(&r, 10);

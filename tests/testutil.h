@@ -25,6 +25,13 @@ static inline void fill_uniform(float *x, size_t n, float lo, float hi, uint64_t
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&r);
 }
 
+// A new array of n uniform values in [lo, hi) (the caller frees).
+static inline float *uniform_vec(size_t n, float lo, float hi, uint64_t seed) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    fill_uniform(x, n, lo, hi, seed);
+    return x;
+}
+
 // max |a - b| / max(|b|, floor): a relative error that does not blow up near zero.
 static inline double max_rel_error(const float *a, const float *b, size_t n, double floor) {
     double worst = 0.0;

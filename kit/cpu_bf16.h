@@ -1,0 +1,60 @@
+// kit/cpu_bf16.h: bf16 GEMMs on the CPU, for real: oneDNN's matmul with bf16 inputs, float32 accumulation and a
+// float32 result, on AMX-BF16 tiles or AVX512-BF16 dot products (oneDNN picks; cpu_bf16_isa says which).
+//
+// What uses it: conv and linear on the CPU (kit/ops_cpu.c) when the CPU's GEMM precision is GEMM_BF16
+// (device_set_gemm_precision(DEVICE_CPU, GEMM_BF16), kit/device.h; lesson 10 sets it with --precision bf16 where
+// cpu_bf16_available says yes). Each op rounds its GEMM inputs (columns, weights, output gradients) to bf16 as it
+// stores them (the bits round_lowp gives, in the layout cpu_bf16_elem_bytes says), so the products are those of lesson 10's emulation and
+// only the order of the float32 sums differs. A CPU without bf16 kernels (AVX2: oneDNN answers "unimplemented")
+// keeps the emulation, and the program says so.
+//
+// Without oneDNN at build time (no libdnnl-dev), cpu_bf16_available is false with that reason.
+#ifndef KIT_CPU_BF16_H
+#define KIT_CPU_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Can this CPU run bf16 matmuls (oneDNN built in, and an implementation for bf16 here)? When not, and why is not
+// NULL, *why says why. Probed once (a tiny primitive), then remembered.
+bool cpu_bf16_available(const char **why);
+
+// What runs it, for the program's first lines: "AMX-BF16", "AVX512-BF16", or "AVX-512 (bf16 converted to float32
+// in the kernel)"; and oneDNN's own name for its implementation ("brg:avx512_core_amx", ...). "none" when
+// unavailable.
+const char *cpu_bf16_isa(void);
+const char *cpu_bf16_impl(void);
+
+// Where the GEMM inputs live.
+//   CPU_BF16_2BYTES   bf16 in 2 bytes, oneDNN's bf16 matmul: the real path (the default)
+//   CPU_BF16_IN_FP32  the same bf16 values in float32 containers, oneDNN's float32 matmul: the same exact products
+//                     and float32 sums, on any CPU. For the tests, where the CPU has no bf16 kernel: every line of
+//                     the path runs but the kernel's data type. A program never sets it.
+typedef enum { CPU_BF16_2BYTES, CPU_BF16_IN_FP32 } CpuBf16Storage;
+void cpu_bf16_set_storage(CpuBf16Storage s);
+CpuBf16Storage cpu_bf16_storage(void);
+// Bytes per GEMM input element: 2, or 4 in CPU_BF16_IN_FP32.
+size_t cpu_bf16_elem_bytes(void);
+
+// C (m, n) = op(A) op(B) + beta C, row-major, A and B bf16 values stored as cpu_bf16_storage says, C float32;
+// beta 0 or 1.
+// op(A) is A (m, k), or A stored (k, m) when ta; likewise B (k, n), or (n, k) when tb. Runs on the calling thread
+// alone inside an OpenMP parallel region, else on every OpenMP thread. Dies with the reason when the CPU has no
+// bf16 kernel (callers check cpu_bf16_available first).
+void cpu_bf16_gemm(bool ta, bool tb, int m, int n, int k, const void *a, int lda, const void *b, int ldb, float beta,
+                   float *c, int ldc);
+
+// A buffer of at least `bytes` for this thread's use, slot 0..CPU_BF16_SCRATCH_SLOTS-1 (the converted weights,
+// output gradients...): kept and reused by the calling thread, grown when asked for more, freed at exit.
+enum { CPU_BF16_SCRATCH_SLOTS = 3 };
+void *cpu_bf16_scratch(int slot, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // KIT_CPU_BF16_H
