@@ -4,6 +4,7 @@
 #ifndef LOWP_GEMM_CASES_H
 #define LOWP_GEMM_CASES_H
 
+#include "kit/model.h"
 #include "kit/ops.h"
 #include "tests/testutil.h"
 #ifdef KIT_CUDA
@@ -228,6 +229,58 @@ static inline void linear_lowp_case(Device dev, GemmPrecision p, int n, int in_f
     for (int i = 0; i < 4; i++) free(in[i]);
     float *hp[] = {dx0, dw0, ax, aw, ady, Sy, Sdx, Sdw, bias_y};
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) free(hp[i]);
+}
+
+// One training step of a whole model (tiny-bn: conv, BN, ReLU, pool, linear) in bf16, as lesson 10 takes it
+// (test_gemm_lowp_model_step on the GPU, test_cpu_bf16_model_step on the CPU):
+// the input and the loss gradient rounded, the conv and linear parameters rounded (master_to_model), every
+// layer's output and output gradient rounded, the GEMM layers' parameter gradients rounded (policy.c's hook).
+// Real: those roundings plus the real path's own (bf16 GEMMs). Emulated: those roundings, fp32 GEMMs. Every GEMM
+// input of the real path is then already a bf16 value, so its conversions are exact: the two differ only in the
+// GEMMs' summation order (the bound above, per GEMM). In the emulator both orders are OpenBLAS's: the same bits,
+// asserted exactly. On a GPU a summation-order difference (~1e-5 of the RMS, TOL_MODEL's measurement) can move a
+// value across a bf16 rounding boundary: that element then differs by one bf16 unit (2^-8 of itself), and the
+// elements computed from it by that much of its share; so each tensor stays within 2^-8 of its RMS.
+static inline void policy_like_hook(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
+    LayerKind k = m->layers[layer].kind;
+    if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
+    round_lowp(m->device, *(const LowpFormat *)ctx, n, buf, NULL);
+}
+
+// One mixed-precision training step of m in format *f, as lesson 10 takes it (the comment above): the policy's
+// hook installed, the conv and linear parameters, the input batch x (batch, 3, H, W) and the loss gradient rounded.
+static inline void policy_step(Model *m, LowpFormat *f, const float *x, const int *y, int batch) {
+    const int classes = m->cfg.classes;
+    const size_t nx = (size_t)batch * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
+    model_set_round_hook(m, policy_like_hook, f);
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
+            round_lowp(m->device, *f, l->param_count, m->params + l->param_offset, NULL);
+    }
+    device_copy_to(m->device, m->input, x, nx * sizeof(float));
+    device_copy_to(m->device, m->labels, y, batch * sizeof(int));
+    round_lowp(m->device, *f, nx, m->input, NULL);
+    const float *logits = model_forward(m, m->input, batch, true);
+    device_memset_zero(m->device, m->dlogits, (size_t)batch * classes * sizeof(float));
+    cross_entropy_backward(m->device, batch, classes, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
+    round_lowp(m->device, *f, (size_t)batch * classes, m->dlogits, NULL);
+    model_zero_grad(m);
+    model_backward(m, m->input, m->dlogits, batch);
+}
+
+// The loss gradient (the forward's result, through the loss) and every parameter gradient of b against a's, within
+// tol of each tensor's RMS (tol 0: equal).
+static inline void assert_step_close(const Model *a, const Model *b, int batch, double tol) {
+    const size_t nd = (size_t)batch * a->cfg.classes;
+    for (int i = -1; i < a->n_views; i++) {
+        const size_t n = i < 0 ? nd : a->views[i].count, off = i < 0 ? 0 : a->views[i].offset;
+        float *want = lowp_from(a->device, (i < 0 ? a->dlogits : a->grads) + off, n);
+        float *got = lowp_from(b->device, (i < 0 ? b->dlogits : b->grads) + off, n);
+        print_message("  %-24s checked\n", i < 0 ? "the loss gradient" : a->views[i].name);
+        assert_close(got, want, n, tol, rms_floor(want, n));
+        free(want), free(got);
+    }
 }
 
 #endif  // LOWP_GEMM_CASES_H

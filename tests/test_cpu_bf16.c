@@ -11,6 +11,7 @@
 #include "tests/testutil.h"
 
 #include "kit/cpu_bf16.h"
+#include "kit/model.h"
 #include "kit/ops.h"
 #include "tests/lowp_gemm_cases.h"
 
@@ -50,6 +51,35 @@ static void test_cpu_bf16_real_equals_emulated(void **state) {
     else print_message("the real kernel did not run: %s\n", why);
 }
 
+// One training step of tiny-bn in bf16 as lesson 10 takes it (policy_step, tests/lowp_gemm_cases.h), with the CPU's
+// bf16 GEMMs against the emulation: every GEMM input is already a bf16 value, so only the summation order differs,
+// which can move a value across a bf16 rounding boundary: each tensor within 2^-8 of its RMS (the argument at
+// policy_step). Both with im2col (Winograd's transforms round other numbers).
+static void test_cpu_bf16_model_step(void **state) {
+    setenv("KIT_WINOGRAD", "0", 1);
+    const bool real = cpu_bf16_available(NULL);
+    const int batch = 8;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
+    float *x = uniform_vec((size_t)batch * 3 * 32 * 32, -1, 1, 2400);
+    int y[8];
+    for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
+    LowpFormat f = LOWP_BF16;
+    for (int storage = CPU_BF16_IN_FP32; storage >= (real ? CPU_BF16_2BYTES : CPU_BF16_IN_FP32); storage--) {
+        cpu_bf16_set_storage((CpuBf16Storage)storage);
+        Model *m[2];  // [0] emulated, [1] real
+        for (int r = 0; r < 2; r++) {
+            m[r] = model_create(&cfg, DEVICE_CPU, batch, 2401);
+            device_set_gemm_precision(DEVICE_CPU, r ? GEMM_BF16 : GEMM_FP32);
+            policy_step(m[r], &f, x, y, batch);
+            device_set_gemm_precision(DEVICE_CPU, GEMM_FP32);
+        }
+        assert_step_close(m[0], m[1], batch, 1.0 / 256.0);
+        model_free(m[0]), model_free(m[1]);
+    }
+    free(x);
+}
+
 // A CPU without a bf16 kernel refuses bf16 GEMMs with the reason (lesson 10 asks cpu_bf16_available first, and
 // keeps the emulation); fp16 and TF32 are refused on every CPU.
 static void set_cpu_precision(void *arg) { device_set_gemm_precision(DEVICE_CPU, *(GemmPrecision *)arg); }
@@ -87,6 +117,7 @@ static int restore_defaults(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_cpu_bf16_real_equals_emulated, restore_defaults),
+        cmocka_unit_test_teardown(test_cpu_bf16_model_step, restore_defaults),
         cmocka_unit_test_teardown(test_cpu_bf16_refusals, restore_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

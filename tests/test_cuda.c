@@ -63,13 +63,6 @@ static float *host_of(const float *d, size_t n) {
     return h;
 }
 
-static double rms_floor(const float *x, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    double r = n ? sqrt(s / n) : 0.0;
-    return r > 1e-30 ? r : 1e-30;
-}
-
 // Asserts the GPU array d equals the CPU array ref within tol (relative, floor = RMS of ref; see top).
 #define assert_gpu_close(d, ref, n, tol)                                                     \
     do {                                                                                     \
@@ -778,58 +771,7 @@ static void test_gemm_tf32(void **state) {
 #endif
 }
 
-// One training step of a whole model (tiny-bn: conv, BN, ReLU, pool, linear) in bf16, as lesson 10 takes it:
-// the input and the loss gradient rounded, the conv and linear parameters rounded (master_to_model), every
-// layer's output and output gradient rounded, the GEMM layers' parameter gradients rounded (policy.c's hook).
-// Real: those roundings plus the real path's own (bf16 GEMMs). Emulated: those roundings, fp32 GEMMs. Every GEMM
-// input of the real path is then already a bf16 value, so its conversions are exact: the two differ only in the
-// GEMMs' summation order (the bound above, per GEMM). In the emulator both orders are OpenBLAS's: the same bits,
-// asserted exactly. On a GPU a summation-order difference (~1e-5 of the RMS, TOL_MODEL's measurement) can move a
-// value across a bf16 rounding boundary: that element then differs by one bf16 unit (2^-8 of itself), and the
-// elements computed from it by that much of its share; so each tensor stays within 2^-8 of its RMS.
-static void policy_like_hook(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
-    LayerKind k = m->layers[layer].kind;
-    if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32
-    round_lowp(m->device, *(const LowpFormat *)ctx, n, buf, NULL);
-}
-
-// One mixed-precision training step of m in format *f, as lesson 10 takes it (the comment above): the policy's
-// hook installed, the conv and linear parameters, the input batch x (batch, 3, H, W) and the loss gradient rounded.
-static void policy_step(Model *m, LowpFormat *f, const float *x, const int *y, int batch) {
-    const int classes = m->cfg.classes;
-    const size_t nx = (size_t)batch * m->cfg.in_c * m->cfg.in_h * m->cfg.in_w;
-    model_set_round_hook(m, policy_like_hook, f);
-    for (int i = 0; i < m->n_layers; i++) {
-        const Layer *l = &m->layers[i];
-        if (l->param_count && (l->kind == LAYER_CONV || l->kind == LAYER_LINEAR))
-            round_lowp(GPU, *f, l->param_count, m->params + l->param_offset, NULL);
-    }
-    device_copy_to(GPU, m->input, x, nx * sizeof(float));
-    device_copy_to(GPU, m->labels, y, batch * sizeof(int));
-    round_lowp(GPU, *f, nx, m->input, NULL);
-    const float *logits = model_forward(m, m->input, batch, true);
-    device_memset_zero(GPU, m->dlogits, (size_t)batch * classes * sizeof(float));
-    cross_entropy_backward(GPU, batch, classes, logits, m->labels, 0.0f, 1.0f / batch, m->dlogits);
-    round_lowp(GPU, *f, (size_t)batch * classes, m->dlogits, NULL);
-    model_zero_grad(m);
-    model_backward(m, m->input, m->dlogits, batch);
-}
-
-// The loss gradient (the forward's result, through the loss) and every parameter gradient of b against a's.
-static void assert_step_close(const Model *a, const Model *b, int batch, double tol) {
-    const size_t nd = (size_t)batch * a->cfg.classes;
-    float *ref = host_of(a->dlogits, nd);
-    assert_gpu_close(b->dlogits, ref, nd, tol);
-    free(ref);
-    for (int i = 0; i < a->n_views; i++) {
-        const TensorView *v = &a->views[i];
-        float *g = host_of(a->grads + v->offset, v->count);
-        print_message("  %-24s checked\n", v->name);
-        assert_gpu_close(b->grads + v->offset, g, v->count, tol);
-        free(g);
-    }
-}
-
+// The step of a whole model in bf16, real against emulated: policy_step and its comment, tests/lowp_gemm_cases.h.
 static void test_gemm_lowp_model_step(void **state) {
     skip_without_gpu();
 #ifdef KIT_CUDA_EMU

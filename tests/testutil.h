@@ -25,6 +25,14 @@ static inline void fill_uniform(float *x, size_t n, float lo, float hi, uint64_t
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&r);
 }
 
+// The RMS of x (at least 1e-30): the floor of a relative error for a result whose elements are sums of many terms.
+static inline double rms_floor(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    double r = n ? sqrt(s / n) : 0.0;
+    return r > 1e-30 ? r : 1e-30;
+}
+
 // A new array of n uniform values in [lo, hi) (the caller frees).
 static inline float *uniform_vec(size_t n, float lo, float hi, uint64_t seed) {
     float *x = xmalloc((n ? n : 1) * sizeof(float));

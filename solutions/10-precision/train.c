@@ -25,6 +25,7 @@
 #include "kit/check.h"
 #include "kit/ckpt.h"
 #include "kit/cli.h"
+#include "kit/cpu_bf16.h"
 #include "kit/data.h"
 #include "kit/device.h"
 #include "kit/dist.h"
@@ -76,11 +77,14 @@ static bool policy_stores_low(const Model *m, LowpFormat f) {
 // float32 sums), and where the policy stores every activation in 16 bits the model stores them and their gradients
 // in 2 bytes (model_store_activations: half their memory; the round hook's ROUND_OUTPUT and ROUND_DOUT are done by
 // storing);
-// on the CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the speed).
+// on a CPU where oneDNN has a bf16 kernel (AMX, AVX512-BF16: kit/cpu_bf16.h) the GEMMs take bf16 inputs for real
+// too; on any other CPU the policy's rounding of float32 is the whole of it (the emulation: numerics without the
+// speed).
 static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
     Device d = pg_device(r->pg);
     const char *name = lowp_name(f);
     const bool cuda = d == DEVICE_CUDA, emu = cuda && strcmp(device_name(d), "cuda-emu") == 0;
+    const char *why = NULL;
     if (!r->is_main) return;
     const char *where = emu ? "; run in the CUDA emulator (the tensor-core path's numerics, not its speed)" : "";
     if (f == LOWP_FP32 && cuda && device_gemm_precision(d) == GEMM_TF32)  // --tf32 (kit/device.h)
@@ -96,12 +100,18 @@ static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
         printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation (conv and linear inputs stored "
                "in 2 bytes; activations in float32 containers: the policy keeps some layer's output in float32)%s\n",
                name, where);
+    else if (device_gemm_precision(d) == GEMM_BF16)
+        printf("precision path: %s: oneDNN bf16 GEMMs (%s), float32 accumulation (conv and linear inputs stored in 2 "
+               "bytes; activations in float32 containers, rounded by the policy); BN statistics, the loss and the "
+               "master weights in float32\n", cpu_bf16_isa(), cpu_bf16_impl());
+    else if (f == LOWP_BF16 && !cpu_bf16_available(&why))
+        printf("precision path: emulated: float32 rounded to bf16 (no real bf16 GEMMs here: %s)\n", why);
     else if (cpu_has_lowp(f))
-        printf("precision path: emulated: float32 rounded to %s (this CPU has %s instructions, which the kit does not "
-               "use yet; its CPU GEMMs are float32)\n", name, name);
+        printf("precision path: emulated: float32 rounded to %s (this CPU has %s instructions, but oneDNN 2.x has no "
+               "fp16 matmul for the CPU: the kit's CPU GEMMs are float32 or bf16)\n", name, name);
     else
-        printf("precision path: emulated: float32 rounded to %s (this CPU has no %s instructions: %s; the kit's CPU "
-               "GEMMs are float32)\n", name, name, f == LOWP_BF16 ? "AVX512-BF16, AMX-BF16" : "AVX512-FP16, AMX-FP16");
+        printf("precision path: emulated: float32 rounded to %s (this CPU has no %s instructions: AVX512-FP16, "
+               "AMX-FP16; the kit's CPU GEMMs are float32 or bf16)\n", name, name);
 }
 
 // The model for one micro-batch: the local batch split into --accumulate parts, one after the other.
@@ -111,6 +121,7 @@ static Model *make_model(void *ctx, DdpRun *r, const ModelConfig *cfg) {
     if (r->o->precision) lowp_parse(r->o->precision, &f);  // checked again by mixed_create, with the message
     Device d = pg_device(r->pg);
     if (d == DEVICE_CUDA && f != LOWP_FP32) device_set_gemm_precision(d, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+    if (d == DEVICE_CPU && f == LOWP_BF16 && cpu_bf16_available(NULL)) device_set_gemm_precision(d, GEMM_BF16);
     int K = r->o->accumulate > 0 ? r->o->accumulate : 1;
     if (r->local_batch % K != 0)
         die("--batch-size %d over %d rank(s) is a local batch of %d, which does not split into --accumulate %d "
