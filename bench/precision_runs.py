@@ -273,6 +273,10 @@ SPEED_ROWS = [("fp32", ["--precision", "fp32"], "fp32"),
 SPEED_DEFAULTS = {"cpu": {"batch": 64, "kit_steps": 6, "steps": 2, "warmup": 1},
                   "cuda": {"batch": 512, "kit_steps": 20, "steps": 20, "warmup": 3}}
 SYNTHETIC_TRAIN = 5000  # images in the kit's synthetic training split (kit/data.c): the epochs a run needs
+# Where the kit's CPU bf16 row ran its real path (oneDNN's bf16 GEMMs: AMX, AVX512-BF16), the same options with that
+# path switched off (KIT_CPU_BF16=0, kit/cpu_bf16.h) run right after it: the emulation beside the real thing, on one
+# machine, in one run (the before and after of the CPU's bf16 GEMMs).
+BF16_OFF = ("bf16, emulated (KIT_CPU_BF16=0)", ["--precision", "bf16"], {"KIT_CPU_BF16": "0"})
 
 
 def run_peak(cmd, env=None):
@@ -298,7 +302,7 @@ def trace_step_seconds(path, warmup):
     return [d for k, d in sorted(steps) if k >= warmup]
 
 
-def kit_speed(a, dev, opts, batch, steps, warmup):
+def kit_speed(a, dev, opts, batch, steps, warmup, env=None):
     """Lesson 10's program for warmup + steps steps: {ips, peak, path}, or {why} when it did not train (a refusal:
     its exit 2 with an `error:` line, as --tf32 on a CPU; or a failure)."""
     with tempfile.TemporaryDirectory() as d:
@@ -309,7 +313,7 @@ def kit_speed(a, dev, opts, batch, steps, warmup):
                 "--trace", trace] + opts + a.extra
         cmd = ([a.train] if a.np == 1 else [os.path.join(ROOT, "scripts", "launch.sh"), str(a.np), a.train]) + args
         print(f"precision_runs: speed: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-        rc, out, peak = run_peak(cmd, dict(os.environ, KIT_PROGRESS="plain"))
+        rc, out, peak = run_peak(cmd, dict(os.environ, KIT_PROGRESS="plain", **(env or {})))
         path = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("precision path:")),
                     None)
         if rc != 0:
@@ -409,6 +413,12 @@ def speed(a):
                         has_torch = False
                 print(f"precision_runs: speed {dev} {label}: kit {k.get('ips', k.get('why'))}, PyTorch "
                       f"{pt[label][-1].get('ips', pt[label][-1].get('missing'))}", file=sys.stderr, flush=True)
+                if dev == "cpu" and mode == "bf16" and k.get("path") and not k["path"].startswith("emulated"):
+                    off_label, off_opts, off_env = BF16_OFF
+                    share = cpu_share.CpuShare()
+                    kit.setdefault(off_label, []).append(kit_speed(a, dev, off_opts, batch, kit_steps, warmup, off_env))
+                    shares.append(share.stop(f"{dev} kit bf16 emulated"))
+                    pt.setdefault(off_label, []).append({"missing": "(the bf16 row's)"})
         sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
     model, cores = cpu_share.cpu_model()
     cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"
@@ -452,7 +462,7 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     kfp = [k.get("ips") for k in kit["fp32"]]
     pfp = [t.get("ips") for t in pt["fp32"]]
-    for label, _, _ in SPEED_ROWS:
+    for label in [row[0] for row in SPEED_ROWS] + [lab for lab in kit if lab == BF16_OFF[0]]:
         ks, ts = kit[label], pt[label]
         path = next((k["path"] for k in ks if k.get("path")), None)
         path = f"`{path}`" if path else "-"

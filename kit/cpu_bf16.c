@@ -101,6 +101,7 @@ bool cpu_bf16_available(const char **why) {
     if (why) *why = NO_DNNL;
     return false;
 }
+
 const char *cpu_bf16_isa(void) { return "none"; }
 const char *cpu_bf16_impl(void) { return "none"; }
 
@@ -161,9 +162,25 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     return "none";
 }
 
-// Once: the engine, and whether a bf16 matmul exists here (a 16 x 16 x 16 one, which oneDNN must plan for).
+// Once: the engine, KIT_CPU_BF16 (cpu_bf16.h), and whether a bf16 matmul exists here (a 16 x 16 x 16 one, which
+// oneDNN must plan for).
 static void probe(void) {
     DNNL_CHECK(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
+    const char *env = getenv("KIT_CPU_BF16");
+    if (env && strcmp(env, "0") == 0) {
+        snprintf(g_why, sizeof g_why, "switched off (KIT_CPU_BF16=0)");
+        return;
+    }
+    if (env && strcmp(env, "fp32") == 0) {
+        cpu_bf16_set_storage(CPU_BF16_IN_FP32);
+        g_isa = "float32 containers (KIT_CPU_BF16=fp32: the bf16 path's numerics on oneDNN's float32 matmul, not its "
+                "speed)";
+        snprintf(g_impl, sizeof g_impl, "stand-in");
+        g_available = true;
+        return;
+    }
+    CHECKF(!env || !*env, "KIT_CPU_BF16 is 0 (the CPU's bf16 GEMMs off) or fp32 (the tests' stand-in), or unset",
+           "KIT_CPU_BF16=%s", env);
     Entry e = {.dt = dnnl_bf16, .m = 16, .n = 16, .k = 16, .lda = 16, .ldb = 16, .ldc = 16};
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = matmul_desc(&e, &pd);

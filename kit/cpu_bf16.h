@@ -21,6 +21,12 @@ extern "C" {
 
 // Can this CPU run bf16 matmuls (oneDNN built in, and an implementation for bf16 here)? When not, and why is not
 // NULL, *why says why. Probed once (a tiny primitive), then remembered.
+// The environment variable KIT_CPU_BF16, read at the probe:
+//   0       the path is off: unavailable, "switched off (KIT_CPU_BF16=0)"; lesson 10 then emulates on this CPU too,
+//           which puts the emulation beside the real path on one machine (bench/precision_runs.py)
+//   fp32    the tests' stand-in (CPU_BF16_IN_FP32 below) for the whole process: available wherever oneDNN is built
+//           in, on any CPU, so a program runs every line of its bf16 path (make test runs lesson 10 so); the numerics
+//           of the real kernel, not its speed, and cpu_bf16_isa says so
 bool cpu_bf16_available(const char **why);
 
 // What runs it, for the program's first lines: "AMX-BF16", "AVX512-BF16", or "AVX-512 (bf16 converted to float32

@@ -10,7 +10,8 @@
 # inference from a checkpoint; lesson 08's pipeline in one process with stage 0 on the CPU and stage 1 on the
 # emulated GPU, the activations and their gradients copied across the cut between the two, at the end; lesson
 # 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, and lesson 10's fp16 + bf16 all-reduce + accumulation on
-# 2 ranks, for 15 steps: see their own paragraphs below).
+# 2 ranks, for 15 steps: see their own paragraphs below; and lesson 10's bf16 through the CPU's oneDNN GEMMs against
+# its emulation).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -124,10 +125,10 @@ check_stopped() {
   rm -rf "$dir"
   if [ $params_ok -eq 0 ] && awk -v a="$lw" -v b="$gw" -v c="$la" -v d="$ga" \
        'BEGIN { dl = a - b; da = c - d; exit !(dl < 0.01 && -dl < 0.01 && da < 1 && -da < 1) }'; then
-    echo "ok   $label (${secs} s in the emulator): at step $z09_stop train_loss $gw vs $lw on the CPU, train_acc $ga% vs $la%; parameters $verdict"
+    echo "ok   $label (${secs} s ${second_where:-in the emulator}): at step $z09_stop train_loss $gw vs $lw ${first_where:-on the CPU}, train_acc $ga% vs $la%; parameters $verdict"
   else
-    echo "FAIL $label: the CUDA path (emulated) and the CPU path disagree beyond rounding at step $z09_stop:"
-    echo "     cpu:      $want"; echo "     cuda-emu: $got"; echo "     parameters: $verdict (tolerance 1e-3)"; return 1
+    echo "FAIL $label: the two paths disagree beyond rounding at step $z09_stop:"
+    echo "     first:  $want"; echo "     second: $got"; echo "     parameters: $verdict (tolerance 1e-3)"; return 1
   fi
 }
 l09=
@@ -187,5 +188,24 @@ if [ -x "$cpu/solutions/10-precision/train" ] && [ -x "$emu/solutions/10-precisi
   save_opt=--save-params check_stopped "lesson 10 on 2 ranks, fp16 + bf16 all-reduce + 2 micro-batches, emulated GPUs" \
     scripts/launch.sh 2 "$cpu/solutions/10-precision/train" --device cpu "${z10[@]}" -- \
     scripts/launch.sh 2 "$emu/solutions/10-precision/train" --device cuda-emu "${z10[@]}" || status=1
+  # The CPU's real bf16 GEMMs (kit/cpu_bf16.h) in the program, on 1 rank: lesson 10 --precision bf16 with
+  # KIT_CPU_BF16=fp32 (oneDNN's matmul on the same bf16 values in float32 containers: the path's every line but the
+  # kernel's input type, on any CPU) against the emulation (round_lowp, then OpenBLAS), the same 15 steps and
+  # tolerances (the two sum each GEMM in another order). First, the path line must name the stand-in.
+  b10=(--model tiny --width 8 --epochs 1 --warmup-epochs 0 --lr 0.2 --precision bf16)
+  if KIT_CPU_BF16=fp32 "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at 1 2>&1 |
+       grep -q '^precision path: float32 containers (KIT_CPU_BF16=fp32.*oneDNN bf16 GEMMs'; then
+    save_opt=--save-params first_where="emulated" second_where="through oneDNN" \
+      check_stopped "lesson 10 on 1 rank, bf16, the CPU's oneDNN bf16 GEMMs (KIT_CPU_BF16=fp32) against the emulation" \
+      "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at $z09_stop -- \
+      env KIT_CPU_BF16=fp32 "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at $z09_stop || status=1
+  elif KIT_CPU_BF16=fp32 "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at 1 2>&1 |
+         grep -q '^precision path: emulated.*no oneDNN'; then
+    echo "skip lesson 10's CPU bf16 GEMMs: this build has no oneDNN (make deps installs libdnnl-dev)"
+  else
+    echo "FAIL lesson 10 with KIT_CPU_BF16=fp32: its path line does not name the CPU's oneDNN bf16 GEMMs:"
+    KIT_CPU_BF16=fp32 "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at 1 2>&1 | grep '^precision path'
+    status=1
+  fi
 fi
 exit $status

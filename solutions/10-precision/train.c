@@ -101,9 +101,9 @@ static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
                "in 2 bytes; activations in float32 containers: the policy keeps some layer's output in float32)%s\n",
                name, where);
     else if (device_gemm_precision(d) == GEMM_BF16)
-        printf("precision path: %s: oneDNN bf16 GEMMs (%s), float32 accumulation (conv and linear inputs stored in 2 "
+        printf("precision path: %s: oneDNN bf16 GEMMs (%s), float32 accumulation (conv and linear inputs stored in %zu "
                "bytes; activations in float32 containers, rounded by the policy); BN statistics, the loss and the "
-               "master weights in float32\n", cpu_bf16_isa(), cpu_bf16_impl());
+               "master weights in float32\n", cpu_bf16_isa(), cpu_bf16_impl(), cpu_bf16_elem_bytes());
     else if (f == LOWP_BF16 && !cpu_bf16_available(&why))
         printf("precision path: emulated: float32 rounded to bf16 (no real bf16 GEMMs here: %s)\n", why);
     else if (cpu_has_lowp(f))
