@@ -34,16 +34,8 @@
 
 #include "bench/gemm_shapes.h"
 #include "kit/check.h"
+#include "kit/cpu_bf16.h"  // DNNL_CHECK
 
-#define DNNL_CHECK(call)                                                                         \
-    do {                                                                                         \
-        dnnl_status_t dnnl_s_ = (call);                                                          \
-        if (dnnl_s_ != dnnl_success)                                                             \
-            check_failf(__FILE__, __LINE__, #call,                                               \
-                        "oneDNN refused: dnnl_unimplemented means no implementation for these "  \
-                        "data types on this CPU (ONEDNN_VERBOSE=1 lists what it tried)",         \
-                        "dnnl_status_t %d", (int)dnnl_s_);                                       \
-    } while (0)
 
 enum { KIND_SGEMM, KIND_DNNL_F32, KIND_DNNL_BF16, KIND_COUNT };
 

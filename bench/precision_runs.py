@@ -418,7 +418,7 @@ def speed(a):
                     share = cpu_share.CpuShare()
                     kit.setdefault(off_label, []).append(kit_speed(a, dev, off_opts, batch, kit_steps, warmup, off_env))
                     shares.append(share.stop(f"{dev} kit bf16 emulated"))
-                    pt.setdefault(off_label, []).append({"missing": "(the bf16 row's)"})
+                    pt.setdefault(off_label, []).append({"missing": "see the bf16 row"})
         sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
     model, cores = cpu_share.cpu_model()
     cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"

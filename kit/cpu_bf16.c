@@ -15,9 +15,6 @@
 
 #include "kit/check.h"
 
-#ifdef KIT_HAVE_DNNL
-#include <oneapi/dnnl/dnnl.h>
-#endif
 
 static _Atomic int g_storage = CPU_BF16_2BYTES;
 
@@ -31,15 +28,6 @@ size_t cpu_bf16_elem_bytes(void) { return g_storage == CPU_BF16_IN_FP32 ? 4 : 2;
 enum { CACHE_SIZE = 128 };
 
 #ifdef KIT_HAVE_DNNL
-#define DNNL_CHECK(call)                                                                                      \
-    do {                                                                                                      \
-        dnnl_status_t dnnl_s_ = (call);                                                                       \
-        if (dnnl_s_ != dnnl_success)                                                                          \
-            check_failf(__FILE__, __LINE__, #call,                                                            \
-                        "oneDNN refused: dnnl_unimplemented means no kernel for these data types on this CPU " \
-                        "(ONEDNN_VERBOSE=1 lists what it tried); dnnl_out_of_memory, no memory",               \
-                        "dnnl_status_t %d", (int)dnnl_s_);                                                    \
-    } while (0)
 
 // One problem's primitive: the key, then what serves it.
 typedef struct {

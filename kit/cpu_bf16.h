@@ -15,6 +15,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef KIT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+#include "kit/check.h"
+
+// A oneDNN call that must succeed: on failure, file:line, the call, its status and a hint (kit/check.h's report).
+#define DNNL_CHECK(call)                                                                                      \
+    do {                                                                                                      \
+        dnnl_status_t dnnl_s_ = (call);                                                                       \
+        if (dnnl_s_ != dnnl_success)                                                                          \
+            check_failf(__FILE__, __LINE__, #call,                                                            \
+                        "oneDNN refused: dnnl_unimplemented means no kernel for these data types on this CPU " \
+                        "(ONEDNN_VERBOSE=1 lists what it tried); dnnl_out_of_memory, no memory",               \
+                        "dnnl_status_t %d", (int)dnnl_s_);                                                    \
+    } while (0)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

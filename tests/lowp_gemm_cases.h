@@ -283,4 +283,26 @@ static inline void assert_step_close(const Model *a, const Model *b, int batch, 
     }
 }
 
+// One bf16 step of tiny-bn (batch 8) on dev, emulated (fp32 GEMMs) then real (bf16 GEMMs), each tensor of the step
+// within tol of its RMS (assert_step_close). Inputs and weights from the seed.
+static inline void lowp_model_step_case(Device dev, double tol, uint64_t seed) {
+    const int batch = 8;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
+    float *x = uniform_vec((size_t)batch * 3 * 32 * 32, -1, 1, seed);
+    int y[8];
+    for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
+    LowpFormat f = LOWP_BF16;
+    Model *m[2];  // [0] emulated, [1] real
+    for (int r = 0; r < 2; r++) {
+        m[r] = model_create(&cfg, dev, batch, seed + 1);
+        device_set_gemm_precision(dev, r ? GEMM_BF16 : GEMM_FP32);
+        policy_step(m[r], &f, x, y, batch);
+        device_set_gemm_precision(dev, GEMM_FP32);
+    }
+    assert_step_close(m[0], m[1], batch, tol);
+    model_free(m[0]), model_free(m[1]);
+    free(x);
+}
+
 #endif  // LOWP_GEMM_CASES_H

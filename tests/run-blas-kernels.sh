@@ -8,7 +8,7 @@
 # without FMA) and OPENBLAS_CORETYPE overrides it. Each kernel sums in its own blocking and FMA pattern, so a
 # tolerance derived from the arithmetic holds for all of them and one taken from a single run may not (lesson
 # 03's old 1e-6 did so). `make test` has already run everything under the default kernel; this runs the
-# suites that use BLAS (kit: ops, fixtures, model, train; the lesson autograders on the solutions) under
+# suites that use BLAS (kit: ops, fixtures, model, train, cpu_bf16; the lesson autograders on the solutions) under
 # each other kernel of KERNELS (default "Haswell SkylakeX Sandybridge") that the CPU supports.
 set -u
 build=${1:?usage: $0 BUILD_FOLDER}
@@ -31,7 +31,7 @@ default=$(core_of "${OPENBLAS_CORETYPE:-}")
 case $default in Cooperlake|SapphireRapids) default_family=SkylakeX ;; *) default_family=$default ;; esac
 
 kit_tests=()
-for t in test_ops test_fixtures test_model test_train; do [ -x "$build/tests/$t" ] && kit_tests+=("$build/tests/$t"); done
+for t in test_ops test_fixtures test_model test_train test_cpu_bf16; do [ -x "$build/tests/$t" ] && kit_tests+=("$build/tests/$t"); done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=()

@@ -58,26 +58,10 @@ static void test_cpu_bf16_real_equals_emulated(void **state) {
 static void test_cpu_bf16_model_step(void **state) {
     setenv("KIT_WINOGRAD", "0", 1);
     const bool real = cpu_bf16_available(NULL);
-    const int batch = 8;
-    ModelConfig cfg;
-    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
-    float *x = uniform_vec((size_t)batch * 3 * 32 * 32, -1, 1, 2400);
-    int y[8];
-    for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
-    LowpFormat f = LOWP_BF16;
     for (int storage = CPU_BF16_IN_FP32; storage >= (real ? CPU_BF16_2BYTES : CPU_BF16_IN_FP32); storage--) {
         cpu_bf16_set_storage((CpuBf16Storage)storage);
-        Model *m[2];  // [0] emulated, [1] real
-        for (int r = 0; r < 2; r++) {
-            m[r] = model_create(&cfg, DEVICE_CPU, batch, 2401);
-            device_set_gemm_precision(DEVICE_CPU, r ? GEMM_BF16 : GEMM_FP32);
-            policy_step(m[r], &f, x, y, batch);
-            device_set_gemm_precision(DEVICE_CPU, GEMM_FP32);
-        }
-        assert_step_close(m[0], m[1], batch, 1.0 / 256.0);
-        model_free(m[0]), model_free(m[1]);
+        lowp_model_step_case(DEVICE_CPU, 1.0 / 256.0, 2400);
     }
-    free(x);
 }
 
 // A CPU without a bf16 kernel refuses bf16 GEMMs with the reason (lesson 10 asks cpu_bf16_available first, and

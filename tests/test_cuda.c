@@ -779,23 +779,7 @@ static void test_gemm_lowp_model_step(void **state) {
 #else
     const double tol = 1.0 / 256.0;
 #endif
-    const int batch = 8;
-    ModelConfig cfg;
-    assert_true(model_config(&cfg, "tiny-bn", 0, 3, 32, 32, 10));
-    float *x = uniform_vec((size_t)batch * 3 * 32 * 32, -1, 1, 1500);
-    int y[8];
-    for (int i = 0; i < batch; i++) y[i] = (i * 7) % 10;
-    LowpFormat f = LOWP_BF16;
-    Model *m[2];  // [0] emulated, [1] real
-    for (int r = 0; r < 2; r++) {
-        m[r] = model_create(&cfg, GPU, batch, 1501);
-        device_set_gemm_precision(GPU, r ? GEMM_BF16 : GEMM_FP32);
-        policy_step(m[r], &f, x, y, batch);
-        device_set_gemm_precision(GPU, GEMM_FP32);
-    }
-    assert_step_close(m[0], m[1], batch, tol);
-    model_free(m[0]), model_free(m[1]);
-    free(x);
+    lowp_model_step_case(GPU, tol, 1500);
 }
 
 // 16-bit storage (model_store_activations): every layer's output but the logits, and its gradient, stored in 2
