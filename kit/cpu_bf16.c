@@ -90,6 +90,12 @@ bool cpu_bf16_available(const char **why) {
     return false;
 }
 
+bool cpu_bf16_kernel_exists(void) { return false; }
+
+bool cpu_bf16_ready(const char **why) {
+    if (why) *why = NO_DNNL;
+    return false;
+}
 const char *cpu_bf16_isa(void) { return "none"; }
 const char *cpu_bf16_impl(void) { return "none"; }
 
@@ -111,7 +117,7 @@ static void states_free(void) {
 
 static dnnl_engine_t g_engine;
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
-static bool g_available;
+static bool g_kernel, g_available;  // oneDNN has a bf16 matmul here; and the CPU multiplies bf16 natively
 static char g_why[160], g_impl[64];
 static const char *g_isa = "none";
 
@@ -146,7 +152,7 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return "AMX-BF16";
     if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16) return "AVX512-BF16";
     if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core)
-        return "AVX-512 (bf16 converted to float32 in the kernel: no bf16 dot product on this CPU)";
+        return "AVX-512 (bf16 converted to float32 in the kernel: no bf16 instructions on this CPU)";
     return "none";
 }
 
@@ -164,7 +170,7 @@ static void probe(void) {
         g_isa = "float32 containers (KIT_CPU_BF16=fp32: the bf16 path's numerics on oneDNN's float32 matmul, not its "
                 "speed)";
         snprintf(g_impl, sizeof g_impl, "stand-in");
-        g_available = true;
+        g_kernel = g_available = true;
         return;
     }
     CHECKF(!env || !*env, "KIT_CPU_BF16 is 0 (the CPU's bf16 GEMMs off) or fp32 (the tests' stand-in), or unset",
@@ -183,8 +189,15 @@ static void probe(void) {
     DNNL_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     snprintf(g_impl, sizeof g_impl, "%s", impl);
     DNNL_CHECK(dnnl_primitive_desc_destroy(pd));
-    g_isa = isa_name(dnnl_get_effective_cpu_isa());
-    g_available = true;
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    g_isa = isa_name(isa);
+    g_kernel = true;
+    // AVX-512 without its BF16 extension: oneDNN widens bf16 to float32 inside an fp32 kernel, which buys nothing
+    // over the emulation (OpenBLAS's SGEMM on rounded values). Such a CPU has no bf16, and keeps the emulation.
+    g_available = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    if (!g_available)
+        snprintf(g_why, sizeof g_why, "this CPU has AVX-512 but no bf16 instructions (AVX512-BF16, AMX-BF16): "
+                 "oneDNN's bf16 matmul would widen to float32 in its kernel, no faster than the emulation");
 }
 
 bool cpu_bf16_available(const char **why) {
@@ -193,8 +206,19 @@ bool cpu_bf16_available(const char **why) {
     return g_available;
 }
 
-const char *cpu_bf16_isa(void) { return cpu_bf16_available(NULL) ? g_isa : "none"; }
-const char *cpu_bf16_impl(void) { return cpu_bf16_available(NULL) ? g_impl : "none"; }
+bool cpu_bf16_kernel_exists(void) {
+    pthread_once(&g_probe_once, probe);
+    return g_kernel;
+}
+
+bool cpu_bf16_ready(const char **why) {
+    if (cpu_bf16_storage() == CPU_BF16_IN_FP32 || cpu_bf16_kernel_exists()) return true;
+    if (why) *why = g_why;
+    return false;
+}
+
+const char *cpu_bf16_isa(void) { return cpu_bf16_kernel_exists() ? g_isa : "none"; }
+const char *cpu_bf16_impl(void) { return cpu_bf16_kernel_exists() ? g_impl : "none"; }
 
 static void entry_free(Entry *e) {
     dnnl_primitive_destroy(e->prim);
@@ -257,8 +281,7 @@ void cpu_bf16_gemm(bool ta, bool tb, int m, int n, int k, const void *a, int lda
     if (m == 0 || n == 0) return;
     const bool real = cpu_bf16_storage() == CPU_BF16_2BYTES;
     const char *why = NULL;
-    if (real && !cpu_bf16_available(&why)) die("cpu_bf16_gemm: %s\n", why);
-    pthread_once(&g_probe_once, probe);  // the engine, when only the float32 containers were asked for
+    if (!cpu_bf16_ready(&why)) die("cpu_bf16_gemm: %s\n", why);  // also the probe: the engine
     ThreadState *s = thread_state();
     if (!s->stream) DNNL_CHECK(dnnl_stream_create(&s->stream, g_engine, dnnl_stream_default_flags));
     const Entry key = {.dt = real ? dnnl_bf16 : dnnl_f32, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,

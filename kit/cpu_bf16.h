@@ -36,8 +36,10 @@
 extern "C" {
 #endif
 
-// Can this CPU run bf16 matmuls (oneDNN built in, and an implementation for bf16 here)? When not, and why is not
-// NULL, *why says why. Probed once (a tiny primitive), then remembered.
+// Does this CPU multiply bf16 for real: oneDNN built in, a bf16 matmul for this CPU, and bf16 instructions to run it
+// (AVX512-BF16 or AMX-BF16)? When not, and why is not NULL, *why says why. Probed once (a tiny primitive), then
+// remembered. An AVX-512 CPU without bf16 instructions has a oneDNN bf16 matmul that widens to float32 in its
+// kernel: no faster than the emulation, so not available (lesson 10 emulates there), though it exists.
 // The environment variable KIT_CPU_BF16, read at the probe:
 //   0       the path is off: unavailable, "switched off (KIT_CPU_BF16=0)"; lesson 10 then emulates on this CPU too,
 //           which puts the emulation beside the real path on one machine (bench/precision_runs.py)
@@ -45,10 +47,13 @@ extern "C" {
 //           in, on any CPU, so a program runs every line of its bf16 path (make test runs lesson 10 so); the numerics
 //           of the real kernel, not its speed, and cpu_bf16_isa says so
 bool cpu_bf16_available(const char **why);
+// Has oneDNN a bf16 matmul for this CPU at all (AVX-512 or later; or KIT_CPU_BF16=fp32's stand-in)? The tests run
+// the real kernel wherever it exists.
+bool cpu_bf16_kernel_exists(void);
 
 // What runs it, for the program's first lines: "AMX-BF16", "AVX512-BF16", or "AVX-512 (bf16 converted to float32
-// in the kernel)"; and oneDNN's own name for its implementation ("brg:avx512_core_amx", ...). "none" when
-// unavailable.
+// in the kernel...)"; and oneDNN's own name for its implementation ("brg:avx512_core_amx", ...). "none" when no
+// kernel exists.
 const char *cpu_bf16_isa(void);
 const char *cpu_bf16_impl(void);
 
@@ -62,6 +67,9 @@ void cpu_bf16_set_storage(CpuBf16Storage s);
 CpuBf16Storage cpu_bf16_storage(void);
 // Bytes per GEMM input element: 2, or 4 in CPU_BF16_IN_FP32.
 size_t cpu_bf16_elem_bytes(void);
+// Can cpu_bf16_gemm run with the storage set now: the kernel exists (CPU_BF16_2BYTES), or oneDNN is built in
+// (CPU_BF16_IN_FP32)? When not, *why (if why) says why. device_set_gemm_precision(DEVICE_CPU, GEMM_BF16) asks.
+bool cpu_bf16_ready(const char **why);
 
 // C (m, n) = op(A) op(B) + beta C, row-major, A and B bf16 values stored as cpu_bf16_storage says, C float32;
 // beta 0 or 1.

@@ -71,13 +71,13 @@ void device_set_gemm_precision(Device d, GemmPrecision p) {
         return;
     }
     // The CPU: float32 (OpenBLAS), or bf16 through oneDNN where this CPU has a bf16 kernel (kit/cpu_bf16.h; the
-    // tests' float32 containers stand in for it anywhere). TF32 exists only on tensor cores, and oneDNN 2.x has no
+    // tests' float32 containers stand in for it wherever oneDNN is built in). TF32 exists only on tensor cores, and oneDNN 2.x has no
     // fp16 matmul on the CPU: fp16 on the CPU is lesson 10's emulation (round_lowp at the policy's points).
     CHECKF(p == GEMM_FP32 || p == GEMM_BF16, "the CPU runs its GEMMs in float32, or in bf16 on AMX/AVX512-BF16",
            "asked for %s GEMMs on the CPU (TF32 is a tensor-core format: use --device cuda; fp16 on the CPU is "
            "lesson 10's --precision, emulated by rounding)", gemm_precision_name(p));
     const char *why = NULL;
-    CHECKF(p == GEMM_FP32 || cpu_bf16_available(&why) || cpu_bf16_storage() == CPU_BF16_IN_FP32,
+    CHECKF(p == GEMM_FP32 || cpu_bf16_ready(&why),
            "bf16 GEMMs on the CPU need oneDNN and a CPU with AVX-512 (AVX512-BF16 or AMX for the speed); elsewhere "
            "lesson 10's --precision bf16 emulates them (check cpu_bf16_available first)", "%s", why);
     g_cpu_gemm_precision = (int)p;
