@@ -339,7 +339,12 @@ def torch_speed(a, dev, mode, batch, steps, warmup):
         os.path.join(HERE, "torch_autocast.py"), "--child", "--device", dev, "--model", a.model, "--mode", mode,
         "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads)]
     print(f"precision_runs: speed: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    rc, out, peak = run_peak(cmd)
+    # On a GPU machine with the kit's bundle (scripts/gpu-bundle-env.sh), PyTorch gets the library path it had
+    # before the bundle; the kit's program keeps the bundle's (its Open MPI finds its parts there).
+    env = dict(os.environ)
+    if "GPU_BUNDLE_ORIG_LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["GPU_BUNDLE_ORIG_LD_LIBRARY_PATH"]
+    rc, out, peak = run_peak(cmd, env)
     if rc != 0:
         if re.search(r"(ModuleNotFoundError|ImportError).*torch", out):
             return {"missing": "not installed"}
@@ -374,7 +379,7 @@ def speed(a):
     if a.device == "cuda" and not gpu:
         raise SystemExit("precision_runs: speed --device cuda: nvidia-smi lists no GPU")
     devs = ["cpu"] + (["cuda"] if gpu else []) if a.device == "auto" else [a.device]
-    shares, sections = [], []
+    shares, sections, kits = [], [], []
     flags = cpu_flags()
     hw = "avx512_bf16" in flags or "amx_bf16" in flags
     for dev in devs:
@@ -420,6 +425,7 @@ def speed(a):
                     shares.append(share.stop(f"{dev} kit bf16 emulated"))
                     pt.setdefault(off_label, []).append({"missing": "see the bf16 row"})
         sections += speed_table(a, dev, gpu, batch, (kit_steps, steps), warmup, kit, pt, hw)
+        kits.append(kit)
     model, cores = cpu_share.cpu_model()
     cmd = f"python3 bench/precision_runs.py {shlex.join(sys.argv[1:])}"
     L = ["# Lesson 10: the kit's speed and memory by precision, against PyTorch autocast", "",
@@ -432,6 +438,13 @@ def speed(a):
     L += cpu_share.report_lines(shares, cmd) + [""]
     L += sections
     write(a.out, L)
+    # A row the kit refused (TF32 on a CPU) is its answer; a row that failed is a failure of the run.
+    failed = [label for rows in kits for label, ks in rows.items() if any(k.get("why", "").startswith("failed")
+                                                                        for k in ks)]
+    if failed:
+        print(f"precision_runs: speed: the kit's program failed in row(s) {', '.join(failed)} (the report says how)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,7 +7,7 @@
 # LD_LIBRARY_PATH, PATH of the root only, where no mpirun, mpicc or make's libraries are), then checks:
 #   - the root has none of what the bundle replaces (no such package, no such library in ldconfig's cache,
 #     no mpirun/mpicc on PATH);
-#   - mk/config.mk found OpenBLAS, cmocka, zlib, libpng, Open MPI (the bundle's), CUDA+cuBLAS and NCCL (the
+#   - mk/config.mk found OpenBLAS, cmocka, zlib, libpng, oneDNN, Open MPI (the bundle's), CUDA+cuBLAS and NCCL (the
 #     bundle's), and left no lesson out; every lesson's program and autograder was built;
 #   - the build and the CPU steps (cpu, test-dist under the bundle's mpirun, grade, every lesson's
 #     multi-rank checks: test-lesson03..07) PASS;
@@ -54,9 +54,9 @@ if [ ! -x "$root/usr/bin/g++" ]; then
 fi
 # The point of the exercise: none of the packages the bundle replaces may be in the root.
 present=$(chroot "$root" dpkg-query -W -f='${Package}\n' 2>/dev/null |
-          grep -E '^(libopenblas|libcmocka|libopenmpi|openmpi|zlib1g-dev|libpng-dev|libhwloc|libevent|libpmix|dataset-fashion)' || true)
+          grep -E '^(libopenblas|libcmocka|libopenmpi|openmpi|zlib1g-dev|libpng-dev|libhwloc|libevent|libpmix|libdnnl|dataset-fashion)' || true)
 [ -z "$present" ] || die "the minimal root has packages the bundle should replace: $present"
-present=$(chroot "$root" /sbin/ldconfig -p | grep -E 'lib(openblas|cmocka|mpi|open-rte|nccl|png16|hwloc|event|pmix)' || true)
+present=$(chroot "$root" /sbin/ldconfig -p | grep -E 'lib(openblas|cmocka|mpi|open-rte|nccl|png16|hwloc|event|pmix|dnnl)' || true)
 [ -z "$present" ] || die "the minimal root's libraries include what the bundle should bring: $present"
 present=$(chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
           sh -c 'command -v mpirun mpicc mpiexec nvidia-smi' || true)
@@ -138,7 +138,7 @@ echo
 echo "selftest: gpu-check exited $rc; \$OUT has: $(ls "$root/kit-out" | tr '\n' ' ')"
 
 errors=()
-for item in OpenBLAS cmocka zlib libpng 'Open MPI' CUDA+cuBLAS NCCL; do
+for item in OpenBLAS cmocka zlib libpng 'Open MPI' CUDA+cuBLAS NCCL oneDNN; do
   grep -q "^config: $item *yes" "$summary" || errors+=("config.mk did not find $item")
 done
 grep '^config: lesson .* left out' "$summary" && errors+=("mk/lessons.mk left a lesson out (above)")
@@ -166,6 +166,7 @@ for s in "${steps[@]}"; do
     lessons) passes grade ;;
     tests) for n in 03 04 05 06 07; do passes "test-lesson$n"; done ;;
     dist) [ "$fake" = 1 ] || passes test-dist ;;  # with a fake GPU it adds NCCL runs, which must fail
+    cpubf16) passes cpu-bf16-test; passes cpu-bf16-speed ;;
   esac
 done
 if [ "$fake" = 1 ]; then

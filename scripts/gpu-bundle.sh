@@ -7,7 +7,8 @@
 #
 # What it builds (on a Debian 12 machine with apt, like the one the kit is developed on):
 #   DIR/prefix.tar.xz   Debian 12's OpenBLAS (pthread), cmocka, zlib, libpng, Open MPI 4.1 (+ hwloc,
-#                       libevent, PMIx + munge, libudev) and GNU make, unpacked with dpkg-deb -x into a private
+#                       libevent, PMIx + munge, libudev), oneDNN 2.6 (+ the OpenCL loader it links: the CPU's
+#                       bf16 GEMMs, kit/cpu_bf16.c, on the GPU machine's AMX host CPU) and GNU make, unpacked with dpkg-deb -x into a private
 #                       prefix (never into /), static libraries, docs and Fortran/Java/OpenSHMEM parts
 #                       removed, and any plugin whose libraries are neither in the prefix nor in glibc/gcc's
 #                       runtime removed too (Open MPI would only warn about it); and in prefix/nccl/ the CUDA
@@ -41,6 +42,7 @@ packages=(
   libpng-dev libpng16-16
   libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common
   libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2 libmunge2 libudev1
+  libdnnl-dev libdnnl2 ocl-icd-libopencl1
   make
 )
 fashion_pkg=dataset-fashion-mnist

@@ -42,6 +42,11 @@
 #   precision  lesson 10's speed side: cuBLAS bf16 / fp16 tensor-core GEMMs against sgemm and TF32
 #              (bench/gemm_lowp.cu) and PyTorch autocast on the kit's nets, fp32 / tf32 / bf16 / fp16 + GradScaler
 #              (bench/torch_autocast.py --device cuda); about a minute
+#   cpubf16    needs no GPU, but the GPU machines' host CPUs have AMX: the CPU's real bf16 GEMMs (kit/cpu_bf16.h,
+#              oneDNN from the bundle) against the emulation (build/tests/test_cpu_bf16: it says which kernel ran),
+#              then lesson 10's speed and memory on the CPU by precision against PyTorch's CPU autocast, with the
+#              bf16 path on and off (bench/precision_runs.py speed --device cpu -> LOGDIR/results-precision-speed-cpu.md);
+#              about two minutes on 16 cores
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -64,7 +69,7 @@ cd "$(dirname "$0")/.."
 export PYTHONDONTWRITEBYTECODE=1
 all_steps=(build fastpath cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
-all_steps+=(profile trace)  # profile_step and trace_step below
+all_steps+=(profile trace cpubf16)  # profile_step, trace_step and the CPU's bf16 step below
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
   case " ${all_steps[*]} " in *" $s "*) ;; *)
@@ -325,8 +330,12 @@ for s in "${steps[@]}"; do
       for n in 03 04 05 06 07; do run "test-lesson$n" 0 180 make "test-lesson$n"; done
       run test-torchrun 0 300 env LD_LIBRARY_PATH="$orig_ld" make test-torchrun ;;
     fashion)
-      run fashion01 1 420 "$train01" --device cuda --dataset fashion-mnist \
-        --data-dir "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}" --metrics "$logdir/fashion01.csv" ;;
+      if [ -f "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}/train-images-idx3-ubyte.gz" ]; then
+        run fashion01 1 420 "$train01" --device cuda --dataset fashion-mnist \
+          --data-dir "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}" --metrics "$logdir/fashion01.csv"
+      else  # the bundle's data left out to fit the 64 MiB (scripts/gpu-bundle.sh says when)
+        say "fashion01        SKIP (no Fashion-MNIST in ${FASHION_DIR:-/usr/share/datasets/fashion-mnist})"
+      fi ;;
     bench)
       run bench-gpu 1 420 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make bench-gpu && cp bench/results-gpu.md "$0/results-gpu.md"' "$logdir"
       # The overlap in a lesson's own loop: compare the two `final:` lines (images_per_s) and `time:` lines.
@@ -339,6 +348,10 @@ for s in "${steps[@]}"; do
         "$train04" "$train06" "$logdir" ;;
     profile) profile_step ;;
     trace) trace_step ;;
+    cpubf16)
+      run cpu-bf16-test 0 60 sh -c 'make build/tests/test_cpu_bf16 && build/tests/test_cpu_bf16'
+      run cpu-bf16-speed 0 300 python3 bench/precision_runs.py speed --device cpu \
+        --train "$train10" --out "$logdir/results-precision-speed-cpu.md" ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
