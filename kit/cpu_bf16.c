@@ -15,7 +15,6 @@
 
 #include "kit/check.h"
 
-
 static _Atomic int g_storage = CPU_BF16_2BYTES;
 
 void cpu_bf16_set_storage(CpuBf16Storage s) { g_storage = (int)s; }
