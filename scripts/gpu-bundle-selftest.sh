@@ -166,7 +166,7 @@ for s in "${steps[@]}"; do
     lessons) passes grade ;;
     tests) for n in 03 04 05 06 07; do passes "test-lesson$n"; done ;;
     dist) [ "$fake" = 1 ] || passes test-dist ;;  # with a fake GPU it adds NCCL runs, which must fail
-    cpubf16) passes cpu-bf16-test; passes cpu-bf16-speed ;;
+    cpubf16) passes cpu-bf16-test; passes cpu-bf16-speed; passes cpu-bf16-gemm ;;
   esac
 done
 if [ "$fake" = 1 ]; then

@@ -45,8 +45,9 @@
 #   cpubf16    needs no GPU, but the GPU machines' host CPUs have AMX: the CPU's real bf16 GEMMs (kit/cpu_bf16.h,
 #              oneDNN from the bundle) against the emulation (build/tests/test_cpu_bf16: it says which kernel ran),
 #              then lesson 10's speed and memory on the CPU by precision against PyTorch's CPU autocast, with the
-#              bf16 path on and off (bench/precision_runs.py speed --device cpu -> LOGDIR/results-precision-speed-cpu.md);
-#              about two minutes on 16 cores
+#              bf16 path on and off (bench/precision_runs.py speed --device cpu -> LOGDIR/results-precision-speed-cpu.md),
+#              then oneDNN's bf16 GEMM against OpenBLAS's SGEMM on the kit's shapes (bench/gemm_lowp_cpu --quick ->
+#              LOGDIR/results-lowp-cpu.md); about three minutes on 16 cores
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -351,7 +352,9 @@ for s in "${steps[@]}"; do
     cpubf16)
       run cpu-bf16-test 0 60 sh -c 'make build/tests/test_cpu_bf16 && build/tests/test_cpu_bf16'
       run cpu-bf16-speed 0 300 python3 bench/precision_runs.py speed --device cpu \
-        --train "$train10" --out "$logdir/results-precision-speed-cpu.md" ;;
+        --train "$train10" --out "$logdir/results-precision-speed-cpu.md"
+      run cpu-bf16-gemm 0 120 sh -c 'make build/bench/gemm_lowp_cpu && build/bench/gemm_lowp_cpu --quick > "$0" && cat "$0"' \
+        "$logdir/results-lowp-cpu.md" ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \

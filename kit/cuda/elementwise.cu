@@ -25,15 +25,6 @@ __global__ void relu_backward_kernel(size_t n, const T *y, const T *dy,
     }
 }
 
-extern "C" void relu_forward_cuda(size_t n, const float *x, float *y) {
-    KIT_LAUNCH(relu_forward_kernel<float>, n, n, x, y);
-}
-
-extern "C" void relu_backward_cuda(size_t n, const float *y, const float *dy, float *dx) {
-    if (!dx) return;
-    KIT_LAUNCH(relu_backward_kernel<float>, n, n, y, dy, dx);
-}
-
 extern "C" void relu_forward_act16_cuda(LowpFormat f, size_t n, const void *x, void *y) {
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
@@ -50,6 +41,13 @@ extern "C" void relu_backward_act16_cuda(LowpFormat f, size_t n, const void *y, 
     });
 }
 
+// float32 storage is the LOWP_FP32 instance of the same kernels, as for every op in this file.
+extern "C" void relu_forward_cuda(size_t n, const float *x, float *y) { relu_forward_act16_cuda(LOWP_FP32, n, x, y); }
+
+extern "C" void relu_backward_cuda(size_t n, const float *y, const float *dy, float *dx) {
+    relu_backward_act16_cuda(LOWP_FP32, n, y, dy, dx);
+}
+
 // ---------------------------------------------------------------- add, scale
 template <typename T>
 __global__ void add_forward_kernel(size_t n, const T *a, const T *b, T *y) {
@@ -62,10 +60,6 @@ __global__ void add_inplace_kernel(size_t n, T *dst, const T *src) {
     KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], kit_load(src[i])); }
 }
 
-extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
-    KIT_LAUNCH(add_forward_kernel<float>, n, n, a, b, y);
-}
-
 extern "C" void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, const void *b, void *y) {
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
@@ -73,17 +67,20 @@ extern "C" void add_forward_act16_cuda(LowpFormat f, size_t n, const void *a, co
     });
 }
 
-extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
-    if (!dst) return;  // a NULL gradient is "not needed" (ops.h)
-    KIT_LAUNCH(add_inplace_kernel<float>, n, n, dst, src);
-}
-
 extern "C" void add_inplace_act16_cuda(LowpFormat f, size_t n, void *dst, const void *src) {
-    if (!dst) return;
+    if (!dst) return;  // a NULL gradient is "not needed" (ops.h)
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
         KIT_LAUNCH(add_inplace_kernel<T>, n, n, (T *)dst, (const T *)src);
     });
+}
+
+extern "C" void add_forward_cuda(size_t n, const float *a, const float *b, float *y) {
+    add_forward_act16_cuda(LOWP_FP32, n, a, b, y);
+}
+
+extern "C" void add_inplace_cuda(size_t n, float *dst, const float *src) {
+    add_inplace_act16_cuda(LOWP_FP32, n, dst, src);
 }
 
 // ---------------------------------------------------------------- SGD with momentum (PyTorch's form)
