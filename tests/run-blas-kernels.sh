@@ -24,7 +24,9 @@ supported() {
     *) return 1 ;;
   esac
 }
-core_of() { OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=${1:-} "$build/tests/test_ops" --help 2>&1 | sed -n 's/^Core: //p' | tail -n 1; }
+# OpenBLAS names its kernel when it loads (OPENBLAS_VERBOSE=2): any program linked with it says so. test_fixtures runs
+# its tests in a fraction of a second (test_ops, which ran here before, takes 14 s a call on 2 cores).
+core_of() { OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=${1:-} "$build/tests/test_fixtures" 2>&1 | sed -n 's/^Core: //p' | tail -n 1; }
 # The kernel `make test` ran under: the caller's OPENBLAS_CORETYPE when set (then the CPU's own is one of the others).
 default=$(core_of "${OPENBLAS_CORETYPE:-}")
 # The AVX-512 kernels of SkylakeX are also Cooperlake's and Sapphire Rapids' for float32.
