@@ -68,16 +68,21 @@ static ThreadState *thread_state(void) {
     return s;
 }
 
+// *buf, of *have bytes, grown to at least `bytes` (its contents not kept), 64-byte aligned.
+static void *buffer_grow(void **buf, size_t *have, size_t bytes) {
+    if (bytes > *have) {
+        free(*buf);
+        *buf = CHECK_ALLOC(aligned_alloc(64, (bytes + 63) / 64 * 64));
+        *have = bytes;
+    }
+    return *buf;
+}
+
 void *cpu_bf16_scratch(int slot, size_t bytes) {
     CHECKF(slot >= 0 && slot < CPU_BF16_SCRATCH_SLOTS, "a scratch slot is 0..CPU_BF16_SCRATCH_SLOTS-1", "slot %d",
            slot);
     ThreadState *s = thread_state();
-    if (bytes > s->scratch_bytes[slot]) {
-        free(s->scratch[slot]);
-        s->scratch[slot] = CHECK_ALLOC(aligned_alloc(64, (bytes + 63) / 64 * 64));
-        s->scratch_bytes[slot] = bytes;
-    }
-    return s->scratch[slot];
+    return buffer_grow(&s->scratch[slot], &s->scratch_bytes[slot], bytes);
 }
 
 #ifndef KIT_HAVE_DNNL
@@ -101,15 +106,6 @@ const char *cpu_bf16_impl(void) { return "none"; }
 void cpu_bf16_gemm(bool ta, bool tb, int m, int n, int k, const void *a, int lda, const void *b, int ldb, float beta,
                    float *c, int ldc) {
     die("cpu_bf16_gemm: %s\n", NO_DNNL);
-}
-
-static void states_free(void) {
-    for (ThreadState *s = g_states, *next; s; s = next) {
-        next = s->next_state;
-        for (int i = 0; i < CPU_BF16_SCRATCH_SLOTS; i++) free(s->scratch[i]);
-        free(s);
-    }
-    g_states = NULL;
 }
 
 #else
@@ -228,17 +224,6 @@ static void entry_free(Entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-static void states_free(void) {
-    for (ThreadState *s = g_states, *next; s; s = next) {
-        next = s->next_state;
-        for (int i = 0; i < s->used; i++) entry_free(&s->cache[i]);
-        if (s->stream) dnnl_stream_destroy(s->stream);
-        free(s->pad);
-        for (int i = 0; i < CPU_BF16_SCRATCH_SLOTS; i++) free(s->scratch[i]);
-        free(s);
-    }
-    g_states = NULL;
-}
 
 static bool same_problem(const Entry *a, const Entry *b) {
     return a->dt == b->dt && a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k &&
@@ -286,11 +271,7 @@ void cpu_bf16_gemm(bool ta, bool tb, int m, int n, int k, const void *a, int lda
     const Entry key = {.dt = real ? dnnl_bf16 : dnnl_f32, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                        .ldb = ldb, .ldc = ldc, .accumulate = beta != 0.0f};
     Entry *e = entry_for(s, &key);
-    if (e->pad_bytes > s->pad_bytes) {
-        free(s->pad);
-        s->pad = CHECK_ALLOC(aligned_alloc(64, (e->pad_bytes + 63) / 64 * 64));
-        s->pad_bytes = e->pad_bytes;
-    }
+    buffer_grow(&s->pad, &s->pad_bytes, e->pad_bytes);
     // oneDNN takes non-const handles; it only reads the sources.
     DNNL_CHECK(dnnl_memory_set_data_handle(e->a, (void *)(uintptr_t)a));
     DNNL_CHECK(dnnl_memory_set_data_handle(e->b, (void *)(uintptr_t)b));
@@ -306,3 +287,18 @@ void cpu_bf16_gemm(bool ta, bool tb, int m, int n, int k, const void *a, int lda
 }
 
 #endif  // KIT_HAVE_DNNL
+
+// At exit: every thread's primitives, stream and buffers.
+static void states_free(void) {
+    for (ThreadState *s = g_states, *next; s; s = next) {
+        next = s->next_state;
+#ifdef KIT_HAVE_DNNL
+        for (int i = 0; i < s->used; i++) entry_free(&s->cache[i]);
+        if (s->stream) dnnl_stream_destroy(s->stream);
+        free(s->pad);
+#endif
+        for (int i = 0; i < CPU_BF16_SCRATCH_SLOTS; i++) free(s->scratch[i]);
+        free(s);
+    }
+    g_states = NULL;
+}
