@@ -88,6 +88,15 @@ KIT_HOST_DEVICE static inline uint32_t lowp_fp16_bits(uint32_t u) {
     return sign | bits;
 }
 
+// The binary16 bits of a float32 (as bits r) that lowp_fp16_bits has already rounded, so every step is exact.
+KIT_HOST_DEVICE static inline uint16_t lowp_fp16_pack(uint32_t r) {
+    uint32_t sign = (r >> 16) & 0x8000u, a = r & 0x7FFFFFFFu, e = a >> 23;
+    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | ((a & 0x007FFFFFu) >> 13));  // inf, NaN
+    if (e >= 113u) return (uint16_t)(sign | ((e - 112u) << 10) | ((a >> 13) & 0x3FFu));    // normal (>= 2^-14)
+    if (a == 0u) return (uint16_t)sign;
+    return (uint16_t)(sign | (((a & 0x007FFFFFu) | 0x00800000u) >> (126u - e)));  // subnormal: q x 2^-24
+}
+
 KIT_HOST_DEVICE static inline uint32_t lowp_round_bits(LowpFormat f, uint32_t u) {
     return f == LOWP_BF16 ? lowp_bf16_bits(u) : f == LOWP_FP16 ? lowp_fp16_bits(u) : u;
 }

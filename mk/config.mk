@@ -53,6 +53,14 @@ ifneq ($(NO_CUDA),1)
     CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
     HAVE_CUDA := $(call try_link,#include <cuda_runtime.h>\n#include <cublas_v2.h>,cublasHandle_t h; cublasCreate(&h),-I$(CUDA_HOME)/include $(CUDA_LIBS))
     HAVE_NCCL := $(call try_link,#include <nccl.h>,ncclComm_t c; ncclCommDestroy(c),-I$(CUDA_HOME)/include $(CUDA_LIBS) -lnccl)
+    # cuDNN 8 or 9 (optional): the convolutions on the GPU (kit/cuda/conv_cudnn.cu); without it, im2col + cuBLAS.
+    # The toolkit's folders, else the wheel PyTorch brings (nvidia-cudnn-cu*), which a GPU image with PyTorch has
+    # (it ships libcudnn.so.9 with no unversioned link, hence -l:).
+    CUDNN_HOME := $(or $(if $(wildcard $(CUDA_HOME)/include/cudnn.h),$(CUDA_HOME)),$(shell python3 -c \
+                    'import nvidia.cudnn as m; print(m.__path__[0])' 2>/dev/null))
+    CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so.[89] $(CUDNN_HOME)/lib/libcudnn.so.[89])))
+    CUDNN_LIBS := -L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR) -l:$(notdir $(firstword $(wildcard $(CUDNN_LIBDIR)libcudnn.so.[89])))
+    HAVE_CUDNN := $(if $(CUDNN_LIBDIR),$(call try_link,#include <cudnn.h>,cudnnHandle_t h; cudnnCreate(&h),-I$(CUDNN_HOME)/include -I$(CUDA_HOME)/include $(CUDNN_LIBS) $(CUDA_LIBS)))
   endif
 endif
 
@@ -66,6 +74,7 @@ ifeq ($(MAKELEVEL),0)
     $(info config: Open MPI     $(call yesno,$(HAVE_MPI))$(if $(MPICC), ($(MPICC))))
     $(info config: CUDA+cuBLAS  $(if $(filter 1,$(NO_CUDA)),off (NO_CUDA=1),$(call yesno,$(HAVE_CUDA))$(if $(HAVE_CUDA), (nvcc $(NVCC), sm_$(CUDA_ARCH)))))
     $(info config: NCCL         $(call yesno,$(HAVE_NCCL)))
+    $(info config: cuDNN        $(call yesno,$(HAVE_CUDNN))$(if $(HAVE_CUDNN), ($(CUDNN_LIBDIR)); the GPU's convolutions))
     $(info config: oneDNN       $(call yesno,$(HAVE_DNNL)) (the CPU's bf16 GEMMs, where it has AMX or AVX512-BF16))
     ifneq ($(HAVE_OPENBLAS)$(HAVE_ZLIB),yesyes)
       $(info config: missing packages: run `make deps` (or scripts/install-deps.sh))
@@ -103,7 +112,9 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -fopenmp $(OPT) $(WARN) $(SAN)
 CFLAGS += $(if $(and $(filter 1,$(SANITIZE)),$(findstring clang,$(CC))),-Wno-pass-failed)
 LDFLAGS += -fopenmp $(SAN)
 LDLIBS += $(OPENBLAS_LIBS) $(if $(HAVE_DNNL),-ldnnl) -lz -lm -lpthread $(if $(HAVE_CUDA),$(CUDA_LIBS))
-NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+LDLIBS += $(if $(and $(HAVE_CUDA),$(HAVE_CUDNN)),$(CUDNN_LIBS))
+# KIT_CUDNN: kit/cuda/conv_cudnn.cu's cuDNN convolutions (else conv is im2col + cuBLAS only).
+NVCCFLAGS := -O3 -std=c++17 -I. $(if $(HAVE_CUDNN),-DKIT_CUDNN -I$(CUDNN_HOME)/include) $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings
 
 # ======================================================================== the CUDA emulation build (EMU=1)
@@ -132,6 +143,9 @@ ifeq ($(EMU),1)
   BUILD := $(EMU_BUILD)
   HAVE_CUDA := emu
   HAVE_NCCL :=
+  # cuDNN's convolutions are emulated too (kit/cuda/emu/cudnn_emu.cc): nothing to link.
+  HAVE_CUDNN := emu
+  CUDNN_LIBS :=
   # config.mk adds -I$(CUDA_HOME)/include: this puts the emulator's cuda_runtime.h and cublas_v2.h there.
   CUDA_HOME := kit/cuda/emu
   CUDA_LIBS := -lstdc++
@@ -144,7 +158,7 @@ ifeq ($(EMU),1)
   # Linked by the C driver: clang must be told that C++ objects need UBSan's C++ part.
   LDFLAGS += $(EMU_SAN) $(if $(findstring clang,$(CC)),-fsanitize-link-c++-runtime)
   NVCC := $(EMU_CXX) -x c++
-  NVCCFLAGS := -std=c++17 $(OPT) -Ikit/cuda/emu/include -I. -DKIT_CUDA_EMU $(OPENBLAS_CFLAGS) $(EMU_SAN) \
+  NVCCFLAGS := -std=c++17 $(OPT) -Ikit/cuda/emu/include -I. -DKIT_CUDA_EMU -DKIT_CUDNN $(OPENBLAS_CFLAGS) $(EMU_SAN) \
                -Wall -Wextra -Werror -Wno-unused-parameter
   # Learner code: warnings shown, not fatal (mk/lessons.mk's own definition speaks nvcc).
   override LEARNER_NVCCFLAGS = $(filter-out -Werror,$(NVCCFLAGS)) -Wno-error
@@ -153,7 +167,11 @@ ifeq ($(EMU),1)
 	@mkdir -p $(dir $@)
 	$(say) CXX $<
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
-  $(BUILD)/libkit.a: $(BUILD)/kit/cuda/emu/cuda_emu.o
+  $(BUILD)/kit/cuda/emu/cudnn_emu.o: kit/cuda/emu/cudnn_emu.cc kit/cuda/emu/cudnn_emu.h kit/cuda/emu/cuda_emu.h kit/ops_dims.h
+	@mkdir -p $(dir $@)
+	$(say) CXX $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+  $(BUILD)/libkit.a: $(BUILD)/kit/cuda/emu/cuda_emu.o $(BUILD)/kit/cuda/emu/cudnn_emu.o
 
   # The emulator's own test (tests/test_emu.cu): CUDA source, so it is built like the kit's .cu files.
   $(BUILD)/tests/test_emu: tests/test_emu.cu $(wildcard kit/*.h kit/cuda/*.h kit/cuda/emu/*.h) $(BUILD)/libkit.a

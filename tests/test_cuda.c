@@ -83,6 +83,16 @@ static float *host_of(const float *d, size_t n) {
 
 // ---------------------------------------------------------------- conv2d
 
+// conv2d's engine (kit/cuda/cuda_context.h): cuDNN (emulated in the EMU build) or im2col + cuBLAS. Returns the
+// setting it replaced; a no-op without CUDA.
+static bool use_cudnn(bool on) {
+#ifdef KIT_CUDA
+    return cuda_conv_use_cudnn(on);
+#else
+    return on;
+#endif
+}
+
 // Small integers in [-3, 3] in place of x's values: products and sums of them are exact in float (every
 // partial sum below stays far under 2^24), so any summation order gives the same bits. No -0.0f (+ 0.0f):
 // a gradient starting at -0 keeps its sign on one device (adding nothing) and loses it on the other
@@ -159,23 +169,27 @@ static void test_conv_null_grads(void **state) {
 }
 
 // More images than fit in one chunk of scratch: 5 images, 2 per chunk (2 + 2 + 1).
+// On im2col + cuBLAS: cuDNN has no chunks.
 static void test_conv_chunks(void **state) {
     skip_without_gpu();
 #ifdef KIT_CUDA
+    const bool was = use_cudnn(false);
     Conv2dDims s = {.n = 5, .c = 3, .h = 8, .w = 8, .k = 4, .r = 3, .stride = 1, .pad = 1};
     lowp_set_chunk(GPU, &s, 2);
     size_t pq = (size_t)conv2d_out_h(&s) * conv2d_out_w(&s);
     assert_int_equal(conv2d_work_floats(GPU, &s), 2 * pq * (3 * 9 + 4));  // the budget is respected
     conv_case(s, true, 7, 90);
     cuda_conv_set_work_budget(0);
+    use_cudnn(was);
 #endif
 }
 
 // The index kernels (im2col, col2im, the layouts around the GEMMs) move data only: with integer inputs the
 // GPU equals the CPU bit for bit, over strides 1-3, paddings 0-2, kernels 1-5, non-square and odd planes,
-// an output of one pixel, and several chunks (the last one short).
-static void test_conv_exact_layouts(void **state) {
-    skip_without_gpu();
+// an output of one pixel, and several chunks (the last one short). On both engines: cuDNN's GEMM-family
+// algorithms (the only ones the kit lets it use, kit/cuda/conv_cudnn.cu) sum exact products too, so a
+// descriptor that put a value in the wrong place, or an algorithm outside that family, fails here.
+static void exact_layouts(void) {
     const Conv2dDims shapes[] = {
         {.n = 3, .c = 5, .h = 9, .w = 7, .k = 4, .r = 3, .stride = 1, .pad = 1},
         {.n = 2, .c = 3, .h = 11, .w = 8, .k = 6, .r = 3, .stride = 2, .pad = 0},
@@ -193,6 +207,17 @@ static void test_conv_exact_layouts(void **state) {
     conv_case_ints(s, true, 7, 1100, true);
     cuda_conv_set_work_budget(0);
 #endif
+}
+
+static void test_conv_exact_layouts(void **state) {
+    skip_without_gpu();
+    const bool was = use_cudnn(true);
+    for (int engine = 0; engine < 2; engine++) {
+        print_message("  conv engine: %s\n", engine ? "im2col + cuBLAS" : "cuDNN where the build has it");
+        use_cudnn(engine == 0);
+        exact_layouts();
+    }
+    use_cudnn(was);
 }
 
 // ---------------------------------------------------------------- batch norm
@@ -772,6 +797,8 @@ static void test_gemm_tf32(void **state) {
 }
 
 // The step of a whole model in bf16, real against emulated: policy_step and its comment, tests/lowp_gemm_cases.h.
+// Both steps on im2col + cuBLAS: the test is about the GEMMs' precision, and the emulated step's float32 data
+// would otherwise go to cuDNN, which sums in another order (test_conv_engines_model_step compares the engines).
 static void test_gemm_lowp_model_step(void **state) {
     skip_without_gpu();
 #ifdef KIT_CUDA_EMU
@@ -779,7 +806,9 @@ static void test_gemm_lowp_model_step(void **state) {
 #else
     const double tol = 1.0 / 256.0;
 #endif
+    const bool was = use_cudnn(false);
     lowp_model_step_case(GPU, tol, 1500);
+    use_cudnn(was);
 }
 
 // 16-bit storage (model_store_activations): every layer's output but the logits, and its gradient, stored in 2
@@ -792,14 +821,18 @@ static void test_gemm_lowp_model_step(void **state) {
 // and an eval forward's logits. On a GPU, cuBLAS may pick another kernel for an operand at another address (the
 // 16-bit arena, against the scratch copy), which changes the GEMMs' summation order: the bound of
 // test_gemm_lowp_model_step (2^-8 of the RMS) then applies. And both arenas take half their float32 bytes.
-static void act16_one_step(LowpFormat f) {
+// With cuDNN on, the 16-bit model's convolutions (forward and dx) run on cuDNN's 16-bit configuration, while the
+// float32-storage model's stay on im2col (its data is float32): the GEMMs' summation orders differ even in the
+// emulator, and the GPU's bound applies there too.
+static void act16_one_step(LowpFormat f, bool cudnn) {
 #ifdef KIT_CUDA_EMU
-    const double tol = EXACT;
+    const double tol = cudnn ? 1.0 / 256.0 : EXACT;
 #else
     const double tol = 1.0 / 256.0;
 #endif
     const int batch = 4, classes = 10;
-    print_message("  %s activations\n", lowp_name(f));
+    const bool was = use_cudnn(cudnn);
+    print_message("  %s activations, conv on %s\n", lowp_name(f), cudnn ? "cuDNN" : "im2col + cuBLAS");
     ModelConfig cfg;
     assert_true(model_config(&cfg, "resnet9", 8, 3, 16, 16, classes));  // residual adds, pools, fused BN + ReLU
     float *x = uniform_vec((size_t)batch * 3 * 16 * 16, -1, 1, 1700);
@@ -831,12 +864,15 @@ static void act16_one_step(LowpFormat f) {
     device_set_gemm_precision(GPU, GEMM_FP32);
     model_free(m[0]), model_free(m[1]);
     free(x);
+    use_cudnn(was);
 }
 
 static void test_act16_model_step(void **state) {
     skip_without_gpu();
-    act16_one_step(LOWP_BF16);
-    act16_one_step(LOWP_FP16);
+    for (int cudnn = 0; cudnn < 2; cudnn++) {
+        act16_one_step(LOWP_BF16, cudnn);
+        act16_one_step(LOWP_FP16, cudnn);
+    }
 }
 
 // What model_store_activations refuses, each with its reason and a non-zero exit: the CPU (its 16 bits are lesson
@@ -974,6 +1010,36 @@ static void test_model_ten_steps(void **state) {
     pair_free(&p);
 }
 
+// The two conv engines on one model: a float32 training step of ResNet-9 (strides, residual adds, pools) on
+// cuDNN and on im2col + cuBLAS, the loss gradient and every parameter gradient within TOL_MODEL of each other
+// (both sum the same exact products, in other orders, as the CPU and the GPU do), and the updated parameters.
+static void test_conv_engines_model_step(void **state) {
+    skip_without_gpu();
+    const int batch = 4, classes = 10;
+    ModelConfig cfg;
+    assert_true(model_config(&cfg, "resnet9", 8, 3, 16, 16, classes));
+    const size_t nx = (size_t)batch * 3 * 16 * 16;
+    float *x = uniform_vec(nx, -1, 1, 1800);
+    int y[4] = {2, 7, 1, 8};
+    SgdConfig opt = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = true};
+    const bool was = use_cudnn(true);
+    Model *m[2];  // [0] cuDNN, [1] im2col + cuBLAS
+    for (int e = 0; e < 2; e++) {
+        use_cudnn(e == 0);
+        m[e] = model_create(&cfg, GPU, batch, 1801);
+        device_copy_to(GPU, m[e]->input, x, nx * sizeof(float));
+        device_copy_to(GPU, m[e]->labels, y, sizeof y);
+        train_step(m[e], batch, classes, &opt);
+    }
+    use_cudnn(was);
+    assert_step_close(m[1], m[0], batch, TOL_MODEL);
+    float *want = host_of(m[1]->params, m[1]->n_params);
+    assert_gpu_close(m[0]->params, want, m[1]->n_params, TOL_MODEL);
+    free(want);
+    model_free(m[0]), model_free(m[1]);
+    free(x);
+}
+
 // ---------------------------------------------------------------- the overlapped copy (kit/loader.c)
 // On CUDA a loader copies batch k+1 to the device while batch k computes (data.h, batch_on_device). In the
 // emulator, copies on the loader's non-blocking stream run only when something waits for their event
@@ -1090,6 +1156,7 @@ int main(void) {
         cmocka_unit_test(test_conv_null_grads),
         cmocka_unit_test(test_conv_chunks),
         cmocka_unit_test(test_conv_exact_layouts),
+        cmocka_unit_test(test_conv_engines_model_step),
         cmocka_unit_test(test_bn_small),
         cmocka_unit_test(test_bn_sliced),
         cmocka_unit_test(test_bn_sync_hook),

@@ -21,6 +21,7 @@
 //         cublasGemmEx with 16-bit A and B, float32 C and CUBLAS_COMPUTE_32F: tensor cores, float32 sums. The
 //         conversion rounds to nearest even with kit/ops_dims.h's functions, the same bits round_lowp gives,
 //         so the emulated path (round_lowp, then float32) computes the same products.
+#include "kit/cuda/conv_cudnn.h"
 #include "kit/cuda/cuda_internal.h"
 #include "kit/device.h"
 #include "kit/ops_impl.h"
@@ -220,6 +221,17 @@ __global__ void conv_output_kernel(int k_out, ConvPlan pl, int nc, const float *
     }
 }
 
+// y[n][k][pq] += b[k], float32 y: the bias after cuDNN's forward (the same float32 sum as conv_output_kernel's).
+// Grid: x over a plane's pixels, y over the channels; each thread walks the images.
+__global__ void conv_bias_add_kernel(int n_img, int k_out, int pq, const float *b, float *y) {
+    KIT_LOOP_X(i, pq) {
+        KIT_LOOP_Y(k, k_out) {
+            const float bk = b[k];
+            for (int n = 0; n < n_img; n++) y[((size_t)n * k_out + k) * pq + i] += bk;
+        }
+    }
+}
+
 // tmp[k][n][pq] = dy[n0 + n][k][pq], dy read as IO::in, tmp stored as IO::out; the same grid as conv_output_kernel.
 template <typename IO>
 __global__ void conv_dy_gather_kernel(int k_out, ConvPlan pl, int nc, const typename IO::in *dy, typename IO::out *tmp) {
@@ -262,6 +274,16 @@ LowpFormat gemm_format(GemmPrecision p) {
     return p == GEMM_BF16 ? LOWP_BF16 : p == GEMM_FP16 ? LOWP_FP16 : LOWP_FP32;
 }
 
+// The storage format of type G, for cuDNN's descriptors.
+template <typename G>
+LowpFormat format_of() {
+    return std::is_same<G, Bf16>::value ? LOWP_BF16 : std::is_same<G, Fp16>::value ? LOWP_FP16 : LOWP_FP32;
+}
+
+// The bytes of conv2d's work buffer for s (a buffer sized for a larger batch holds at least these): cuDNN's
+// workspace.
+size_t work_bytes(const Conv2dDims *s) { return conv2d_work_floats_cuda(s) * sizeof(float); }
+
 // 16-bit activation storage (conv2d_forward_act16_cuda) stores activations in the format the GEMMs read.
 void act16_check(LowpFormat f) {
     CHECKF(f == LOWP_BF16 || f == LOWP_FP16, "16-bit activation storage is bf16 or fp16", "format %d", (int)f);
@@ -281,6 +303,13 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
     using IO = InOut<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
     const G *wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
+    // cuDNN (conv_cudnn.h) when x, y and the GEMM inputs share one type. A bias on a 16-bit y stays here: added
+    // after cuDNN's rounded output it would round twice, where conv_output_kernel rounds the sum once.
+    if (std::is_same<In, G>::value && std::is_same<Out, G>::value && (!b || sizeof(G) == sizeof(float)) &&
+        cudnn_conv_forward(format_of<G>(), s, x, wt, y, work, work_bytes(s))) {
+        if (b) KIT_LAUNCH_2D(conv_bias_add_kernel, pl.pq, s->k, s->n, s->k, pl.pq, b, (float *)y);
+        return;
+    }
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
@@ -304,7 +333,15 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
     const G *wt = nullptr;
     if (dx) wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
-    for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
+    // cuDNN (conv_cudnn.h) for each pass it takes: dx when dy, dx and the GEMM inputs share one type; dw in
+    // float32 only (its output is the GEMM type's, and dw is a float32 parameter gradient).
+    if (dx && std::is_same<T, G>::value &&
+        cudnn_conv_backward_data(format_of<G>(), s, wt, dy, dx, work, work_bytes(s)))
+        dx = nullptr;
+    if (dw && std::is_same<In, float>::value && std::is_same<T, float>::value && std::is_same<G, float>::value &&
+        cudnn_conv_backward_filter(s, (const float *)x, (const float *)dy, dw, work, work_bytes(s)))
+        dw = nullptr;
+    for (int n0 = 0; n0 < s->n && (dx || dw); n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
         G *cols = (G *)c.cols, *tmp = (G *)c.tmp;

@@ -58,6 +58,14 @@ unsigned long long *cuda_device_counters(void);
 void cuda_conv_set_work_budget(size_t floats);
 size_t cuda_conv_work_budget(void);
 
+// conv2d's engine (kit/cuda/conv_cudnn.cu): cuDNN's convolutions where the build has cuDNN and it starts on the
+// GPU (the default), else im2col + cuBLAS (kit/cuda/conv.cu); a pass cuDNN has no algorithm for runs on the
+// latter. cuda_conv_use_cudnn(false), or KIT_CUDNN=0 in the environment, keeps every pass on im2col + cuBLAS
+// (the benchmark's comparison, and tests that check one engine against the other). cuda_conv_engine names the
+// engine for a program's first lines. cuda_conv_use_cudnn returns the setting it replaced.
+bool cuda_conv_use_cudnn(bool on);
+const char *cuda_conv_engine(void);
+
 // Kernel profile (bench/bench_profile.c): between cuda_profile_start and cuda_profile_stop, every kit kernel
 // launched through KIT_LAUNCH / KIT_LAUNCH_2D / KIT_PROFILED (kit/cuda/cuda_internal.h) on this thread is
 // bracketed by two CUDA events on the compute stream, so its GPU time is measured alone. cuBLAS calls, memsets

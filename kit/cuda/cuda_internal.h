@@ -145,14 +145,8 @@ struct Fp16 {
     uint16_t bits;
 };
 
-// fp16 bits of a float32 that lowp_fp16_bits has already rounded (so every step below is exact).
-__device__ __forceinline__ uint16_t fp16_pack(uint32_t r) {
-    uint32_t sign = (r >> 16) & 0x8000u, a = r & 0x7FFFFFFFu, e = a >> 23;
-    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | ((a & 0x007FFFFFu) >> 13));  // inf, NaN
-    if (e >= 113u) return (uint16_t)(sign | ((e - 112u) << 10) | ((a >> 13) & 0x3FFu));    // normal (>= 2^-14)
-    if (a == 0u) return (uint16_t)sign;
-    return (uint16_t)(sign | (((a & 0x007FFFFFu) | 0x00800000u) >> (126u - e)));  // subnormal: q x 2^-24
-}
+// fp16 bits of a float32 that lowp_fp16_bits has already rounded: kit/ops_dims.h, shared with the emulated cuDNN.
+__device__ __forceinline__ uint16_t fp16_pack(uint32_t r) { return lowp_fp16_pack(r); }
 
 // The float32 an fp16 stands for (every fp16 is a float32 exactly).
 __device__ __forceinline__ float fp16_unpack(uint16_t h) {

@@ -887,6 +887,18 @@ void emu_gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, 
 
 }  // namespace
 
+// For the emulated cuDNN (cudnn_emu.cc): one element read as a tensor core reads it, the TF32 reading, and
+// running a lazy stream's queue before a library call that runs at once.
+float kit_emu_widen(cudaDataType type, const void *p, size_t i) {
+    return type == CUDA_R_16BF  ? emu_bf16(((const uint16_t *)p)[i])
+           : type == CUDA_R_16F ? emu_fp16(((const uint16_t *)p)[i])
+                                : ((const float *)p)[i];
+}
+float kit_emu_tf32(float x) { return emu_tf32(x); }
+void kit_emu_stream_flush(cudaStream_t s) {
+    if (is_lazy(s)) run_stream_until(s, ~0ul);
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc) {

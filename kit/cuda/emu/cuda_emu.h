@@ -156,6 +156,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
 
 // ---------------------------------------------------------------- the emulator itself
 
+// For the emulated cuDNN (cudnn_emu.cc): element i of p (CUDA_R_32F, _16BF or _16F) widened exactly to float32;
+// a float32 read as TF32 (its top 10 mantissa bits); running a lazy stream's queue before a call that runs now.
+float kit_emu_widen(cudaDataType type, const void *p, size_t i);
+float kit_emu_tf32(float x);
+void kit_emu_stream_flush(cudaStream_t s);
+
 // Runs every thread of every block of one launch; `body` runs the kernel with its arguments for the
 // current thread (threadIdx/blockIdx are set). Launch errors go to cudaGetLastError, as on a GPU.
 typedef struct {

@@ -1,0 +1,311 @@
+// kit/cuda/conv_cudnn.cu: conv2d's passes on cuDNN (see conv_cudnn.h), the engine PyTorch's convolutions run on.
+//
+// Why cuDNN: im2col writes every input value R*R times to memory and reads it back for the GEMM, and the layout
+// kernels around the GEMM move the output once more; on an H200 those trips cost more than the GEMM itself
+// (bench/results-conv-roofline.md). cuDNN's implicit-GEMM kernels build each tile of the columns in shared memory
+// from the input, so the columns never reach memory. It is the well-kept library for this, so the kit calls it
+// rather than writing its own implicit-GEMM kernels.
+//
+// What it may use, and why:
+//   - Only GEMM-family algorithms (forward IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM; backward ALGO_1), never
+//     FFT or Winograd: their results are sums of the same exact products in some order, so the kit's tests and
+//     bounds (tests/lowp_gemm_cases.h: a summation-order bound) hold for them as for cuBLAS. FFT and Winograd
+//     transform the inputs first and round other numbers.
+//   - Only deterministic ones: the same step gives the same bits every run (lesson 04's reproducibility), which
+//     rules out the backward algorithms that add with atomics (ALGO_0, ALGO_3).
+//   - Math type from the GEMM precision (device_gemm_precision): fp32 is CUDNN_FMA_MATH, float32 arithmetic
+//     only (cuDNN's default math would allow TF32 for float32 data on Ampere and later, which is PyTorch's
+//     allow_tf32 switch, not the kit's float32); tf32, bf16 and fp16 are CUDNN_TENSOR_OP_MATH. 16-bit data is
+//     cuDNN's "pseudo" configuration: 16-bit inputs and outputs, float32 sums, as cuBLAS's GEMMs have it.
+//   - The algorithm for each (shape, type, math) is measured once per thread and GPU (cudnnFind*, the fastest
+//     that passes the rules above and fits the work buffer), as PyTorch's cudnn.benchmark does.
+// The legacy convolution API used here (cudnn_cnn.h) is marked deprecated in cuDNN 9 in favour of the graph API,
+// and is still shipped and supported through 9.x; it keeps this file a page long.
+#include "kit/cuda/conv_cudnn.h"
+#include "kit/cuda/cuda_context.h"
+#include "kit/cuda_check.h"
+#include "kit/device.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace {
+
+// 1 on, 0 off, -1 not decided yet (the environment decides at the first question).
+std::atomic<int> g_use_cudnn{-1};
+
+bool cudnn_wanted() {
+    int use = g_use_cudnn.load();
+    if (use < 0) {
+        const char *env = getenv("KIT_CUDNN");
+        use = !(env && strcmp(env, "0") == 0);
+        g_use_cudnn.store(use);
+    }
+    return use == 1;
+}
+
+}  // namespace
+
+#ifdef KIT_CUDNN
+#include <cudnn.h>
+
+#define CUDNN_CHECK(call)                                                                              \
+    do {                                                                                               \
+        cudnnStatus_t cudnn_s_ = (call);                                                               \
+        if (cudnn_s_ != CUDNN_STATUS_SUCCESS)                                                          \
+            check_fail(__FILE__, __LINE__, #call, cudnnGetErrorString(cudnn_s_),                       \
+                       "BAD_PARAM: a descriptor does not match the buffers (shapes, types, workspace); " \
+                       "NOT_SUPPORTED: this cuDNN has no kernel for the configuration");               \
+    } while (0)
+
+namespace {
+
+enum Pass { FORWARD = 0, BACKWARD_DATA = 1, BACKWARD_FILTER = 2 };
+constexpr int kUnknown = -2, kNone = -1;
+
+// One shape in one type and math type: its descriptors, and per pass the algorithm chosen (or kNone).
+struct Plan {
+    Conv2dDims s;
+    cudnnDataType_t type;
+    cudnnMathType_t math;
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    int algo[3] = {kUnknown, kUnknown, kUnknown};
+    cudnnMathType_t algo_math[3];
+    size_t workspace[3] = {0, 0, 0};
+
+    ~Plan() {  // errors ignored: at exit the context may already be gone, and nothing is left to report
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+        if (w) cudnnDestroyFilterDescriptor(w);
+        if (y) cudnnDestroyTensorDescriptor(y);
+        if (x) cudnnDestroyTensorDescriptor(x);
+    }
+};
+
+// This thread's cuDNN on one GPU: the handle (bound to the compute stream) and its plans.
+struct GpuDnn {
+    bool tried = false;
+    cudnnHandle_t handle = nullptr;
+    std::vector<std::unique_ptr<Plan>> plans;
+};
+
+constexpr int kMaxGpus = 64;
+
+struct ThreadDnn {
+    GpuDnn gpu[kMaxGpus];
+    ~ThreadDnn() {
+        for (GpuDnn &g : gpu) {
+            g.plans.clear();
+            if (g.handle) cudnnDestroy(g.handle);
+        }
+    }
+};
+
+thread_local ThreadDnn tls_dnn;
+
+// Says once per process why a pass left cuDNN (later ones are not repeated).
+void say_once(const char *fmt, const char *detail) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+        fprintf(stderr, fmt, detail);
+        fprintf(stderr, " (further such notes are not repeated)\n");
+    }
+}
+
+// This thread's handle on its current GPU, or nullptr when cuDNN does not start here (said once).
+cudnnHandle_t dnn_handle(GpuDnn **out) {
+    int dev = -1;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CHECK(dev >= 0 && dev < kMaxGpus, "more GPUs than the kit supports in one process (64)");
+    GpuDnn &g = tls_dnn.gpu[dev];
+    *out = &g;
+    if (!g.tried) {
+        g.tried = true;
+        cudnnStatus_t st = cudnnCreate(&g.handle);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            g.handle = nullptr;
+            say_once("conv2d: cuDNN did not start on this GPU (%s): convolutions run on im2col + cuBLAS", cudnnGetErrorString(st));
+        } else {
+            CUDNN_CHECK(cudnnSetStream(g.handle, cuda_stream()));
+        }
+    }
+    return g.handle;
+}
+
+cudnnDataType_t dnn_type(LowpFormat t) {
+    return t == LOWP_BF16 ? CUDNN_DATA_BFLOAT16 : t == LOWP_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+bool same_dims(const Conv2dDims &a, const Conv2dDims &b) {
+    return a.n == b.n && a.c == b.c && a.h == b.h && a.w == b.w && a.k == b.k && a.r == b.r && a.stride == b.stride &&
+           a.pad == b.pad;
+}
+
+Plan *plan_for(GpuDnn &g, const Conv2dDims *s, cudnnDataType_t type, cudnnMathType_t math) {
+    for (auto &p : g.plans)
+        if (same_dims(p->s, *s) && p->type == type && p->math == math) return p.get();
+    auto p = std::make_unique<Plan>();
+    p->s = *s;
+    p->type = type;
+    p->math = math;
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, type, s->n, s->c, s->h, s->w));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, type, s->n, s->k, conv2d_out_h(s), conv2d_out_w(s)));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NCHW, s->k, s->c, s->r, s->r));
+    // The kit's conv is a cross-correlation (no filter flip), as every framework's "convolution" is.
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad, s->pad, s->stride, s->stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, math));
+    g.plans.push_back(std::move(p));
+    return g.plans.back().get();
+}
+
+// The rules at the top: a GEMM-family, deterministic algorithm that ran, fits the workspace, and keeps float32
+// arithmetic when that was asked for.
+template <typename Perf>
+int pick(const Perf *perf, int n, const int *allowed, int n_allowed, cudnnMathType_t math, size_t work_bytes,
+         cudnnMathType_t *algo_math, size_t *workspace) {
+    for (int i = 0; i < n; i++) {  // fastest first
+        const Perf &r = perf[i];
+        bool ok = r.status == CUDNN_STATUS_SUCCESS && r.determinism == CUDNN_DETERMINISTIC &&
+                  r.memory <= work_bytes && (math != CUDNN_FMA_MATH || r.mathType == CUDNN_FMA_MATH);
+        bool family = false;
+        for (int j = 0; j < n_allowed; j++) family = family || (int)r.algo == allowed[j];
+        if (ok && family) {
+            *algo_math = r.mathType;
+            *workspace = r.memory;
+            return (int)r.algo;
+        }
+    }
+    return kNone;
+}
+
+// The plan's algorithm for pass `pass`, measured on first use; kNone when there is none (said once).
+int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
+    if (p->algo[pass] != kUnknown) return p->algo[pass];
+    int n = 0, algo = kNone;
+    if (pass == FORWARD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(g.handle, p->x, p->w, p->conv, p->y,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        const int allowed[] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                               CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
+        algo = pick(perf, n, allowed, 3, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+    } else if (pass == BACKWARD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(g.handle, p->w, p->y, p->conv, p->x,
+                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        const int allowed[] = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
+        algo = pick(perf, n, allowed, 1, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(g.handle, p->x, p->y, p->conv, p->w,
+                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        const int allowed[] = {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1};
+        algo = pick(perf, n, allowed, 1, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+    }
+    if (algo == kNone) {
+        char shape[160];
+        snprintf(shape, sizeof shape, "pass %d of (N %d, C %d, H %d, W %d, K %d, R %d, stride %d, pad %d)", (int)pass,
+                 p->s.n, p->s.c, p->s.h, p->s.w, p->s.k, p->s.r, p->s.stride, p->s.pad);
+        say_once("conv2d: cuDNN has no deterministic GEMM-family algorithm within the work buffer for %s: "
+                 "it runs on im2col + cuBLAS", shape);
+    }
+    p->algo[pass] = algo;
+    return algo;
+}
+
+// The handle and plan for a pass in storage t, or nullptr when cuDNN does not take it.
+Plan *ready(LowpFormat t, const Conv2dDims *s, Pass pass, size_t work_bytes, GpuDnn **g) {
+    if (!cudnn_wanted()) return nullptr;
+    GemmPrecision prec = device_gemm_precision(DEVICE_CUDA);
+    // 16-bit data needs 16-bit GEMMs of the same format (conv.cu checked it for 16-bit storage); float32 data
+    // with 16-bit GEMMs (lesson 10's real path on float32 storage) rounds its inputs first: im2col does that.
+    const bool data16 = t != LOWP_FP32, gemm16 = prec == GEMM_BF16 || prec == GEMM_FP16;
+    if (data16 != gemm16) return nullptr;
+    if (!dnn_handle(g)) return nullptr;
+    Plan *p = plan_for(**g, s, dnn_type(t), prec == GEMM_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    if (choose(**g, p, pass, work_bytes) == kNone) return nullptr;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->algo_math[pass]));
+    return p;
+}
+
+}  // namespace
+
+bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const void *w, void *y, void *work,
+                        size_t work_bytes) {
+    GpuDnn *g;
+    Plan *p = ready(t, s, FORWARD, work_bytes, &g);
+    if (!p) return false;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
+                                        (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], work, p->workspace[FORWARD], &zero,
+                                        p->y, y));
+    return true;
+}
+
+bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, const void *dy, void *dx, void *work,
+                              size_t work_bytes) {
+    GpuDnn *g;
+    Plan *p = ready(t, s, BACKWARD_DATA, work_bytes, &g);
+    if (!p) return false;
+    const float one = 1.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
+                                             (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], work,
+                                             p->workspace[BACKWARD_DATA], &one, p->x, dx));
+    return true;
+}
+
+bool cudnn_conv_backward_filter(const Conv2dDims *s, const float *x, const float *dy, float *dw, void *work,
+                                size_t work_bytes) {
+    GpuDnn *g;
+    Plan *p = ready(LOWP_FP32, s, BACKWARD_FILTER, work_bytes, &g);
+    if (!p) return false;
+    const float one = 1.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
+                                               (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], work,
+                                               p->workspace[BACKWARD_FILTER], &one, p->w, dw));
+    return true;
+}
+
+extern "C" const char *cuda_conv_engine(void) {
+    static char name[96];
+    if (!cudnn_wanted()) return "im2col + cuBLAS (cuDNN switched off: KIT_CUDNN=0 or cuda_conv_use_cudnn)";
+    GpuDnn *g;
+    if (!dnn_handle(&g)) return "im2col + cuBLAS (cuDNN did not start on this GPU)";
+    size_t v = cudnnGetVersion();
+    snprintf(name, sizeof name, "cuDNN %zu.%zu.%zu (im2col + cuBLAS where it has no algorithm)", v / 10000,
+             v / 100 % 100, v % 100);
+    return name;
+}
+
+#else  // no cuDNN in this build: every pass is conv.cu's
+
+bool cudnn_conv_forward(LowpFormat, const Conv2dDims *, const void *, const void *, void *, void *, size_t) {
+    return false;
+}
+bool cudnn_conv_backward_data(LowpFormat, const Conv2dDims *, const void *, const void *, void *, void *, size_t) {
+    return false;
+}
+bool cudnn_conv_backward_filter(const Conv2dDims *, const float *, const float *, float *, void *, size_t) {
+    return false;
+}
+extern "C" const char *cuda_conv_engine(void) {
+    return cudnn_wanted() ? "im2col + cuBLAS (no cuDNN in this build)" : "im2col + cuBLAS (cuDNN switched off)";
+}
+
+#endif  // KIT_CUDNN
+
+extern "C" bool cuda_conv_use_cudnn(bool on) {
+    const bool was = cudnn_wanted();
+    g_use_cudnn.store(on ? 1 : 0);
+    return was;
+}

@@ -1,0 +1,27 @@
+// kit/cuda/conv_cudnn.h: conv2d's three GEMM-shaped passes on cuDNN (kit/cuda/conv_cudnn.cu), for conv.cu.
+//
+// Each function runs its pass on cuDNN and returns true, or returns false having queued nothing: cuDNN is off
+// (cuda_conv_use_cudnn, KIT_CUDNN=0), not in this build, did not start on this GPU, or has no deterministic
+// GEMM-family algorithm for the shape within the workspace. conv.cu then runs the pass with im2col + cuBLAS, so
+// the two engines give one conv2d, pass by pass. Buffers are the kit's: x (N, C, H, W), w (K, C, R, R),
+// y and dy (N, K, P, Q), in storage format t (float32, bf16 or fp16; w already in t), on the compute stream.
+// `work` (work_bytes) is conv2d's work buffer, which cuDNN takes as its workspace.
+#ifndef KIT_CUDA_CONV_CUDNN_H
+#define KIT_CUDA_CONV_CUDNN_H
+
+#include <stddef.h>
+
+#include "kit/ops_dims.h"
+
+// y = conv(x, w): y overwritten (no bias: conv.cu adds it).
+bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const void *w, void *y, void *work,
+                        size_t work_bytes);
+// dx += the gradient of x, rounded once to t where t is 16-bit (the sum in float32).
+bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, const void *dy, void *dx, void *work,
+                              size_t work_bytes);
+// dw += the gradient of w, float32 storage only (dw is a float32 parameter gradient; cuDNN would write a
+// 16-bit one for 16-bit x and dy).
+bool cudnn_conv_backward_filter(const Conv2dDims *s, const float *x, const float *dy, float *dw, void *work,
+                                size_t work_bytes);
+
+#endif  // KIT_CUDA_CONV_CUDNN_H
