@@ -7,8 +7,9 @@
 //      already lives on the GPU (the data pipeline is not measured), in float32, with TF32 conv GEMMs (--tf32),
 //      and with bf16 and fp16 GEMMs (device_set_gemm_precision: 16-bit inputs on tensor cores), first with float32
 //      activations, then with the activations stored in 2 bytes as well (model_store_activations);
-//   2. each conv layer's forward and backward as the kit runs them (im2col + cuBLAS SGEMM + layout
-//      kernels), in achieved TFLOP/s (2 * MACs per pass; backward counts dx and dw: 2 passes);
+//   1b. the same step in float32, TF32 and bf16 (bf16 activations) with conv on im2col + cuBLAS, the kit's own
+//      engine, against the default (cuDNN where the build has it: kit/cuda/conv_cudnn.cu);
+//   2. each conv layer's forward and backward as the kit runs them (the default engine), in achieved TFLOP/s (2 * MACs per pass; backward counts dx and dw: 2 passes);
 //   3. the ceiling: cuBLAS SGEMM on 8192^3, in float32 and in TF32;
 //   4. the data pipeline, for each of --pipeline-models at the same batch: training from the kit's loader
 //      (a synthetic CIFAR-shaped set, crop + flip, pinned host slots) through train_forward_backward, as
@@ -281,6 +282,23 @@ int main(int argc, char **argv) {
                 ips_lowp[k], lowp_name(f), ips_act16[k]);
     }
     const double ips_bf16 = ips_lowp[0], ips_fp16 = ips_lowp[1];
+    // The same step on the other conv engine (cuda_conv_use_cudnn): im2col + cuBLAS, the kit's own, against cuDNN,
+    // the default where the build has it, in float32, TF32 and bf16 with bf16 activations. Equal numbers mean one
+    // engine: a build without cuDNN, or a GPU where it did not start (the engine line says which).
+    const char *engine = device_conv_engine(DEVICE_CUDA);
+    const bool had_cudnn = cuda_conv_use_cudnn(false);
+    const GemmPrecision im2col_prec[3] = {GEMM_FP32, GEMM_TF32, GEMM_BF16};
+    double ips_im2col[3];
+    for (int k = 0; k < 3; k++) {
+        device_set_gemm_precision(DEVICE_CUDA, im2col_prec[k]);
+        if (k == 2) model_store_activations(m, LOWP_BF16);
+        ips_im2col[k] = train_throughput(m, batch, steps);
+        if (k == 2) model_store_activations(m, LOWP_FP32);
+        fprintf(stderr, "train %s on im2col + cuBLAS: %.0f images/s\n", gemm_precision_name(im2col_prec[k]),
+                ips_im2col[k]);
+    }
+    device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
+    cuda_conv_use_cudnn(had_cudnn);
 
     printf("{\n  \"gpu\": \"%s\",\n  \"model\": \"%s\",\n  \"batch\": %d,\n  \"steps\": %d,\n", prop.name, model,
            batch, steps);
@@ -289,6 +307,9 @@ int main(int argc, char **argv) {
     printf("  \"train_images_per_s_bf16\": %.1f,\n  \"train_images_per_s_fp16\": %.1f,\n", ips_bf16, ips_fp16);
     printf("  \"train_images_per_s_bf16_act16\": %.1f,\n  \"train_images_per_s_fp16_act16\": %.1f,\n", ips_act16[0],
            ips_act16[1]);
+    printf("  \"conv_engine\": \"%s\",\n", engine);
+    printf("  \"train_images_per_s_fp32_im2col\": %.1f,\n  \"train_images_per_s_tf32_im2col\": %.1f,\n"
+           "  \"train_images_per_s_bf16_act16_im2col\": %.1f,\n", ips_im2col[0], ips_im2col[1], ips_im2col[2]);
     conv_layers(m, batch, stdout);
     model_free(m);
     pipeline_models(pipeline, batch, steps, stdout);

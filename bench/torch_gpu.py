@@ -197,14 +197,17 @@ def write_markdown(path, kit, rows, command, gpu, torch_pipe=None):
         "",
         "| implementation | images/s | kit fp32 / this |",
         "|---|---:|---:|",
-        f"| kit, float32 (im2col + cuBLAS SGEMM) | {k32:.0f} | 1.00 |",
+        f"| kit, float32 (conv: {kit.get('conv_engine', 'im2col + cuBLAS SGEMM')}) | {k32:.0f} | 1.00 |",
         f"| kit, --tf32 (conv GEMMs on TF32 tensor cores, linear float32) | {kit['train_images_per_s_tf32']:.0f} | "
         f"{k32 / kit['train_images_per_s_tf32']:.2f} |",
     ]
     for key, name in [("bf16", "kit, bf16 GEMMs (cublasGemmEx, tensor cores; activations float32)"),
                       ("bf16_act16", "kit, bf16 GEMMs and bf16 activations (2 bytes: model_store_activations)"),
                       ("fp16", "kit, fp16 GEMMs (the same; the loss scaler not timed)"),
-                      ("fp16_act16", "kit, fp16 GEMMs and fp16 activations")]:
+                      ("fp16_act16", "kit, fp16 GEMMs and fp16 activations"),
+                      ("fp32_im2col", "kit, float32, conv on im2col + cuBLAS (the kit's own engine)"),
+                      ("tf32_im2col", "kit, --tf32, conv on im2col + cuBLAS"),
+                      ("bf16_act16_im2col", "kit, bf16 GEMMs and activations, conv on im2col + cuBLAS")]:
         if f"train_images_per_s_{key}" in kit:
             ips = kit[f"train_images_per_s_{key}"]
             lines.append(f"| {name} | {ips:.0f} | {k32 / ips:.2f} |")

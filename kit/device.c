@@ -23,6 +23,14 @@
 
 const char *device_name(Device d) { return d == DEVICE_CUDA ? CUDA_DEVICE_NAME : "cpu"; }
 
+const char *device_conv_engine(Device d) {
+#ifdef KIT_CUDA
+    if (d == DEVICE_CUDA) return cuda_conv_engine();
+#endif
+    (void)d;
+    return "im2col or Winograd around OpenBLAS SGEMM (oneDNN's bf16 matmul under bf16 GEMMs)";
+}
+
 bool device_cuda_built(void) {
 #ifdef KIT_CUDA
     return true;

@@ -57,6 +57,10 @@ void device_set_gemm_precision(Device d, GemmPrecision p);
 GemmPrecision device_gemm_precision(Device d);
 // "fp32", "tf32", "bf16", "fp16".
 const char *gemm_precision_name(GemmPrecision p);
+// What runs conv2d's GEMM-shaped passes on device d, for a program's first lines: on CUDA, cuDNN (its version) or
+// im2col + cuBLAS and why (kit/cuda/cuda_context.h, cuda_conv_use_cudnn); on the CPU, the kit's own im2col or
+// Winograd around OpenBLAS (or oneDNN's bf16 matmul under GEMM_BF16).
+const char *device_conv_engine(Device d);
 
 // The GPU this thread uses (cudaSetDevice). No-op on CPU. Lessons with several
 // GPUs call it once per thread/rank before any allocation.

@@ -87,13 +87,14 @@ static void say_gemm_path(const DdpRun *r, const Model *m, LowpFormat f) {
     const char *why = NULL;
     if (!r->is_main) return;
     const char *where = emu ? "; run in the CUDA emulator (the tensor-core path's numerics, not its speed)" : "";
+    if (cuda) printf("conv engine: %s\n", device_conv_engine(d));
     if (f == LOWP_FP32 && cuda && device_gemm_precision(d) == GEMM_TF32)  // --tf32 (kit/device.h)
-        printf("precision path: TF32 tensor cores for the convolutions' GEMMs (10-bit mantissa inputs, float32 "
+        printf("precision path: TF32 tensor cores for the convolutions (10-bit mantissa inputs, float32 "
                "sums), linear in float32%s\n", where);
     else if (f == LOWP_FP32)
-        printf("precision path: float32 (%s)%s\n", cuda ? "cuBLAS SGEMM" : "OpenBLAS SGEMM", where);
+        printf("precision path: float32 (%s)%s\n", cuda ? "cuDNN or cuBLAS SGEMM: the conv engine above" : "OpenBLAS SGEMM", where);
     else if (cuda && m->act_format == f)
-        printf("precision path: tensor cores: cuBLAS %s GEMMs, float32 accumulation; activations and their gradients "
+        printf("precision path: tensor cores: %s GEMMs, float32 accumulation; activations and their gradients "
                "stored in 2 bytes (%s); BN statistics, the loss and the master weights in float32%s\n", name, name,
                where);
     else if (cuda)
