@@ -16,6 +16,8 @@ extern "C" {  // cmocka's header has no C++ guard
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cudnn.h>
+
 #include "kit/cuda_check.h"
 #include "kit/cuda/cuda_internal.h"
 
@@ -293,6 +295,82 @@ static void test_gemm_ex_types(void **state) {
     cublasDestroy(h);
 }
 
+// The emulated cuDNN (kit/cuda/emu/cudnn_emu.cc): a 2x2 input, a 1x1 filter of 3, one output channel, so every
+// output is 3 x its input. Float32 data read as TF32 unless the math type is FMA; bf16 data widened exactly and
+// alpha * result + beta * old rounded once; and cuDNN's checks: an output of the wrong size, an algorithm it does
+// not compute, a workspace smaller than the algorithm's.
+typedef struct {
+    cudnnHandle_t h;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+} Dnn1x1;
+
+static Dnn1x1 dnn_1x1(cudnnDataType_t type, cudnnMathType_t math, int out_h) {
+    Dnn1x1 d;
+    assert_int_equal(cudnnCreate(&d.h), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnCreateTensorDescriptor(&d.x), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnCreateTensorDescriptor(&d.y), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnCreateFilterDescriptor(&d.w), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnCreateConvolutionDescriptor(&d.conv), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, type, 1, 1, 2, 2), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, type, 1, 1, out_h, 2), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnSetFilter4dDescriptor(d.w, type, CUDNN_TENSOR_NCHW, 1, 1, 1, 1), CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnSetConvolution2dDescriptor(d.conv, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                     CUDNN_STATUS_SUCCESS);
+    assert_int_equal(cudnnSetConvolutionMathType(d.conv, math), CUDNN_STATUS_SUCCESS);
+    return d;
+}
+
+static void dnn_free(Dnn1x1 *d) {
+    cudnnDestroyConvolutionDescriptor(d->conv);
+    cudnnDestroyFilterDescriptor(d->w);
+    cudnnDestroyTensorDescriptor(d->y);
+    cudnnDestroyTensorDescriptor(d->x);
+    cudnnDestroy(d->h);
+}
+
+static cudnnStatus_t dnn_forward(Dnn1x1 *d, cudnnConvolutionFwdAlgo_t algo, const void *x, const void *w, float beta,
+                                 void *y, size_t workspace) {
+    const float one = 1.0f;
+    static float ws[16];
+    return cudnnConvolutionForward(d->h, &one, d->x, x, d->w, w, d->conv, algo, workspace ? ws : NULL, workspace,
+                                   &beta, d->y, y);
+}
+
+static void test_cudnn_conv(void **state) {
+    (void)state;
+    const float x[4] = {1.0f + ldexpf(1.0f, -20), 2.0f, -1.0f, 0.5f}, w = 3.0f;
+    float y[4];
+    for (int fma = 0; fma < 2; fma++) {  // TF32 drops x[0]'s 2^-20; FMA keeps it (3 + 3 * 2^-20 is exact)
+        Dnn1x1 d = dnn_1x1(CUDNN_DATA_FLOAT, fma ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH, 2);
+        assert_int_equal(dnn_forward(&d, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, x, &w, 0.0f, y, 0),
+                         CUDNN_STATUS_SUCCESS);
+        assert_true(y[0] == (fma ? 3.0f * x[0] : 3.0f) && y[1] == 6.0f && y[2] == -3.0f && y[3] == 1.5f);
+        dnn_free(&d);
+    }
+    // bf16: 1.0234375 (exact in bf16) times 3 is 3.0703125, plus the old 2^-7 is 3.078125, itself a bf16 (0x4045;
+    // steps of 2^-6 at 3): one rounding, of the sum, keeps it. Rounding the product first (3.0703125 is a tie
+    // between 3.0625 and 3.078125: to even, 3.0625) and then the sum would give 0x4044.
+    const uint16_t xb[4] = {0x3F83, 0x3F80, 0x3F80, 0x3F80}, wb = 0x4040;  // 1.0234375, 1, 1, 1; 3
+    uint16_t yb[4] = {0x3C00, 0x3F80, 0x3F80, 0x3F80};                     // 2^-7, 1, 1, 1
+    Dnn1x1 d = dnn_1x1(CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH, 2);
+    assert_int_equal(dnn_forward(&d, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, xb, &wb, 1.0f, yb, 0),
+                     CUDNN_STATUS_SUCCESS);
+    assert_int_equal(yb[0], 0x4045);
+    assert_int_equal(yb[1], 0x4080);  // 3 + 1
+    // Refusals: FFT (not computed here), the GEMM algorithm without its workspace, then with it.
+    assert_int_equal(dnn_forward(&d, CUDNN_CONVOLUTION_FWD_ALGO_FFT, xb, &wb, 0.0f, yb, 0), CUDNN_STATUS_NOT_SUPPORTED);
+    assert_int_equal(dnn_forward(&d, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, xb, &wb, 0.0f, yb, 0), CUDNN_STATUS_BAD_PARAM);
+    assert_int_equal(dnn_forward(&d, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, xb, &wb, 0.0f, yb, sizeof(float) * 4),
+                     CUDNN_STATUS_SUCCESS);
+    dnn_free(&d);
+    Dnn1x1 bad = dnn_1x1(CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1);  // a 2x2 output described as 1x2
+    assert_int_equal(dnn_forward(&bad, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, x, &w, 0.0f, y, 0),
+                     CUDNN_STATUS_BAD_PARAM);
+    dnn_free(&bad);
+}
+
 static void test_divergent_barrier_stops(void **state) {
     (void)state;
     int *out;
@@ -441,6 +519,7 @@ int main(void) {
         cmocka_unit_test(test_launch_limits),
         cmocka_unit_test(test_sgemm_column_major),
         cmocka_unit_test(test_gemm_ex_types),
+        cmocka_unit_test(test_cudnn_conv),
         cmocka_unit_test(test_divergent_barrier_stops),
         cmocka_unit_test(test_lazy_copy_runs_when_waited),
         cmocka_unit_test(test_wait_takes_the_record_at_the_call),

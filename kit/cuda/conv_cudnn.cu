@@ -277,14 +277,19 @@ bool cudnn_conv_backward_filter(const Conv2dDims *s, const float *x, const float
 }
 
 extern "C" const char *cuda_conv_engine(void) {
-    static char name[96];
+    thread_local static char name[96];
     if (!cudnn_wanted()) return "im2col + cuBLAS (cuDNN switched off: KIT_CUDNN=0 or cuda_conv_use_cudnn)";
     GpuDnn *g;
     if (!dnn_handle(&g)) return "im2col + cuBLAS (cuDNN did not start on this GPU)";
+#ifdef KIT_CUDA_EMU
+    (void)name;
+    return "cuDNN's convolutions as the emulator computes them (kit/cuda/emu/cudnn_emu.cc)";
+#else
     size_t v = cudnnGetVersion();
     snprintf(name, sizeof name, "cuDNN %zu.%zu.%zu (im2col + cuBLAS where it has no algorithm)", v / 10000,
              v / 100 % 100, v % 100);
     return name;
+#endif
 }
 
 #else  // no cuDNN in this build: every pass is conv.cu's

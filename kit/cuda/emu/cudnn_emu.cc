@@ -163,6 +163,19 @@ void find_list(int count, const int *order, int order_n, bool (*computed)(int), 
 
 size_t no_workspace(const Geo &, int) { return 0; }
 
+// The Create / Destroy pairs: a new object, value-initialised (a descriptor reads as not set).
+template <typename T>
+cudnnStatus_t make(T **out) {
+    if (!out) return CUDNN_STATUS_BAD_PARAM;
+    *out = new T{};
+    return CUDNN_STATUS_SUCCESS;
+}
+template <typename T>
+cudnnStatus_t destroy(T *p) {
+    delete p;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 bool handle_ok(cudnnHandle_t h) {
     if (!h) return false;
     kit_emu_stream_flush(h->stream);  // the call runs now, after what its stream has queued
@@ -246,30 +259,16 @@ const char *cudnnGetErrorString(cudnnStatus_t status) {
     return "CUDNN_STATUS_UNKNOWN";
 }
 
-cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) {
-    if (!handle) return CUDNN_STATUS_BAD_PARAM;
-    *handle = new KitEmuDnn{nullptr};
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
-    delete handle;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) { return make(handle); }
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) { return destroy(handle); }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
     if (!handle) return CUDNN_STATUS_NOT_INITIALIZED;
     handle->stream = stream;
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *desc) {
-    if (!desc) return CUDNN_STATUS_BAD_PARAM;
-    *desc = new KitEmuDnnTensor{};
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
-    delete desc;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *desc) { return make(desc); }
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) { return destroy(desc); }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format, cudnnDataType_t type,
                                          int n, int c, int h, int w) {
     if (!d || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
@@ -281,15 +280,8 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *desc) {
-    if (!desc) return CUDNN_STATUS_BAD_PARAM;
-    *desc = new KitEmuDnnFilter{};
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
-    delete desc;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *desc) { return make(desc); }
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) { return destroy(desc); }
 // Only (K, C, R, S) filters (CUDNN_TENSOR_NCHW) are emulated: the kit's weights are stored so.
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type, cudnnTensorFormat_t format,
                                          int k, int c, int h, int w) {
@@ -299,15 +291,8 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *desc) {
-    if (!desc) return CUDNN_STATUS_BAD_PARAM;
-    *desc = new KitEmuDnnConv{};
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
-    delete desc;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *desc) { return make(desc); }
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) { return destroy(desc); }
 // Float32 compute only (the PSEUDO configurations for 16-bit data), and no dilation: the emulated subset.
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v,
                                               int dilation_h, int dilation_w, cudnnConvolutionMode_t mode,
