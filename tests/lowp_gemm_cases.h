@@ -239,8 +239,13 @@ static inline void linear_lowp_case(Device dev, GemmPrecision p, int n, int in_f
 // input of the real path is then already a bf16 value, so its conversions are exact: the two differ only in the
 // GEMMs' summation order (the bound above, per GEMM). In the emulator both orders are OpenBLAS's: the same bits,
 // asserted exactly. On a GPU a summation-order difference (~1e-5 of the RMS, TOL_MODEL's measurement) can move a
-// value across a bf16 rounding boundary: that element then differs by one bf16 unit (2^-8 of itself), and the
-// elements computed from it by that much of its share; so each tensor stays within 2^-8 of its RMS.
+// value across a bf16 rounding boundary: that element then differs by one bf16 unit, and the elements computed
+// from it by that much of its share. A bf16 holds 8 significant bits, so its unit is 2^-7 of the power of two at
+// or below the value: between 2^-8 and 2^-7 of the value itself (a value just above a power of two flips by
+// nearly 2^-7 of itself: -0.0337 against -0.0334, one unit of 2^-12, was measured). assert_close divides by the
+// value or the tensor's RMS, whichever is larger, so a flip is at most lowp_unit (2^-7; fp16's 11 bits: 2^-10).
+static inline double lowp_unit(LowpFormat f) { return f == LOWP_FP16 ? 1.0 / 1024.0 : 1.0 / 128.0; }
+
 static inline void policy_like_hook(void *ctx, const Model *m, int layer, RoundPoint at, float *buf, size_t n) {
     LayerKind k = m->layers[layer].kind;
     if (at == ROUND_DPARAMS && k != LAYER_CONV && k != LAYER_LINEAR) return;  // BN's gamma, beta: fp32

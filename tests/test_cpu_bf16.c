@@ -69,15 +69,15 @@ static void test_cpu_bf16_real_equals_emulated(void **state) {
 
 // One training step of tiny-bn in bf16 as lesson 10 takes it (policy_step, tests/lowp_gemm_cases.h), with the CPU's
 // bf16 GEMMs against the emulation: every GEMM input is already a bf16 value, so only the summation order differs,
-// which can move a value across a bf16 rounding boundary: each tensor within 2^-8 of its RMS (the argument at
-// policy_step). Both with im2col (Winograd's transforms round other numbers).
+// which can move a value across a bf16 rounding boundary: each element within one bf16 unit, lowp_unit (the
+// argument at policy_step). Both with im2col (Winograd's transforms round other numbers).
 static void test_cpu_bf16_model_step(void **state) {
     skip_without_dnnl();
     setenv("KIT_WINOGRAD", "0", 1);
     const bool real = cpu_bf16_kernel_exists();
     for (int storage = CPU_BF16_IN_FP32; storage >= (real ? CPU_BF16_2BYTES : CPU_BF16_IN_FP32); storage--) {
         cpu_bf16_set_storage((CpuBf16Storage)storage);
-        lowp_model_step_case(DEVICE_CPU, 1.0 / 256.0, 2400);
+        lowp_model_step_case(DEVICE_CPU, lowp_unit(LOWP_BF16), 2400);
     }
 }
 

@@ -274,6 +274,12 @@ LowpFormat gemm_format(GemmPrecision p) {
     return p == GEMM_BF16 ? LOWP_BF16 : p == GEMM_FP16 ? LOWP_FP16 : LOWP_FP32;
 }
 
+// dst (n floats) += src (n, stored as G): a 16-bit weight gradient (cuDNN's) into the float32 one.
+template <typename G>
+__global__ void add_16_into_kernel(size_t n, const G *src, float *dst) {
+    KIT_GRID_LOOP(i, n) { dst[i] += kit_load(src[i]); }
+}
+
 // The storage format of type G, for cuDNN's descriptors.
 template <typename G>
 LowpFormat format_of() {
@@ -331,16 +337,27 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     using IO = InOut<In, G>;
     using DyIO = InOut<T, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
+    // With 16-bit G, this thread's device scratch holds the 16-bit weights (for dx), then room for a 16-bit dw
+    // (cuDNN's), each part on a 16-byte boundary.
+    const size_t nw_at = (nw + 7) / 8 * 8;
+    G *scratch16 = sizeof(G) == 2 ? (G *)cuda_device_scratch(2 * nw_at * sizeof(G)) : nullptr;
     const G *wt = nullptr;
-    if (dx) wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
-    // cuDNN (conv_cudnn.h) for each pass it takes: dx when dy, dx and the GEMM inputs share one type; dw in
-    // float32 only (its output is the GEMM type's, and dw is a float32 parameter gradient).
+    if (dx) wt = gemm_input<G>(w, nw, scratch16);
+    // cuDNN (conv_cudnn.h) for each pass it takes, when x, dy, dx and the GEMM inputs share one type. Its dw is in
+    // that type too: float32 is added into dw by cuDNN (beta 1); a 16-bit one, the pass's gradient rounded once as
+    // a 16-bit backward writes it, is added into the float32 dw by add_16_into_kernel. Lesson 10 zeroes the
+    // gradients before each pass, so its hook's rounding at ROUND_DPARAMS sees the same values either way.
     if (dx && std::is_same<T, G>::value &&
         cudnn_conv_backward_data(format_of<G>(), s, wt, dy, dx, work, work_bytes(s)))
         dx = nullptr;
-    if (dw && std::is_same<In, float>::value && std::is_same<T, float>::value && std::is_same<G, float>::value &&
-        cudnn_conv_backward_filter(s, (const float *)x, (const float *)dy, dw, work, work_bytes(s)))
-        dw = nullptr;
+    if (dw && std::is_same<In, G>::value && std::is_same<T, G>::value) {
+        G *dw_g = sizeof(G) == 2 ? scratch16 + nw_at : (G *)dw;
+        if (cudnn_conv_backward_filter(format_of<G>(), s, x, dy, dw_g, sizeof(G) == 2 ? 0.0f : 1.0f, work,
+                                       work_bytes(s))) {
+            if (sizeof(G) == 2) KIT_LAUNCH(add_16_into_kernel<G>, nw, nw, dw_g, dw);
+            dw = nullptr;
+        }
+    }
     for (int n0 = 0; n0 < s->n && (dx || dw); n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;

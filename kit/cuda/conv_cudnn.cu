@@ -264,15 +264,15 @@ bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, 
     return true;
 }
 
-bool cudnn_conv_backward_filter(const Conv2dDims *s, const float *x, const float *dy, float *dw, void *work,
-                                size_t work_bytes) {
+bool cudnn_conv_backward_filter(LowpFormat t, const Conv2dDims *s, const void *x, const void *dy, void *dw, float beta,
+                                void *work, size_t work_bytes) {
     GpuDnn *g;
-    Plan *p = ready(LOWP_FP32, s, BACKWARD_FILTER, work_bytes, &g);
+    Plan *p = ready(t, s, BACKWARD_FILTER, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
                                                (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], work,
-                                               p->workspace[BACKWARD_FILTER], &one, p->w, dw));
+                                               p->workspace[BACKWARD_FILTER], &beta, p->w, dw));
     return true;
 }
 
@@ -300,7 +300,8 @@ bool cudnn_conv_forward(LowpFormat, const Conv2dDims *, const void *, const void
 bool cudnn_conv_backward_data(LowpFormat, const Conv2dDims *, const void *, const void *, void *, void *, size_t) {
     return false;
 }
-bool cudnn_conv_backward_filter(const Conv2dDims *, const float *, const float *, float *, void *, size_t) {
+bool cudnn_conv_backward_filter(LowpFormat, const Conv2dDims *, const void *, const void *, void *, float, void *,
+                                size_t) {
     return false;
 }
 extern "C" const char *cuda_conv_engine(void) {

@@ -19,9 +19,9 @@ bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const 
 // dx += the gradient of x, rounded once to t where t is 16-bit (the sum in float32).
 bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, const void *dy, void *dx, void *work,
                               size_t work_bytes);
-// dw += the gradient of w, float32 storage only (dw is a float32 parameter gradient; cuDNN would write a
-// 16-bit one for 16-bit x and dy).
-bool cudnn_conv_backward_filter(const Conv2dDims *s, const float *x, const float *dy, float *dw, void *work,
-                                size_t work_bytes);
+// dw = the gradient of w + beta * dw, stored in t like x and dy (cuDNN writes the filter gradient in the data's
+// type): conv.cu passes float32's dw with beta 1, or a 16-bit scratch with beta 0 that it adds into the float32 dw.
+bool cudnn_conv_backward_filter(LowpFormat t, const Conv2dDims *s, const void *x, const void *dy, void *dw, float beta,
+                                void *work, size_t work_bytes);
 
 #endif  // KIT_CUDA_CONV_CUDNN_H
