@@ -17,8 +17,10 @@
 //     only (cuDNN's default math would allow TF32 for float32 data on Ampere and later, which is PyTorch's
 //     allow_tf32 switch, not the kit's float32); tf32, bf16 and fp16 are CUDNN_TENSOR_OP_MATH. 16-bit data is
 //     cuDNN's "pseudo" configuration: 16-bit inputs and outputs, float32 sums, as cuBLAS's GEMMs have it.
-//   - The algorithm for each (shape, type, math) is measured once per thread and GPU (cudnnFind*, the fastest
-//     that passes the rules above and fits the work buffer), as PyTorch's cudnn.benchmark does.
+//   - The algorithm for each (shape, type, math) is cuDNN's heuristic choice (cudnnGet*Algorithm_v7: the first in
+//     its ranking that passes the rules above and whose workspace fits the work buffer), asked once per thread
+//     and GPU. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice can differ from run to run,
+//     and a resumed run would then sum in another order than the run it resumes (lesson 04's bit-for-bit check).
 // The legacy convolution API used here (cudnn_cnn.h) is marked deprecated in cuDNN 9 in favour of the graph API,
 // and is still shipped and supported through 9.x; it keeps this file a page long.
 #include "kit/cuda/conv_cudnn.h"
@@ -168,49 +170,57 @@ Plan *plan_for(GpuDnn &g, const Conv2dDims *s, cudnnDataType_t type, cudnnMathTy
     return g.plans.back().get();
 }
 
-// The rules at the top: a GEMM-family, deterministic algorithm that ran, fits the workspace, and keeps float32
-// arithmetic when that was asked for.
-template <typename Perf>
-int pick(const Perf *perf, int n, const int *allowed, int n_allowed, cudnnMathType_t math, size_t work_bytes,
-         cudnnMathType_t *algo_math, size_t *workspace) {
-    for (int i = 0; i < n; i++) {  // fastest first
+// The rules at the top, in the heuristics' order: a GEMM-family, deterministic algorithm cuDNN has a kernel for,
+// float32 arithmetic when that was asked for, and a workspace (asked with the algorithm's math type set) that
+// fits the work buffer. `workspace` asks cuDNN for one algorithm's bytes.
+template <typename Perf, typename Ws>
+int pick(const Perf *perf, int n, const int *allowed, int n_allowed, Plan *p, Pass pass, size_t work_bytes,
+         Ws workspace) {
+    for (int i = 0; i < n; i++) {  // best first
         const Perf &r = perf[i];
-        bool ok = r.status == CUDNN_STATUS_SUCCESS && r.determinism == CUDNN_DETERMINISTIC &&
-                  r.memory <= work_bytes && (math != CUDNN_FMA_MATH || r.mathType == CUDNN_FMA_MATH);
         bool family = false;
         for (int j = 0; j < n_allowed; j++) family = family || (int)r.algo == allowed[j];
-        if (ok && family) {
-            *algo_math = r.mathType;
-            *workspace = r.memory;
-            return (int)r.algo;
-        }
+        if (!family || r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC) continue;
+        if (p->math == CUDNN_FMA_MATH && r.mathType != CUDNN_FMA_MATH) continue;
+        size_t bytes = 0;
+        CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, r.mathType));
+        if (workspace(r.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > work_bytes) continue;
+        p->algo_math[pass] = r.mathType;
+        p->workspace[pass] = bytes;
+        return (int)r.algo;
     }
     return kNone;
 }
 
-// The plan's algorithm for pass `pass`, measured on first use; kNone when there is none (said once).
+// The plan's algorithm for pass `pass`, chosen on first use; kNone when there is none (said once).
 int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
     if (p->algo[pass] != kUnknown) return p->algo[pass];
     int n = 0, algo = kNone;
     if (pass == FORWARD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(g.handle, p->x, p->w, p->conv, p->y,
-                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(g.handle, p->x, p->w, p->conv, p->y,
+                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
                                CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
-        algo = pick(perf, n, allowed, 3, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+        algo = pick(perf, n, allowed, 3, p, pass, work_bytes, [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionForwardWorkspaceSize(g.handle, p->x, p->w, p->conv, p->y, a, bytes);
+        });
     } else if (pass == BACKWARD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(g.handle, p->w, p->y, p->conv, p->x,
-                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(g.handle, p->w, p->y, p->conv, p->x,
+                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
-        algo = pick(perf, n, allowed, 1, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+        algo = pick(perf, n, allowed, 1, p, pass, work_bytes, [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(g.handle, p->w, p->y, p->conv, p->x, a, bytes);
+        });
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(g.handle, p->x, p->y, p->conv, p->w,
-                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g.handle, p->x, p->y, p->conv, p->w,
+                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1};
-        algo = pick(perf, n, allowed, 1, p->math, work_bytes, &p->algo_math[pass], &p->workspace[pass]);
+        algo = pick(perf, n, allowed, 1, p, pass, work_bytes, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(g.handle, p->x, p->y, p->conv, p->w, a, bytes);
+        });
     }
     if (algo == kNone) {
         char shape[160];

@@ -122,7 +122,7 @@ void columns(const Geo &g, const float *x_img, float *cols) {
             }
 }
 
-// The workspace each algorithm asks for (what the Find calls report, and the runs check).
+// The workspace each algorithm asks for (what the heuristics and Get*WorkspaceSize report, and the runs check).
 size_t fwd_workspace(const Geo &g, int algo) {
     if (algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) return sizeof(int) * (size_t)g.c * g.r * g.s;
     if (algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM) return sizeof(float) * (size_t)g.c * g.r * g.s * g.p * g.q;
@@ -136,7 +136,7 @@ bool bwd_filter_computed(int algo) {
            algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// The Find calls' list: every algorithm, the ones computed here first (listed as if fastest in the order given,
+// The heuristics' list (Get*Algorithm_v7): every algorithm, the ones computed here first (in the order given,
 // a non-deterministic one first where there is one, so a caller that wants determinism must look), the rest
 // NOT_SUPPORTED.
 template <typename Perf, typename Algo>
@@ -180,6 +180,20 @@ bool handle_ok(cudnnHandle_t h) {
     if (!h) return false;
     kit_emu_stream_flush(h->stream);  // the call runs now, after what its stream has queued
     return true;
+}
+
+// The Get*WorkspaceSize calls: the bytes algorithm `algo` asks for on these descriptors.
+cudnnStatus_t workspace_size(cudnnHandle_t h, const KitEmuDnnTensor *x, const KitEmuDnnFilter *w,
+                             const KitEmuDnnConv *conv, const KitEmuDnnTensor *y, bool computed,
+                             size_t (*ws)(const Geo &, int), int algo, size_t *bytes) {
+    if (!h) return CUDNN_STATUS_NOT_INITIALIZED;
+    Geo g;
+    cudnnStatus_t st = geometry(x, w, conv, y, &g);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (!bytes) return CUDNN_STATUS_BAD_PARAM;
+    if (!computed) return CUDNN_STATUS_NOT_SUPPORTED;
+    *bytes = ws(g, algo);
+    return CUDNN_STATUS_SUCCESS;
 }
 
 // The three convolutions, on float32 (N, C, H, W) inputs already read.
@@ -310,7 +324,7 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnM
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                    const cudnnFilterDescriptor_t wDesc,
                                                    const cudnnConvolutionDescriptor_t convDesc,
                                                    const cudnnTensorDescriptor_t yDesc, const int requested,
@@ -328,7 +342,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const c
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
                                                         const cudnnTensorDescriptor_t dyDesc,
                                                         const cudnnConvolutionDescriptor_t convDesc,
                                                         const cudnnTensorDescriptor_t dxDesc, const int requested,
@@ -346,7 +360,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, co
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                           const cudnnTensorDescriptor_t dyDesc,
                                                           const cudnnConvolutionDescriptor_t convDesc,
                                                           const cudnnFilterDescriptor_t dwDesc, const int requested,
@@ -363,6 +377,28 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, 
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, order, 3, bwd_filter_computed, no_workspace, g, nondet, 2, requested,
         returned, perf);
     return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                      const cudnnFilterDescriptor_t wDesc,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *bytes) {
+    return workspace_size(handle, xDesc, wDesc, convDesc, yDesc, fwd_computed(algo), fwd_workspace, algo, bytes);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                           const cudnnTensorDescriptor_t dyDesc,
+                                                           const cudnnConvolutionDescriptor_t convDesc,
+                                                           const cudnnTensorDescriptor_t dxDesc,
+                                                           cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes) {
+    return workspace_size(handle, dxDesc, wDesc, convDesc, dyDesc, bwd_data_computed(algo), no_workspace, algo, bytes);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                             const cudnnTensorDescriptor_t dyDesc,
+                                                             const cudnnConvolutionDescriptor_t convDesc,
+                                                             const cudnnFilterDescriptor_t dwDesc,
+                                                             cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes) {
+    return workspace_size(handle, xDesc, dwDesc, convDesc, dyDesc, bwd_filter_computed(algo), no_workspace, algo, bytes);
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,

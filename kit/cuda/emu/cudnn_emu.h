@@ -6,8 +6,8 @@
 // these types: FLOAT data with FLOAT compute (inputs read as TF32 when the math type allows tensor cores), and
 // HALF or BFLOAT16 data with FLOAT compute (PSEUDO_HALF / PSEUDO_BFLOAT16: 16-bit inputs, float32 sums, the result
 // rounded once to nearest even). Only the deterministic and non-deterministic GEMM-family algorithms run; the
-// others (FFT, Winograd, direct) are listed by the Find calls with CUDNN_STATUS_NOT_SUPPORTED, as cuDNN lists an
-// algorithm it has no kernel for.
+// others (FFT, Winograd, direct) are listed by the heuristics (Get*Algorithm_v7) with CUDNN_STATUS_NOT_SUPPORTED,
+// as cuDNN lists an algorithm it has no kernel for.
 #ifndef KIT_CUDNN_EMU_H
 #define KIT_CUDNN_EMU_H
 
@@ -129,21 +129,37 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
                                               cudnnDataType_t compute_type);
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cudnnMathType_t math);
 
-cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                    const cudnnFilterDescriptor_t wDesc,
                                                    const cudnnConvolutionDescriptor_t convDesc,
                                                    const cudnnTensorDescriptor_t yDesc, const int requested,
                                                    int *returned, cudnnConvolutionFwdAlgoPerf_t *perf);
-cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
                                                         const cudnnTensorDescriptor_t dyDesc,
                                                         const cudnnConvolutionDescriptor_t convDesc,
                                                         const cudnnTensorDescriptor_t dxDesc, const int requested,
                                                         int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf);
-cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                           const cudnnTensorDescriptor_t dyDesc,
                                                           const cudnnConvolutionDescriptor_t convDesc,
                                                           const cudnnFilterDescriptor_t dwDesc, const int requested,
                                                           int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf);
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                      const cudnnFilterDescriptor_t wDesc,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                           const cudnnTensorDescriptor_t dyDesc,
+                                                           const cudnnConvolutionDescriptor_t convDesc,
+                                                           const cudnnTensorDescriptor_t dxDesc,
+                                                           cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                             const cudnnTensorDescriptor_t dyDesc,
+                                                             const cudnnConvolutionDescriptor_t convDesc,
+                                                             const cudnnFilterDescriptor_t dwDesc,
+                                                             cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes);
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
                                       const void *x, const cudnnFilterDescriptor_t wDesc, const void *w,
