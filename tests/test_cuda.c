@@ -220,6 +220,21 @@ static void test_conv_exact_layouts(void **state) {
     use_cudnn(was);
 }
 
+// When cuDNN cannot run a call it accepted a plan for (CUDNN_STATUS_NOT_SUPPORTED at the run: the emulator's
+// KIT_EMU_CUDNN_REFUSE), the pass runs on im2col + cuBLAS instead, with the same result, and the program goes on.
+static void test_conv_cudnn_refusal_falls_back(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA_EMU
+    const bool was = use_cudnn(true);
+    setenv("KIT_EMU_CUDNN_REFUSE", "1", 1);
+    conv_case((Conv2dDims){.n = 2, .c = 3, .h = 7, .w = 9, .k = 5, .r = 3, .stride = 2, .pad = 1}, true, 7, 1200);
+    unsetenv("KIT_EMU_CUDNN_REFUSE");
+    use_cudnn(was);
+#else
+    skip();  // a real cuDNN refuses only what the emulator is told to
+#endif
+}
+
 // ---------------------------------------------------------------- batch norm
 
 typedef struct {
@@ -1161,6 +1176,7 @@ int main(void) {
         cmocka_unit_test(test_conv_chunks),
         cmocka_unit_test(test_conv_exact_layouts),
         cmocka_unit_test(test_conv_engines_model_step),
+        cmocka_unit_test(test_conv_cudnn_refusal_falls_back),
         cmocka_unit_test(test_bn_small),
         cmocka_unit_test(test_bn_sliced),
         cmocka_unit_test(test_bn_sync_hook),

@@ -110,9 +110,8 @@ struct ThreadDnn {
 
 thread_local ThreadDnn tls_dnn;
 
-// Says once per process why a pass left cuDNN (later ones are not repeated).
-void say_once(const char *fmt, const char *detail) {
-    static std::atomic<bool> said{false};
+// Says once per process and reason (`said`: that reason's flag) why a pass left cuDNN.
+void say_once(std::atomic<bool> &said, const char *fmt, const char *detail) {
     if (!said.exchange(true)) {
         fprintf(stderr, fmt, detail);
         fprintf(stderr, " (further such notes are not repeated)\n");
@@ -131,7 +130,9 @@ cudnnHandle_t dnn_handle(GpuDnn **out) {
         cudnnStatus_t st = cudnnCreate(&g.handle);
         if (st != CUDNN_STATUS_SUCCESS) {
             g.handle = nullptr;
-            say_once("conv2d: cuDNN did not start on this GPU (%s): convolutions run on im2col + cuBLAS", cudnnGetErrorString(st));
+            static std::atomic<bool> said{false};
+            say_once(said, "conv2d: cuDNN did not start on this GPU (%s): convolutions run on im2col + cuBLAS",
+                     cudnnGetErrorString(st));
         } else {
             CUDNN_CHECK(cudnnSetStream(g.handle, cuda_stream()));
         }
@@ -226,7 +227,8 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
         char shape[160];
         snprintf(shape, sizeof shape, "pass %d of (N %d, C %d, H %d, W %d, K %d, R %d, stride %d, pad %d)", (int)pass,
                  p->s.n, p->s.c, p->s.h, p->s.w, p->s.k, p->s.r, p->s.stride, p->s.pad);
-        say_once("conv2d: cuDNN has no deterministic GEMM-family algorithm within the work buffer for %s: "
+        static std::atomic<bool> said{false};
+        say_once(said, "conv2d: cuDNN has no deterministic GEMM-family algorithm within the work buffer for %s: "
                  "it runs on im2col + cuBLAS", shape);
     }
     p->algo[pass] = algo;
@@ -248,6 +250,22 @@ Plan *ready(LowpFormat t, const Conv2dDims *s, Pass pass, size_t work_bytes, Gpu
     return p;
 }
 
+// A run's status: success, or NOT_SUPPORTED, which cuDNN answers when the kernel behind the chosen algorithm cannot
+// take these particular buffers (the heuristics see no pointers: an operand's alignment, say). Then the plan's pass
+// is marked as having no algorithm and the caller runs it on im2col + cuBLAS, said once. Anything else is an error
+// of the call, reported with CUDNN_CHECK's hint.
+bool ran(cudnnStatus_t st, Plan *p, Pass pass, const char *what) {
+    if (st == CUDNN_STATUS_NOT_SUPPORTED) {
+        static std::atomic<bool> said{false};
+        p->algo[pass] = kNone;
+        say_once(said, "conv2d: cuDNN's %s could not run this call (CUDNN_STATUS_NOT_SUPPORTED): that pass runs on "
+                 "im2col + cuBLAS", what);
+        return false;
+    }
+    CUDNN_CHECK(st);
+    return true;
+}
+
 }  // namespace
 
 bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const void *w, void *y, void *work,
@@ -256,10 +274,10 @@ bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const 
     Plan *p = ready(t, s, FORWARD, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
-                                        (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], work, p->workspace[FORWARD], &zero,
-                                        p->y, y));
-    return true;
+    return ran(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
+                                       (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], work, p->workspace[FORWARD], &zero,
+                                       p->y, y),
+               p, FORWARD, "forward");
 }
 
 bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, const void *dy, void *dx, void *work,
@@ -268,10 +286,10 @@ bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, 
     Plan *p = ready(t, s, BACKWARD_DATA, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f;
-    CUDNN_CHECK(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
-                                             (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], work,
-                                             p->workspace[BACKWARD_DATA], &one, p->x, dx));
-    return true;
+    return ran(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], work,
+                                            p->workspace[BACKWARD_DATA], &one, p->x, dx),
+               p, BACKWARD_DATA, "backward data");
 }
 
 bool cudnn_conv_backward_filter(LowpFormat t, const Conv2dDims *s, const void *x, const void *dy, void *dw, float beta,
@@ -280,10 +298,10 @@ bool cudnn_conv_backward_filter(LowpFormat t, const Conv2dDims *s, const void *x
     Plan *p = ready(t, s, BACKWARD_FILTER, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
-                                               (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], work,
-                                               p->workspace[BACKWARD_FILTER], &beta, p->w, dw));
-    return true;
+    return ran(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], work,
+                                              p->workspace[BACKWARD_FILTER], &beta, p->w, dw),
+               p, BACKWARD_FILTER, "backward filter");
 }
 
 extern "C" const char *cuda_conv_engine(void) {

@@ -10,6 +10,7 @@
 #include "kit/cuda/emu/cudnn_emu.h"
 
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
@@ -180,6 +181,14 @@ bool handle_ok(cudnnHandle_t h) {
     if (!h) return false;
     kit_emu_stream_flush(h->stream);  // the call runs now, after what its stream has queued
     return true;
+}
+
+// KIT_EMU_CUDNN_REFUSE=1: every convolution run answers CUDNN_STATUS_NOT_SUPPORTED, as a real cuDNN does when the
+// kernel behind an algorithm its heuristics offered cannot take the buffers it is given (tests/test_cuda.c checks
+// that the kit then runs the pass on im2col + cuBLAS). Read at each run.
+bool refuse_runs() {
+    const char *v = getenv("KIT_EMU_CUDNN_REFUSE");
+    return v && strcmp(v, "1") == 0;
 }
 
 // The Get*WorkspaceSize calls: the bytes algorithm `algo` asks for on these descriptors.
@@ -407,6 +416,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, c
                                       void *workspace, size_t workspace_bytes, const void *beta,
                                       const cudnnTensorDescriptor_t yDesc, void *y) {
     if (!handle_ok(handle)) return CUDNN_STATUS_NOT_INITIALIZED;
+    if (refuse_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
     Geo g;
     cudnnStatus_t st = geometry(xDesc, wDesc, convDesc, yDesc, &g);
     if (st != CUDNN_STATUS_SUCCESS) return st;
@@ -425,6 +435,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
                                            size_t workspace_bytes, const void *beta,
                                            const cudnnTensorDescriptor_t dxDesc, void *dx) {
     if (!handle_ok(handle)) return CUDNN_STATUS_NOT_INITIALIZED;
+    if (refuse_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
     Geo g;
     cudnnStatus_t st = geometry(dxDesc, wDesc, convDesc, dyDesc, &g);
     if (st != CUDNN_STATUS_SUCCESS) return st;
@@ -443,6 +454,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *a
                                              size_t workspace_bytes, const void *beta,
                                              const cudnnFilterDescriptor_t dwDesc, void *dw) {
     if (!handle_ok(handle)) return CUDNN_STATUS_NOT_INITIALIZED;
+    if (refuse_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
     Geo g;
     cudnnStatus_t st = geometry(xDesc, dwDesc, convDesc, dyDesc, &g);
     if (st != CUDNN_STATUS_SUCCESS) return st;
