@@ -286,6 +286,36 @@ LowpFormat format_of() {
     return std::is_same<G, Bf16>::value ? LOWP_BF16 : std::is_same<G, Fp16>::value ? LOWP_FP16 : LOWP_FP32;
 }
 
+// A 16-bit G's inputs that conv2d converts itself, in this thread's device scratch (cuda_context.h), each part on a
+// 16-byte boundary: w (the weights, nw), dw (room for cuDNN's 16-bit weight gradient, nw, when with_dw) and x (nx:
+// the float32 input batch as G, when cuDNN reads it). For a float32 G every part is null: nothing is converted.
+template <typename G>
+struct Scratch16 {
+    G *w = nullptr, *dw = nullptr, *x = nullptr;
+    size_t nx = 0;
+    Scratch16(size_t nw, size_t nx_, bool with_dw) : nx(nx_) {
+        if (sizeof(G) != 2) return;
+        const size_t nw_at = (nw + 7) / 8 * 8;
+        G *base = (G *)cuda_device_scratch((nw_at * (with_dw ? 2 : 1) + nx) * sizeof(G));
+        w = base;
+        if (with_dw) dw = base + nw_at;
+        if (nx) x = base + nw_at * (with_dw ? 2 : 1);
+    }
+};
+
+// x as cuDNN reads it, in G: x itself when it is stored so; the model's float32 input batch under 16-bit storage
+// (In float, G 16-bit) converted into sc.x, rounded to nearest even as im2col rounds its columns, so the products
+// are the im2col path's.
+template <typename G, typename In>
+const G *cudnn_x(const In *x, const Scratch16<G> &sc) {
+    if constexpr (std::is_same<In, G>::value) {
+        return x;
+    } else {
+        static_assert(std::is_same<In, float>::value && sizeof(G) == 2, "cudnn_x: float32 x with a 16-bit G");
+        return gemm_input<G>(x, sc.nx, sc.x);
+    }
+}
+
 // The bytes of conv2d's work buffer for s (a buffer sized for a larger batch holds at least these): cuDNN's
 // workspace.
 size_t work_bytes(const Conv2dDims *s) { return conv2d_work_floats_cuda(s) * sizeof(float); }
@@ -308,11 +338,13 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
                      const float *b, Out *y, float *work) {
     using IO = InOut<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
-    const G *wt = gemm_input<G>(w, nw, sizeof(G) == 2 ? (G *)cuda_device_scratch(nw * sizeof(G)) : nullptr);
-    // cuDNN (conv_cudnn.h) when x, y and the GEMM inputs share one type. A bias on a 16-bit y stays here: added
-    // after cuDNN's rounded output it would round twice, where conv_output_kernel rounds the sum once.
-    if (std::is_same<In, G>::value && std::is_same<Out, G>::value && (!b || sizeof(G) == sizeof(float)) &&
-        cudnn_conv_forward(format_of<G>(), s, x, wt, y, work, work_bytes(s))) {
+    // cuDNN (conv_cudnn.h) when y and the GEMM inputs share one type, and x does too or is the float32 input batch
+    // (cudnn_x). A bias on a 16-bit y stays here: added after cuDNN's rounded output it would round twice, where
+    // conv_output_kernel rounds the sum once.
+    const bool on_cudnn = std::is_same<Out, G>::value && (!b || sizeof(G) == sizeof(float)) && cudnn_conv_wanted();
+    const Scratch16<G> sc(nw, on_cudnn && !std::is_same<In, G>::value ? (size_t)s->n * in_image : 0, false);
+    const G *wt = gemm_input<G>(w, nw, sc.w);
+    if (on_cudnn && cudnn_conv_forward(format_of<G>(), s, cudnn_x<G>(x, sc), wt, y, work, work_bytes(s))) {
         if (b) KIT_LAUNCH_2D(conv_bias_add_kernel, pl.pq, s->k, s->n, s->k, pl.pq, b, (float *)y);
         return;
     }
@@ -337,23 +369,21 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     using IO = InOut<In, G>;
     using DyIO = InOut<T, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
-    // With 16-bit G, this thread's device scratch holds the 16-bit weights (for dx), then room for a 16-bit dw
-    // (cuDNN's), each part on a 16-byte boundary.
-    const size_t nw_at = (nw + 7) / 8 * 8;
-    G *scratch16 = sizeof(G) == 2 ? (G *)cuda_device_scratch(2 * nw_at * sizeof(G)) : nullptr;
+    // cuDNN (conv_cudnn.h) for each pass it takes, when dy, dx and the GEMM inputs share one type, and x does too
+    // or is the float32 input batch (cudnn_x). Its dw is in that type too: float32 is added into dw by cuDNN
+    // (beta 1); a 16-bit one, the pass's gradient rounded once as a 16-bit backward writes it, is added into the
+    // float32 dw by add_16_into_kernel. Lesson 10 zeroes the gradients before each pass, so its hook's rounding at
+    // ROUND_DPARAMS sees the same values either way.
+    const bool on_cudnn = std::is_same<T, G>::value && cudnn_conv_wanted();
+    const bool x_needed = on_cudnn && dw && !std::is_same<In, G>::value;
+    const Scratch16<G> sc(nw, x_needed ? (size_t)s->n * in_image : 0, on_cudnn && dw);
     const G *wt = nullptr;
-    if (dx) wt = gemm_input<G>(w, nw, scratch16);
-    // cuDNN (conv_cudnn.h) for each pass it takes, when x, dy, dx and the GEMM inputs share one type. Its dw is in
-    // that type too: float32 is added into dw by cuDNN (beta 1); a 16-bit one, the pass's gradient rounded once as
-    // a 16-bit backward writes it, is added into the float32 dw by add_16_into_kernel. Lesson 10 zeroes the
-    // gradients before each pass, so its hook's rounding at ROUND_DPARAMS sees the same values either way.
-    if (dx && std::is_same<T, G>::value &&
-        cudnn_conv_backward_data(format_of<G>(), s, wt, dy, dx, work, work_bytes(s)))
-        dx = nullptr;
-    if (dw && std::is_same<In, G>::value && std::is_same<T, G>::value) {
-        G *dw_g = sizeof(G) == 2 ? scratch16 + nw_at : (G *)dw;
-        if (cudnn_conv_backward_filter(format_of<G>(), s, x, dy, dw_g, sizeof(G) == 2 ? 0.0f : 1.0f, work,
-                                       work_bytes(s))) {
+    if (dx) wt = gemm_input<G>(w, nw, sc.w);
+    if (dx && on_cudnn && cudnn_conv_backward_data(format_of<G>(), s, wt, dy, dx, work, work_bytes(s))) dx = nullptr;
+    if (dw && on_cudnn) {
+        G *dw_g = sizeof(G) == 2 ? sc.dw : (G *)dw;
+        if (cudnn_conv_backward_filter(format_of<G>(), s, cudnn_x<G>(x, sc), dy, dw_g, sizeof(G) == 2 ? 0.0f : 1.0f,
+                                       work, work_bytes(s))) {
             if (sizeof(G) == 2) KIT_LAUNCH(add_16_into_kernel<G>, nw, nw, dw_g, dw);
             dw = nullptr;
         }

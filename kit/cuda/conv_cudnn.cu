@@ -338,6 +338,14 @@ extern "C" const char *cuda_conv_engine(void) {
 
 #endif  // KIT_CUDNN
 
+bool cudnn_conv_wanted(void) {
+#ifdef KIT_CUDNN
+    return cudnn_wanted();
+#else
+    return false;
+#endif
+}
+
 extern "C" bool cuda_conv_use_cudnn(bool on) {
     const bool was = cudnn_wanted();
     g_use_cudnn.store(on ? 1 : 0);

@@ -13,6 +13,9 @@
 
 #include "kit/ops_dims.h"
 
+// Whether cuDNN may be asked at all (the build has it and it is switched on): conv.cu converts an input for it
+// only then.
+bool cudnn_conv_wanted(void);
 // y = conv(x, w): y overwritten (no bias: conv.cu adds it).
 bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const void *w, void *y, void *work,
                         size_t work_bytes);
