@@ -8,9 +8,9 @@
 //
 // What it may use, and why:
 //   - Only GEMM-family algorithms (forward IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM; backward ALGO_1), never
-//     FFT or Winograd: their results are sums of the same exact products in some order, so the kit's tests and
-//     bounds (tests/lowp_gemm_cases.h: a summation-order bound) hold for them as for cuBLAS. FFT and Winograd
-//     transform the inputs first and round other numbers.
+//     FFT or Winograd: their results are sums of the same products in some order, so the kit's tests and bounds
+//     (tests/lowp_gemm_cases.h: a summation-order bound) hold for them as for cuBLAS. FFT and Winograd transform
+//     the inputs first and round other numbers.
 //   - Only deterministic ones: the same step gives the same bits every run (lesson 04's reproducibility), which
 //     rules out the backward algorithms that add with atomics (ALGO_0, ALGO_3).
 //   - Math type from the GEMM precision (device_gemm_precision): fp32 is CUDNN_FMA_MATH, float32 arithmetic
