@@ -207,5 +207,17 @@ if [ -x "$cpu/solutions/10-precision/train" ] && [ -x "$emu/solutions/10-precisi
     KIT_CPU_BF16=fp32 "$cpu/solutions/10-precision/train" --device cpu "${b10[@]}" --stop-at 1 2>&1 | grep '^precision path'
     status=1
   fi
+  # The conv engine on the program's first lines (cuDNN, emulated here), and a bad KIT_CUDNN refused with the reason.
+  head10=$("$emu/solutions/10-precision/train" --device cuda-emu "${b10[@]}" --stop-at 1 2>&1)
+  bad10=$(KIT_CUDNN=yes "$emu/solutions/10-precision/train" --device cuda-emu "${b10[@]}" --stop-at 1 2>&1)
+  bad10_rc=$?
+  if grep -q "^conv engine: cuDNN's convolutions as the emulator computes them" <<<"$head10" && [ $bad10_rc -ne 0 ] &&
+     grep -q 'KIT_CUDNN is 0 .* or 1 ' <<<"$bad10"; then
+    echo "ok   lesson 10 on an emulated GPU says its conv engine (cuDNN); KIT_CUDNN=yes is refused (exit $bad10_rc)"
+  else
+    echo "FAIL lesson 10's conv engine line, or the refusal of KIT_CUDNN=yes (exit $bad10_rc):"
+    grep '^conv engine' <<<"$head10"; tail -n 3 <<<"$bad10"
+    status=1
+  fi
 fi
 exit $status

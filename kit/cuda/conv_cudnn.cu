@@ -23,6 +23,7 @@
 //     and a resumed run would then sum in another order than the run it resumes (lesson 04's bit-for-bit check).
 // The legacy convolution API used here (cudnn_cnn.h) is marked deprecated in cuDNN 9 in favour of the graph API,
 // and is still shipped and supported through 9.x; it keeps this file a page long.
+#include "kit/check.h"
 #include "kit/cuda/conv_cudnn.h"
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
@@ -44,6 +45,9 @@ bool cudnn_wanted() {
     int use = g_use_cudnn.load();
     if (use < 0) {
         const char *env = getenv("KIT_CUDNN");
+        CHECKF(!env || !*env || strcmp(env, "0") == 0 || strcmp(env, "1") == 0,
+               "KIT_CUDNN is 0 (conv on im2col + cuBLAS) or 1 (on cuDNN where the build has it, the default), or unset",
+               "KIT_CUDNN=%s", env);
         use = !(env && strcmp(env, "0") == 0);
         g_use_cudnn.store(use);
     }
