@@ -274,10 +274,11 @@ LowpFormat gemm_format(GemmPrecision p) {
     return p == GEMM_BF16 ? LOWP_BF16 : p == GEMM_FP16 ? LOWP_FP16 : LOWP_FP32;
 }
 
-// dst (n floats) += src (n, stored as G): a 16-bit weight gradient (cuDNN's) into the float32 one.
-template <typename G>
-__global__ void add_16_into_kernel(size_t n, const G *src, float *dst) {
-    KIT_GRID_LOOP(i, n) { dst[i] += kit_load(src[i]); }
+// dst (n, stored as IO::out) += src (n, stored as IO::in), the sum in float32 rounded once to dst's type: a 16-bit
+// weight gradient (cuDNN's) into the float32 one, or linear's float32 dx into 16-bit activations' gradient.
+template <typename IO>
+__global__ void add_into_kernel(size_t n, const typename IO::in *src, typename IO::out *dst) {
+    KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], kit_load(src[i])); }
 }
 
 // The storage format of type G, for cuDNN's descriptors.
@@ -372,7 +373,7 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     // cuDNN (conv_cudnn.h) for each pass it takes, when dy, dx and the GEMM inputs share one type, and x does too
     // or is the float32 input batch (cudnn_x). Its dw is in that type too: float32 is added into dw by cuDNN
     // (beta 1); a 16-bit one, the pass's gradient rounded once as a 16-bit backward writes it, is added into the
-    // float32 dw by add_16_into_kernel. Lesson 10 zeroes the gradients before each pass, so its hook's rounding at
+    // float32 dw by add_into_kernel. Lesson 10 zeroes the gradients before each pass, so its hook's rounding at
     // ROUND_DPARAMS sees the same values either way.
     const bool on_cudnn = std::is_same<T, G>::value && cudnn_conv_wanted();
     const bool x_needed = on_cudnn && dw && !std::is_same<In, G>::value;
@@ -384,7 +385,8 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
         G *dw_g = sizeof(G) == 2 ? sc.dw : (G *)dw;
         if (cudnn_conv_backward_filter(format_of<G>(), s, cudnn_x<G>(x, sc), dy, dw_g, sizeof(G) == 2 ? 0.0f : 1.0f,
                                        work, work_bytes(s))) {
-            if (sizeof(G) == 2) KIT_LAUNCH(add_16_into_kernel<G>, nw, nw, dw_g, dw);
+            using DwIO = InOut<G, float>;  // a launch macro sees no comma
+            if (sizeof(G) == 2) KIT_LAUNCH(add_into_kernel<DwIO>, nw, nw, dw_g, dw);
             dw = nullptr;
         }
     }
@@ -551,12 +553,6 @@ LinearInputs linear_inputs(int n, int in, int out, LowpFormat act, const void *x
     return LinearInputs{GEMM_FP32, x, w, dy, nullptr};  // act is LOWP_FP32 here: act16_check
 }
 
-// dst (n, stored as X) += src (n floats).
-template <typename X>
-__global__ void add_float_into_kernel(size_t n, const float *src, X *dst) {
-    KIT_GRID_LOOP(i, n) { kit_add_to(&dst[i], src[i]); }
-}
-
 // act: how x is stored (see LinearInputs); y is float32.
 void linear_forward_impl(int n, int in, int out, LowpFormat act, const void *x, const float *w, const float *b,
                          float *y) {
@@ -587,7 +583,8 @@ void linear_backward_impl(int n, int in, int out, LowpFormat act, const void *x,
             const size_t nx = (size_t)n * in;
             kit_with_type(act, [&](auto t) {
                 using X = typename decltype(t)::type;
-                KIT_LAUNCH(add_float_into_kernel<X>, nx, nx, g.dx_sum, (X *)dx);
+                using AddIO = InOut<float, X>;  // a launch macro sees no comma
+                KIT_LAUNCH(add_into_kernel<AddIO>, nx, nx, g.dx_sum, (X *)dx);
             });
         }
         // Row-major: dw (OUT, IN) += dy^T (OUT, N) @ x (N, IN).
