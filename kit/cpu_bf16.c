@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/mem.h"
 
 static _Atomic int g_storage = CPU_BF16_2BYTES;
 
@@ -56,6 +57,11 @@ static _Thread_local ThreadState *t_state;
 
 static void states_free(void);
 
+static void buffer_free(void *buf) {
+    mem_uncount(buf);
+    free(buf);
+}
+
 static ThreadState *thread_state(void) {
     if (t_state) return t_state;
     ThreadState *s = CHECK_ALLOC(calloc(1, sizeof *s));
@@ -68,11 +74,13 @@ static ThreadState *thread_state(void) {
     return s;
 }
 
-// *buf, of *have bytes, grown to at least `bytes` (its contents not kept), 64-byte aligned.
+// *buf, of *have bytes, grown to at least `bytes` (its contents not kept), 64-byte aligned. Counted in the kit's
+// memory (kit/mem.h, `other`): bf16 copies of the GEMM inputs are what this path adds to a step's peak.
 static void *buffer_grow(void **buf, size_t *have, size_t bytes) {
     if (bytes > *have) {
-        free(*buf);
+        buffer_free(*buf);
         *buf = CHECK_ALLOC(aligned_alloc(64, (bytes + 63) / 64 * 64));
+        mem_count(*buf, bytes, MEM_OTHER);
         *have = bytes;
     }
     return *buf;
@@ -295,9 +303,9 @@ static void states_free(void) {
 #ifdef KIT_HAVE_DNNL
         for (int i = 0; i < s->used; i++) entry_free(&s->cache[i]);
         if (s->stream) dnnl_stream_destroy(s->stream);
-        free(s->pad);
+        buffer_free(s->pad);
 #endif
-        for (int i = 0; i < CPU_BF16_SCRATCH_SLOTS; i++) free(s->scratch[i]);
+        for (int i = 0; i < CPU_BF16_SCRATCH_SLOTS; i++) buffer_free(s->scratch[i]);
         free(s);
     }
     g_states = NULL;

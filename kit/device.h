@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "kit/mem.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -72,20 +74,9 @@ int device_gpu_count(void);
 void *device_alloc(Device d, size_t bytes);
 void device_free(Device d, void *ptr);
 
-// Every device_alloc is counted, by what it holds, for this process (all devices together): the live bytes
-// and the peak since the start (or since mem_stats_reset_peak). The bytes counted are the bytes asked for,
-// not the allocator's rounding. device_alloc(d, n) is device_alloc_as(d, n, MEM_OTHER).
-typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_OTHER, MEM_PARTS } MemPart;
+// Every device_alloc is counted (kit/mem.h: mem_stats, live and peak bytes by part). device_alloc(d, n) is
+// device_alloc_as(d, n, MEM_OTHER).
 void *device_alloc_as(Device d, size_t bytes, MemPart part);
-typedef struct {
-    size_t live[MEM_PARTS], peak[MEM_PARTS];  // peak[p]: the most part p held at once
-    size_t live_total, peak_total;            // peak_total: the most held at once, all parts (<= sum of peaks)
-} MemStats;
-MemStats mem_stats(void);
-// Peaks := live: what follows measures its own peak (one step's, say).
-void mem_stats_reset_peak(void);
-// "params", "grads", "optimizer", "activations", "comm", "other".
-const char *mem_part_name(MemPart p);
 void device_memset_zero(Device d, void *ptr, size_t bytes);
 // Copies between host and the device (synchronous). On CPU these are memcpy.
 void device_copy_to(Device d, void *dst_device, const void *src_host, size_t bytes);

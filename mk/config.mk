@@ -194,9 +194,9 @@ EMU_LESSON01 := $(firstword $(filter 01-%,$(patsubst solutions/%/,%,$(wildcard s
 
 .PHONY: test-emu
 test-emu:
-	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda \
+	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda $(EMU_BUILD)/tests/test_memstat \
 	  $(if $(EMU_LESSON01),$(EMU_BUILD)/grade-solutions/test_lesson01 $(EMU_BUILD)/grade-lessons/test_lesson01)
-	@tests/run-tests.sh $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda
+	@tests/run-tests.sh $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda $(EMU_BUILD)/tests/test_memstat
 ifneq ($(EMU_LESSON01),)
 	@echo "== lesson 01's CUDA kernel in the emulator: the solution must pass, the starter must fail"
 	@$(EMU_BUILD)/grade-solutions/test_lesson01 --only $(EMU_SGD_TEST) >$(EMU_BUILD)/sgd-solution.log 2>&1 || \

@@ -1,4 +1,4 @@
-// tests/test_memstat.c: the kit's allocation counters by part (kit/device.h) and the release / materialize of a
+// tests/test_memstat.c: the kit's allocation counters by part (kit/mem.h) and the release / materialize of a
 // model's parts (kit/model.h), which lesson 09's memory figures are measured with.
 #include "tests/testutil.h"
 
@@ -6,6 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kit/cpu_bf16.h"
+#ifdef KIT_CUDA
+#include "kit/cuda/cuda_context.h"
+#endif
 #include "kit/model.h"
 #include "kit/ops.h"
 #include "kit/optim.h"
@@ -252,14 +256,11 @@ static void test_released_refused(void **state) {
     model_free(m);
 }
 
-// On the CUDA device (a GPU, or the emulator of the EMU=1 build) the same counts: cudaMalloc'd bytes by part,
-// and a CUDA model's release and materialize, whose forward then gives the CPU model's logits (same params).
-static void test_cuda_counts(void **state) {
-    const char *why = NULL;
-    if (!device_cuda_usable(&why)) {
-        printf("skipped: %s\n", why);
-        skip();
-    }
+// The CUDA half of test_cuda_counts, on a thread of its own: the thread's CUDA context (its stream, handles and
+// conv scratch, kit/cuda/cuda_context.cu) is made for it and freed when it exits, so that the caller can check
+// that every counted byte came back.
+static void *cuda_model_counts(void *arg) {
+    (void)arg;
     MemStats s0 = mem_stats();
     void *a = device_alloc_as(DEVICE_CUDA, 4000, MEM_COMM);
     assert_int_equal(mem_stats().live[MEM_COMM] - s0.live[MEM_COMM], 4000);
@@ -285,7 +286,83 @@ static void test_cuda_counts(void **state) {
     Compare cmp = compare_arrays(gl, cl, 20);
     if (cmp.error > 1e-4) fail_msg("CUDA logits differ from the CPU's: error %g, ratio %g", cmp.error, cmp.ratio);
     model_free(g), model_free(c);
+    // What the forward pass left is this thread's CUDA context only (its conv scratch, counted as other).
+    MemStats s2 = mem_stats();
+    for (int p = 0; p < MEM_PARTS; p++)
+        if (p != MEM_OTHER) assert_int_equal(s2.live[p], s0.live[p]);
+    return NULL;
+}
+
+// On the CUDA device (a GPU, or the emulator of the EMU=1 build) the same counts: cudaMalloc'd bytes by part,
+// and a CUDA model's release and materialize, whose forward then gives the CPU model's logits (same params).
+static void test_cuda_counts(void **state) {
+    const char *why = NULL;
+    if (!device_cuda_usable(&why)) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    MemStats s0 = mem_stats();
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cuda_model_counts, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(mem_stats().live_total, s0.live_total);  // the thread's context, scratch included, freed
+}
+
+// A thread's conv scratch on the GPU (cuda_device_scratch) is kit memory: counted as other while it lives, grown
+// by exactly what it grows, and given back when the thread exits.
+#ifdef KIT_CUDA
+static void *cuda_scratch_counts(void *arg) {
+    size_t *grew = arg;
+    MemStats s0 = mem_stats();
+    (void)cuda_device_scratch(1000);
+    grew[0] = mem_stats().live[MEM_OTHER] - s0.live[MEM_OTHER];
+    (void)cuda_device_scratch(500);  // fits: no new allocation
+    grew[1] = mem_stats().live[MEM_OTHER] - s0.live[MEM_OTHER];
+    (void)cuda_device_scratch(1 << 20);
+    grew[2] = mem_stats().live[MEM_OTHER] - s0.live[MEM_OTHER];
+    return NULL;
+}
+#endif
+
+static void test_cuda_scratch_counted(void **state) {
+    const char *why = NULL;
+    if (!device_cuda_usable(&why)) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+#ifdef KIT_CUDA
+    MemStats s0 = mem_stats();
+    size_t grew[3];
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cuda_scratch_counts, grew), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(grew[0], 1000);
+    assert_int_equal(grew[1], 1000);
+    assert_int_equal(grew[2], 1 << 20);  // the old buffer given back, the new one counted
     assert_int_equal(mem_stats().live_total, s0.live_total);
+#endif
+}
+
+// The CPU's bf16 GEMM scratch (kit/cpu_bf16.c) likewise: a thread's buffers are counted as other. They live until
+// the process exits (they are cached per thread), so the check is on the growth.
+static void *bf16_scratch_counts(void *arg) {
+    size_t *grew = arg;
+    MemStats s0 = mem_stats();
+    (void)cpu_bf16_scratch(0, 4096);
+    (void)cpu_bf16_scratch(1, 100);
+    grew[0] = mem_stats().live[MEM_OTHER] - s0.live[MEM_OTHER];
+    (void)cpu_bf16_scratch(0, 1 << 16);
+    grew[1] = mem_stats().live[MEM_OTHER] - s0.live[MEM_OTHER];
+    return NULL;
+}
+
+static void test_cpu_bf16_scratch_counted(void **state) {
+    size_t grew[2];
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, bf16_scratch_counts, grew), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(grew[0], 4096 + 100);
+    assert_int_equal(grew[1], (1 << 16) + 100);
 }
 
 int main(void) {
@@ -294,7 +371,8 @@ int main(void) {
         cmocka_unit_test(test_many_live_allocations), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_model_tags),          cmocka_unit_test(test_release_exact),
         cmocka_unit_test(test_release_then_same_step), cmocka_unit_test(test_released_refused),
-        cmocka_unit_test(test_cuda_counts),
+        cmocka_unit_test(test_cuda_counts),         cmocka_unit_test(test_cuda_scratch_counted),
+        cmocka_unit_test(test_cpu_bf16_scratch_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

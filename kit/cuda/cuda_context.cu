@@ -4,8 +4,26 @@
 
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
+#include "kit/mem.h"
 
 namespace {
+
+// The context's own buffers are kit memory too: counted (kit/mem.h) as `other`, so that a run's peak holds
+// conv's work buffer (im2col's columns, the 16-bit copies, cuDNN's workspace) as PyTorch's holds cuDNN's.
+void *counted_malloc(size_t bytes) {
+    void *p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    mem_count(p, bytes, MEM_OTHER);
+    return p;
+}
+
+// At thread exit errors are ignored (see ~ThreadState); elsewhere they are reported.
+void counted_free(void *p, bool check) {
+    if (!p) return;
+    mem_uncount(p);
+    if (check) CUDA_CHECK(cudaFree(p));
+    else cudaFree(p);
+}
 
 // Everything one host thread needs on one GPU.
 struct GpuState {
@@ -33,9 +51,9 @@ struct ThreadState {
         for (int d = 0; d < kMaxGpus; d++) {
             GpuState &g = gpu[d];
             if (!g.ready) continue;
-            if (g.flags) cudaFree(g.flags);
-            if (g.counters) cudaFree(g.counters);
-            if (g.scratch) cudaFree(g.scratch);
+            counted_free(g.flags, false);
+            counted_free(g.counters, false);
+            counted_free(g.scratch, false);
             cublasDestroy(g.blas);
             cudaStreamDestroy(g.compute);
         }
@@ -75,9 +93,8 @@ cublasHandle_t cuda_cublas(void) { return gpu_state().blas; }
 void *cuda_device_scratch(size_t bytes) {
     GpuState &g = gpu_state();
     if (bytes > g.scratch_bytes) {
-        if (g.scratch) CUDA_CHECK(cudaFree(g.scratch));
-        g.scratch = nullptr;
-        CUDA_CHECK(cudaMalloc(&g.scratch, bytes));
+        counted_free(g.scratch, true);
+        g.scratch = counted_malloc(bytes);
         g.scratch_bytes = bytes;
     }
     return g.scratch;
@@ -94,13 +111,13 @@ double *cuda_host_scratch(size_t count) {
 
 int *cuda_device_flags(void) {
     GpuState &g = gpu_state();
-    if (!g.flags) CUDA_CHECK(cudaMalloc(&g.flags, 2 * sizeof(int)));
+    if (!g.flags) g.flags = (int *)counted_malloc(2 * sizeof(int));
     return g.flags;
 }
 
 unsigned long long *cuda_device_counters(void) {
     GpuState &g = gpu_state();
-    if (!g.counters) CUDA_CHECK(cudaMalloc(&g.counters, 4 * sizeof(unsigned long long)));
+    if (!g.counters) g.counters = (unsigned long long *)counted_malloc(4 * sizeof(unsigned long long));
     return g.counters;
 }
 

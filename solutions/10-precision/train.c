@@ -375,8 +375,9 @@ static int train(ProcessGroup *pg, const TrainOptions *o) {
         printf("precision: %.4f%% of the master weights' updates with a nonzero gradient left the weight unchanged "
                "(%.0f of %.0f; master %s)\n", 100.0 * pr.stalled / (pr.stalled + pr.moved), pr.stalled,
                pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
-    // peak_mib: the most this process's kit allocations held at once (device_alloc's count, kit/device.h: the
-    // GPU's memory on CUDA; cuBLAS's own workspace and the CUDA context are not in it), what a precision saves.
+    // peak_mib: the most this process's kit allocations held at once (kit/mem.h: the GPU's memory on CUDA, conv's
+    // work buffer included; cuBLAS's and cuDNN's own workspaces and the CUDA context are not in it), what a
+    // precision saves.
     char extra[320];
     snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
              "underflow=%.3g peak_mib=%.1f", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format),

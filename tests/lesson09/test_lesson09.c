@@ -12,7 +12,7 @@
 //   - each stage's step against lesson 03's ddp_step (its solution is linked in) from IDENTICAL state: before
 //     every step the reference model gets the learner's parameters, momentum and BN buffers, gathered here by
 //     the test's own code, so that each step is judged alone and a wrong momentum shows in the step it breaks;
-//   - memory from the kit's allocation counters (kit/device.h, mem_stats), not from what the code says it holds;
+//   - memory from the kit's allocation counters (kit/mem.h, mem_stats), not from what the code says it holds;
 //   - recomputation against the same stage without it, bit for bit.
 // The collectives, the stages and recomputation run again on smaller worlds carved out of the grading one
 // (pg_split): ranks 0-1 as a world of 2 and rank 2 alone as a world of 1 (no padding, nothing to shard); the
