@@ -5,7 +5,8 @@
 //                 [--precision fp32|bf16|fp16]
 //
 // Prints Markdown tables on stdout, all float32 with TF32 off (--precision bf16 or fp16: tables 1 and 2 of lesson
-// 10's GPU path instead, 16-bit GEMMs and activations stored in 2 bytes, model_store_activations; no table 3):
+// 10's GPU path instead, 16-bit GEMMs and activations stored in 2 bytes, model_store_activations; table 3 is then
+// each conv layer on cuDNN with NCHW data against NHWC, the layout question of bench/GPU.md):
 //   1. the step: images/s of the bare step (forward, loss, backward, SGD, no host synchronisation inside),
 //      and of train_forward_backward + optim_step (the lessons' step: it reads the batch's loss and predictions
 //      back, and the loss checks the labels on the host), whose difference is what those synchronisations cost;
@@ -30,6 +31,7 @@
 #include "kit/rng.h"
 #include "kit/train.h"
 #ifdef KIT_CUDA
+#include "kit/cuda/conv_cudnn.h"
 #include "kit/cuda/cuda_context.h"
 #include "kit/cuda_check.h"
 #endif
@@ -54,27 +56,46 @@ static double step_ms(Model *m, const Batch *b, int steps, bool lesson) {
     return (time_now() - start) / steps * 1e3;
 }
 
-// cuBLAS SGEMM on n x n x n, TF32 off: TFLOP/s.
-static double sgemm_ceiling(int n) {
-    size_t nn = (size_t)n * n;
-    float *a = gpu_random(nn, 4), *b = gpu_random(nn, 5), *c = device_alloc(DEVICE_CUDA, nn * sizeof(float));
-    const float one = 1.0f, zero = 0.0f;
+// Milliseconds per call of run(ctx), which queues work on the compute stream: one warm-up call, then `reps` calls
+// between two CUDA events. A call that returns false (nothing queued: a cuDNN pass with no algorithm) makes it -1.
+static double events_ms(bool (*run)(void *ctx), void *ctx, int reps) {
+    if (!run(ctx)) return -1.0;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    const int reps = 5;
-    for (int i = 0; i <= reps; i++) {
-        if (i == 1) CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-        CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
-    }
+    CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
+    for (int i = 0; i < reps; i++) run(ctx);
     CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
     CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
+    return ms / reps;
+}
+
+typedef struct {
+    int n;
+    const float *a, *b;
+    float *c;
+} Sgemm;
+
+static bool sgemm_run(void *ctx) {
+    const Sgemm *g = ctx;
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSgemm(cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->a, g->n, g->b, g->n,
+                             &zero, g->c, g->n));
+    return true;
+}
+
+// cuBLAS SGEMM on n x n x n, TF32 off: TFLOP/s.
+static double sgemm_ceiling(int n) {
+    size_t nn = (size_t)n * n;
+    float *a = gpu_random(nn, 4), *b = gpu_random(nn, 5), *c = device_alloc(DEVICE_CUDA, nn * sizeof(float));
+    Sgemm g = {n, a, b, c};
+    const double ms = events_ms(sgemm_run, &g, 5);
     device_free(DEVICE_CUDA, a), device_free(DEVICE_CUDA, b), device_free(DEVICE_CUDA, c);
-    return 2.0 * n * (double)n * n / (ms / reps * 1e-3) / 1e12;
+    return 2.0 * n * (double)n * n / (ms * 1e-3) / 1e12;
 }
 
 // Table 2: the kit's kernels over `steps` bare steps.
@@ -100,36 +121,30 @@ typedef struct {
     double ms, kernels_ms;  // the whole op, and the kit's kernels inside it (per pass)
 } OpTime;
 
-// One conv pass (forward, or backward with dx and dw as training runs it before BN: no bias), `reps` times
-// after one warm-up: events around the whole, the kernel profile inside.
-static OpTime conv_time(const Conv2dDims *s, float *x, float *w, float *y, float *dy, float *dx, float *dw, float *work,
-                        bool backward, int reps) {
-    if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
-    else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    CUDA_CHECK(cudaEventRecord(e0, cuda_stream()));
-    for (int i = 0; i < reps; i++) {
-        if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
-        else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
-    }
-    CUDA_CHECK(cudaEventRecord(e1, cuda_stream()));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
+// One float32 conv pass of the kit (forward, or backward with dx and dw as training runs it before BN: no bias).
+typedef struct {
+    const Conv2dDims *s;
+    float *x, *w, *y, *dy, *dx, *dw, *work;
+    bool backward;
+} ConvPass;
+
+static bool conv_pass_run(void *ctx) {
+    const ConvPass *c = ctx;
+    if (c->backward) conv2d_backward(DEVICE_CUDA, c->s, c->x, c->w, c->dy, c->dx, c->dw, NULL, c->work);
+    else conv2d_forward(DEVICE_CUDA, c->s, c->x, c->w, NULL, c->y, c->work);
+    return true;
+}
+
+// The pass `reps` times after one warm-up: events around the whole, then the kernel profile inside.
+static OpTime conv_time(ConvPass *c, int reps) {
+    const double ms = events_ms(conv_pass_run, c, reps);
     CudaProfileRow rows[MAX_ROWS];
     cuda_profile_start();
-    for (int i = 0; i < reps; i++) {
-        if (backward) conv2d_backward(DEVICE_CUDA, s, x, w, dy, dx, dw, NULL, work);
-        else conv2d_forward(DEVICE_CUDA, s, x, w, NULL, y, work);
-    }
+    for (int i = 0; i < reps; i++) conv_pass_run(c);
     int n = cuda_profile_stop(rows, MAX_ROWS);
     double kernels = 0.0;
     for (int i = 0; i < n && i < MAX_ROWS; i++) kernels += rows[i].ms;
-    return (OpTime){.ms = ms / reps, .kernels_ms = kernels / reps};
+    return (OpTime){.ms = ms, .kernels_ms = kernels / reps};
 }
 
 // Table 3: every conv layer of the model at this batch.
@@ -151,7 +166,8 @@ static void conv_table(const Model *m, int batch, double ceiling, int reps) {
         device_memset_zero(DEVICE_CUDA, dw, nw * sizeof(float));
         const double flops = 2.0 * (double)ny * s.c * l->ksize * l->ksize;  // one GEMM's worth: 2 * MACs
         for (int pass = 0; pass < 2; pass++) {
-            OpTime t = conv_time(&s, x, wt, y, dy, dx, dw, work, pass == 1, reps);
+            ConvPass c = {&s, x, wt, y, dy, dx, dw, work, pass == 1};
+            OpTime t = conv_time(&c, reps);
             const double f = pass ? 2 * flops : flops;  // backward: the dx and the dw GEMMs
             const double gemm_ms = t.ms - t.kernels_ms;
             const double op_tf = f / (t.ms * 1e-3) / 1e12, gemm_tf = gemm_ms > 0 ? f / (gemm_ms * 1e-3) / 1e12 : 0.0;
@@ -162,6 +178,90 @@ static void conv_table(const Model *m, int batch, double ceiling, int reps) {
         float *bufs[] = {x, wt, dy, y, dx, dw, work};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) device_free(DEVICE_CUDA, bufs[j]);
     }
+}
+
+// n 16-bit values of format f, uniform in [-1, 1), on the device (their bytes as a float pointer's worth of storage).
+static void *gpu_random16(size_t n, uint64_t seed, LowpFormat f) {
+    uint16_t *h = xmalloc(n * sizeof *h);  // (n) host staging
+    Rng r = rng_make(seed, 0);
+    for (size_t i = 0; i < n; i++) {
+        float v = 2.0f * rng_uniform(&r) - 1.0f;
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        h[i] = f == LOWP_BF16 ? (uint16_t)(lowp_bf16_bits(u) >> 16) : lowp_fp16_pack(lowp_fp16_bits(u));
+    }
+    void *d = device_alloc(DEVICE_CUDA, n * sizeof *h);
+    device_copy_to(DEVICE_CUDA, d, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+// One 16-bit cuDNN pass in one layout: 0 forward, 1 backward data, 2 backward filter.
+typedef struct {
+    LowpFormat f;
+    ConvLayout layout;
+    const Conv2dDims *s;
+    void *x, *w, *y, *dy, *dx, *dw, *work;
+    size_t work_bytes;
+    int pass;
+} DnnPass;
+
+static bool dnn_pass_run(void *ctx) {
+    const DnnPass *c = ctx;
+    if (c->pass == 0) return cudnn_conv_forward(c->f, c->layout, c->s, c->x, c->w, c->y, c->work, c->work_bytes);
+    if (c->pass == 1)
+        return cudnn_conv_backward_data(c->f, c->layout, c->s, c->w, c->dy, c->dx, c->work, c->work_bytes);
+    return cudnn_conv_backward_filter(c->f, c->layout, c->s, c->x, c->dy, c->dw, 0.0f, c->work, c->work_bytes);
+}
+
+// Table 3 of a 16-bit profile: each conv layer's passes on cuDNN with the data NCHW (the kit's layout, which cuDNN
+// may transpose around its tensor-core kernels) and NHWC (channels_last, PyTorch's bf16 reference), the same
+// algorithm rules and work buffer as conv2d. The sum over the layers is the convolutions' share of one step in
+// each layout: what storing the 16-bit activations NHWC would save, before the NHWC versions of BN and pooling
+// it would also need (bench/GPU.md).
+static void layout_table(const Model *m, int batch, LowpFormat f, int reps, double step_ms) {
+    if (!cudnn_conv_wanted()) {
+        printf("\n(no cuDNN in this build, or KIT_CUDNN=0: no layout table)\n");
+        return;
+    }
+    printf("\n## cuDNN, %s data: NCHW (the kit's) against NHWC (channels_last), ms per call\n\n", lowp_name(f));
+    printf("| layer | C x H x W -> K | pass | NCHW ms | NHWC ms | NCHW / NHWC |\n|---|---|---|---:|---:|---:|\n");
+    static const char *const names[3] = {"fwd", "bwd data", "bwd filter"};
+    double total[2] = {0.0, 0.0};
+    bool complete = true;
+    for (int i = 0; i < m->n_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->kind != LAYER_CONV) continue;
+        size_t nx, nw, ny;
+        const Conv2dDims s = bench_conv_dims(m, i, batch, &nx, &nw, &ny);
+        const size_t work_bytes = conv2d_work_floats(DEVICE_CUDA, &s) * sizeof(float);
+        DnnPass c = {.f = f, .s = &s, .x = gpu_random16(nx, 1, f), .w = gpu_random16(nw, 2, f),
+                     .dy = gpu_random16(ny, 3, f), .y = device_alloc(DEVICE_CUDA, ny * 2),
+                     .dx = gpu_random16(nx, 4, f), .dw = device_alloc(DEVICE_CUDA, nw * 2),
+                     .work = device_alloc(DEVICE_CUDA, work_bytes), .work_bytes = work_bytes};
+        for (int pass = 0; pass < 3; pass++) {
+            if (pass == 1 && l->in < 0) continue;  // the first layer's input needs no gradient
+            double ms[2];
+            for (int lay = 0; lay < 2; lay++) {
+                c.layout = lay ? CONV_NHWC : CONV_NCHW, c.pass = pass;
+                ms[lay] = events_ms(dnn_pass_run, &c, reps);
+                if (ms[lay] < 0) complete = false;
+                else total[lay] += ms[lay];
+            }
+            printf("| %d | %d x %d x %d -> %d | %s |", m->first + i, s.c, s.h, s.w, l->out_c, names[pass]);
+            for (int lay = 0; lay < 2; lay++)
+                printf(ms[lay] < 0 ? " no algorithm |" : " %.3f |", ms[lay]);
+            if (ms[0] > 0 && ms[1] > 0) printf(" %.2f |\n", ms[0] / ms[1]);
+            else printf(" |\n");
+        }
+        void *bufs[] = {c.x, c.w, c.dy, c.y, c.dx, c.dw, c.work};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) device_free(DEVICE_CUDA, bufs[j]);
+    }
+    printf("| **all convs, one step** | | | %.3f | %.3f | %.2f |\n", total[0], total[1],
+           total[1] > 0 ? total[0] / total[1] : 0.0);
+    printf("\nThe step above: %.3f ms. Its convolutions in NHWC instead of NCHW: %+.3f ms (%+.1f %% of the step)%s.\n",
+           step_ms, total[1] - total[0], 100.0 * (total[1] - total[0]) / step_ms,
+           complete ? "" : "; a pass with no algorithm left out of both sums");
 }
 
 static void profile(const char *model, int batch, int steps, int sgemm_n, LowpFormat f) {
@@ -199,6 +299,7 @@ static void profile(const char *model, int batch, int steps, int sgemm_n, LowpFo
     printf("\ncuBLAS SGEMM %d^3 (the ceiling): %.1f TFLOP/s\n", sgemm_n, ceiling);
     kernel_table(m, batch, steps, bare);
     if (f == LOWP_FP32) conv_table(m, batch, ceiling, steps);  // its ceiling is SGEMM's: float32 only
+    else layout_table(m, batch, f, steps, bare);
     model_store_activations(m, LOWP_FP32);
     device_set_gemm_precision(DEVICE_CUDA, GEMM_FP32);
     free(b.x);

@@ -33,7 +33,8 @@
 #              lesson 06's latency and throughput on the GPU (ResNet-9; `make bench-inference` is CPU-only)
 #   profile    the float32 step per kit kernel and per conv layer against the SGEMM ceiling
 #              (build/bench/bench_profile -> LOGDIR/results-profile-gpu.md), then lesson 10's bf16 step per
-#              kernel (--precision bf16 -> LOGDIR/results-profile-bf16-gpu.md); with Nsight Systems installed,
+#              kernel and its conv layers on cuDNN in NCHW against NHWC (--precision bf16 ->
+#              LOGDIR/results-profile-bf16-gpu.md); with Nsight Systems installed,
 #              the same under `nsys profile --stats=true` (every kernel, cuBLAS's too); about two minutes
 #   trace      lesson 03's timeline on the GPU (--trace, 2 ranks sharing it, small buckets), checked as make
 #              test-trace checks the CPU's (tools/trace_check.py: valid, nested, an all-reduce begun inside

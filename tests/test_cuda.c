@@ -23,6 +23,7 @@
 #include "kit/train.h"
 #include "tests/lowp_gemm_cases.h"
 #ifdef KIT_CUDA
+#include "kit/cuda/conv_cudnn.h"
 #include "kit/cuda/cuda_context.h"
 #endif
 
@@ -232,6 +233,116 @@ static void test_conv_cudnn_refusal_falls_back(void **state) {
     use_cudnn(was);
 #else
     skip();  // a real cuDNN refuses only what the emulator is told to
+#endif
+}
+
+#ifdef KIT_CUDA
+// The element of a (N, C, H, W) tensor at (n, c, h, w), in NCHW or in NHWC order: the index of it in memory.
+static size_t layout_at(ConvLayout l, int C, int H, int W, int n, int c, int h, int w) {
+    return l == CONV_NCHW ? (((size_t)n * C + c) * H + h) * W + w : (((size_t)n * H + h) * W + w) * C + c;
+}
+
+// a (N, C, H, W) in NCHW, as 16-bit values of format f in layout l (the ints of round_to_ints are exact in both).
+static uint16_t *to_layout16(const float *a, int N, int C, int H, int W, ConvLayout l, LowpFormat f) {
+    uint16_t *out = xmalloc((size_t)N * C * H * W * sizeof *out);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++) {
+                    uint32_t u;
+                    float v = a[layout_at(CONV_NCHW, C, H, W, n, c, h, w)];
+                    memcpy(&u, &v, sizeof u);
+                    out[layout_at(l, C, H, W, n, c, h, w)] = f == LOWP_BF16 ? (uint16_t)(lowp_bf16_bits(u) >> 16)
+                                                                            : lowp_fp16_pack(lowp_fp16_bits(u));
+                }
+    return out;
+}
+
+// The three passes of one conv on cuDNN in 16-bit format f and layout l; results brought back in NCHW order
+// (y, dx, dw: the 16-bit bits). false when cuDNN did not take a pass.
+static bool cudnn_passes(const Conv2dDims *s, LowpFormat f, ConvLayout l, const float *x, const float *w,
+                         const float *dy, uint16_t *y, uint16_t *dx, uint16_t *dw) {
+    const int P = conv2d_out_h(s), Q = conv2d_out_w(s);
+    const size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->k * s->c * s->r * s->r,
+                 ny = (size_t)s->n * s->k * P * Q, work_bytes = (size_t)1 << 22;
+    // Host copies in layout l: x (N, C, H, W), w as a (K, C, R, R) tensor, dy (N, K, P, Q).
+    uint16_t *hx = to_layout16(x, s->n, s->c, s->h, s->w, l, f), *hw = to_layout16(w, s->k, s->c, s->r, s->r, l, f),
+             *hdy = to_layout16(dy, s->n, s->k, P, Q, l, f);
+    void *gx = device_alloc(GPU, nx * 2), *gw = device_alloc(GPU, nw * 2), *gdy = device_alloc(GPU, ny * 2);
+    void *gy = device_alloc(GPU, ny * 2), *gdx = device_alloc(GPU, nx * 2), *gdw = device_alloc(GPU, nw * 2);
+    void *work = device_alloc(GPU, work_bytes);
+    device_copy_to(GPU, gx, hx, nx * 2), device_copy_to(GPU, gw, hw, nw * 2), device_copy_to(GPU, gdy, hdy, ny * 2);
+    device_memset_zero(GPU, gdx, nx * 2);  // backward data adds into dx
+    bool ok = cudnn_conv_forward(f, l, s, gx, gw, gy, work, work_bytes) &&
+              cudnn_conv_backward_data(f, l, s, gw, gdy, gdx, work, work_bytes) &&
+              cudnn_conv_backward_filter(f, l, s, gx, gdy, gdw, 0.0f, work, work_bytes);
+    uint16_t *back[3] = {hdy, hx, hw};  // reused as the results' host copies, in layout l
+    device_copy_from(GPU, back[0], gy, ny * 2), device_copy_from(GPU, back[1], gdx, nx * 2);
+    device_copy_from(GPU, back[2], gdw, nw * 2);
+    const int dims[3][4] = {{s->n, s->k, P, Q}, {s->n, s->c, s->h, s->w}, {s->k, s->c, s->r, s->r}};
+    uint16_t *out[3] = {y, dx, dw};
+    for (int t = 0; t < 3; t++) {
+        const int *d = dims[t];
+        for (int n = 0; n < d[0]; n++)
+            for (int c = 0; c < d[1]; c++)
+                for (int h = 0; h < d[2]; h++)
+                    for (int w2 = 0; w2 < d[3]; w2++)
+                        out[t][layout_at(CONV_NCHW, d[1], d[2], d[3], n, c, h, w2)] =
+                            back[t][layout_at(l, d[1], d[2], d[3], n, c, h, w2)];
+    }
+    void *g[7] = {gx, gw, gdy, gy, gdx, gdw, work};
+    for (int i = 0; i < 7; i++) device_free(GPU, g[i]);
+    free(hx), free(hw), free(hdy);
+    return ok;
+}
+#endif
+
+// cuDNN in NHWC (channels_last: what bench_profile's 16-bit profile times against NCHW) computes the same
+// convolution as in NCHW. Small integer inputs (round_to_ints): every product and every partial sum is an integer
+// under 2^24, exact in float32 in any order, and the 16-bit results are that one exact value rounded once. So the
+// two layouts must agree bit for bit, whatever algorithm cuDNN picks for each.
+static void test_cudnn_nhwc_matches_nchw(void **state) {
+    skip_without_gpu();
+#ifdef KIT_CUDA
+    if (!cudnn_conv_wanted()) {
+        print_message("skipped: this build has no cuDNN (or KIT_CUDNN=0)\n");
+        skip();
+    }
+    const GemmPrecision was = device_gemm_precision(GPU);
+    const Conv2dDims shapes[] = {
+        {.n = 2, .c = 8, .h = 6, .w = 5, .k = 16, .r = 3, .stride = 1, .pad = 1},
+        {.n = 3, .c = 16, .h = 7, .w = 7, .k = 8, .r = 3, .stride = 2, .pad = 1},
+    };
+    for (int fi = 0; fi < 2; fi++) {
+        const LowpFormat f = fi ? LOWP_FP16 : LOWP_BF16;
+        device_set_gemm_precision(GPU, f == LOWP_BF16 ? GEMM_BF16 : GEMM_FP16);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const Conv2dDims *s = &shapes[i];
+            const size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->k * s->c * s->r * s->r,
+                         ny = (size_t)s->n * s->k * conv2d_out_h(s) * conv2d_out_w(s);
+            float *x = uniform_vec(nx, -1, 1, 1300 + i), *w = uniform_vec(nw, -1, 1, 1310 + i),
+                  *dy = uniform_vec(ny, -1, 1, 1320 + i);
+            round_to_ints(x, nx), round_to_ints(w, nw), round_to_ints(dy, ny);
+            uint16_t *r[2][3];
+            for (int l = 0; l < 2; l++) {
+                r[l][0] = xmalloc(ny * 2), r[l][1] = xmalloc(nx * 2), r[l][2] = xmalloc(nw * 2);
+                if (!cudnn_passes(s, f, l ? CONV_NHWC : CONV_NCHW, x, w, dy, r[l][0], r[l][1], r[l][2]))
+                    fail_msg("%s, shape %zu: cuDNN took no algorithm for a pass in %s (stderr says which)",
+                             lowp_name(f), i, l ? "NHWC" : "NCHW");
+            }
+            const char *what[3] = {"y", "dx", "dw"};
+            const size_t len[3] = {ny, nx, nw};
+            for (int t = 0; t < 3; t++) {
+                for (size_t k = 0; k < len[t]; k++)
+                    if (r[0][t][k] != r[1][t][k])
+                        fail_msg("%s, shape %zu: %s[%zu] differs between NCHW (0x%04x) and NHWC (0x%04x)",
+                                 lowp_name(f), i, what[t], k, r[0][t][k], r[1][t][k]);
+                free(r[0][t]), free(r[1][t]);
+            }
+            free(x), free(w), free(dy);
+        }
+    }
+    device_set_gemm_precision(GPU, was);
 #endif
 }
 
@@ -1177,6 +1288,7 @@ int main(void) {
         cmocka_unit_test(test_conv_exact_layouts),
         cmocka_unit_test(test_conv_engines_model_step),
         cmocka_unit_test(test_conv_cudnn_refusal_falls_back),
+        cmocka_unit_test(test_cudnn_nhwc_matches_nchw),
         cmocka_unit_test(test_bn_small),
         cmocka_unit_test(test_bn_sliced),
         cmocka_unit_test(test_bn_sync_hook),

@@ -345,7 +345,8 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
     const bool on_cudnn = std::is_same<Out, G>::value && (!b || sizeof(G) == sizeof(float)) && cudnn_conv_wanted();
     const Scratch16<G> sc(nw, on_cudnn && !std::is_same<In, G>::value ? (size_t)s->n * in_image : 0, false);
     const G *wt = gemm_input<G>(w, nw, sc.w);
-    if (on_cudnn && cudnn_conv_forward(format_of<G>(), s, cudnn_x<G>(x, sc), wt, y, work, work_bytes(s))) {
+    if (on_cudnn &&
+        cudnn_conv_forward(format_of<G>(), CONV_NCHW, s, cudnn_x<G>(x, sc), wt, y, work, work_bytes(s))) {
         if (b) KIT_LAUNCH_2D(conv_bias_add_kernel, pl.pq, s->k, s->n, s->k, pl.pq, b, (float *)y);
         return;
     }
@@ -380,11 +381,12 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     const Scratch16<G> sc(nw, x_needed ? (size_t)s->n * in_image : 0, on_cudnn && dw);
     const G *wt = nullptr;
     if (dx) wt = gemm_input<G>(w, nw, sc.w);
-    if (dx && on_cudnn && cudnn_conv_backward_data(format_of<G>(), s, wt, dy, dx, work, work_bytes(s))) dx = nullptr;
+    if (dx && on_cudnn && cudnn_conv_backward_data(format_of<G>(), CONV_NCHW, s, wt, dy, dx, work, work_bytes(s)))
+        dx = nullptr;
     if (dw && on_cudnn) {
         G *dw_g = sizeof(G) == 2 ? sc.dw : (G *)dw;
-        if (cudnn_conv_backward_filter(format_of<G>(), s, cudnn_x<G>(x, sc), dy, dw_g, sizeof(G) == 2 ? 0.0f : 1.0f,
-                                       work, work_bytes(s))) {
+        if (cudnn_conv_backward_filter(format_of<G>(), CONV_NCHW, s, cudnn_x<G>(x, sc), dy, dw_g,
+                                       sizeof(G) == 2 ? 0.0f : 1.0f, work, work_bytes(s))) {
             using DwIO = InOut<G, float>;  // a launch macro sees no comma
             if (sizeof(G) == 2) KIT_LAUNCH(add_into_kernel<DwIO>, nw, nw, dw_g, dw);
             dw = nullptr;

@@ -30,6 +30,7 @@
 #include "kit/device.h"
 
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,7 @@ constexpr int kUnknown = -2, kNone = -1;
 // One shape in one type and math type: its descriptors, and per pass the algorithm chosen (or kNone).
 struct Plan {
     Conv2dDims s;
+    ConvLayout layout;
     cudnnDataType_t type;
     cudnnMathType_t math;
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -153,20 +155,23 @@ bool same_dims(const Conv2dDims &a, const Conv2dDims &b) {
            a.pad == b.pad;
 }
 
-Plan *plan_for(GpuDnn &g, const Conv2dDims *s, cudnnDataType_t type, cudnnMathType_t math) {
+Plan *plan_for(GpuDnn &g, const Conv2dDims *s, ConvLayout layout, cudnnDataType_t type, cudnnMathType_t math) {
     for (auto &p : g.plans)
-        if (same_dims(p->s, *s) && p->type == type && p->math == math) return p.get();
+        if (same_dims(p->s, *s) && p->layout == layout && p->type == type && p->math == math) return p.get();
     auto p = std::make_unique<Plan>();
     p->s = *s;
+    p->layout = layout;
     p->type = type;
     p->math = math;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, type, s->n, s->c, s->h, s->w));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, type, s->n, s->k, conv2d_out_h(s), conv2d_out_w(s)));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NCHW, s->k, s->c, s->r, s->r));
+    // The sizes are always given as (N, C, H, W) and (K, C, R, S); the format says the order in memory.
+    const cudnnTensorFormat_t format = layout == CONV_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, format, type, s->n, s->c, s->h, s->w));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, format, type, s->n, s->k, conv2d_out_h(s), conv2d_out_w(s)));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, type, format, s->k, s->c, s->r, s->r));
     // The kit's conv is a cross-correlation (no filter flip), as every framework's "convolution" is.
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, s->pad, s->pad, s->stride, s->stride, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -229,8 +234,9 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
     }
     if (algo == kNone) {
         char shape[160];
-        snprintf(shape, sizeof shape, "pass %d of (N %d, C %d, H %d, W %d, K %d, R %d, stride %d, pad %d)", (int)pass,
-                 p->s.n, p->s.c, p->s.h, p->s.w, p->s.k, p->s.r, p->s.stride, p->s.pad);
+        snprintf(shape, sizeof shape, "pass %d of (N %d, C %d, H %d, W %d, K %d, R %d, stride %d, pad %d) in %s",
+                 (int)pass, p->s.n, p->s.c, p->s.h, p->s.w, p->s.k, p->s.r, p->s.stride, p->s.pad,
+                 p->layout == CONV_NHWC ? "NHWC" : "NCHW");
         static std::atomic<bool> said{false};
         say_once(said, "conv2d: cuDNN has no deterministic GEMM-family algorithm within the work buffer for %s: "
                  "it runs on im2col + cuBLAS", shape);
@@ -240,15 +246,20 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
 }
 
 // The handle and plan for a pass in storage t, or nullptr when cuDNN does not take it.
-Plan *ready(LowpFormat t, const Conv2dDims *s, Pass pass, size_t work_bytes, GpuDnn **g) {
+Plan *ready(LowpFormat t, ConvLayout layout, const Conv2dDims *s, Pass pass, size_t work_bytes, GpuDnn **g) {
     if (!cudnn_wanted()) return nullptr;
+    // cuDNN indexes a tensor with 32-bit integers: a larger one (a batch of 2^31 values or more) stays on im2col,
+    // which cuts the batch into chunks.
+    const size_t most = (size_t)INT_MAX;
+    if ((size_t)s->n * s->c * s->h * s->w > most || (size_t)s->n * s->k * conv2d_out_h(s) * conv2d_out_w(s) > most)
+        return nullptr;
     GemmPrecision prec = device_gemm_precision(DEVICE_CUDA);
     // 16-bit data needs 16-bit GEMMs of the same format (conv.cu checked it for 16-bit storage); float32 data
     // with 16-bit GEMMs (lesson 10's real path on float32 storage) rounds its inputs first: im2col does that.
     const bool data16 = t != LOWP_FP32, gemm16 = prec == GEMM_BF16 || prec == GEMM_FP16;
     if (data16 != gemm16) return nullptr;
     if (!dnn_handle(g)) return nullptr;
-    Plan *p = plan_for(**g, s, dnn_type(t), prec == GEMM_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    Plan *p = plan_for(**g, s, layout, dnn_type(t), prec == GEMM_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
     if (choose(**g, p, pass, work_bytes) == kNone) return nullptr;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->algo_math[pass]));
     return p;
@@ -272,10 +283,10 @@ bool ran(cudnnStatus_t st, Plan *p, Pass pass, const char *what) {
 
 }  // namespace
 
-bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const void *w, void *y, void *work,
-                        size_t work_bytes) {
+bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *w, void *y,
+                        void *work, size_t work_bytes) {
     GpuDnn *g;
-    Plan *p = ready(t, s, FORWARD, work_bytes, &g);
+    Plan *p = ready(t, layout, s, FORWARD, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f, zero = 0.0f;
     return ran(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
@@ -284,10 +295,10 @@ bool cudnn_conv_forward(LowpFormat t, const Conv2dDims *s, const void *x, const 
                p, FORWARD, "forward");
 }
 
-bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, const void *dy, void *dx, void *work,
-                              size_t work_bytes) {
+bool cudnn_conv_backward_data(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *w, const void *dy,
+                              void *dx, void *work, size_t work_bytes) {
     GpuDnn *g;
-    Plan *p = ready(t, s, BACKWARD_DATA, work_bytes, &g);
+    Plan *p = ready(t, layout, s, BACKWARD_DATA, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
@@ -296,10 +307,10 @@ bool cudnn_conv_backward_data(LowpFormat t, const Conv2dDims *s, const void *w, 
                p, BACKWARD_DATA, "backward data");
 }
 
-bool cudnn_conv_backward_filter(LowpFormat t, const Conv2dDims *s, const void *x, const void *dy, void *dw, float beta,
-                                void *work, size_t work_bytes) {
+bool cudnn_conv_backward_filter(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *dy,
+                                void *dw, float beta, void *work, size_t work_bytes) {
     GpuDnn *g;
-    Plan *p = ready(t, s, BACKWARD_FILTER, work_bytes, &g);
+    Plan *p = ready(t, layout, s, BACKWARD_FILTER, work_bytes, &g);
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
@@ -326,14 +337,16 @@ extern "C" const char *cuda_conv_engine(void) {
 
 #else  // no cuDNN in this build: every pass is conv.cu's
 
-bool cudnn_conv_forward(LowpFormat, const Conv2dDims *, const void *, const void *, void *, void *, size_t) {
+bool cudnn_conv_forward(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, void *,
+                        size_t) {
     return false;
 }
-bool cudnn_conv_backward_data(LowpFormat, const Conv2dDims *, const void *, const void *, void *, void *, size_t) {
+bool cudnn_conv_backward_data(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, void *,
+                              size_t) {
     return false;
 }
-bool cudnn_conv_backward_filter(LowpFormat, const Conv2dDims *, const void *, const void *, void *, float, void *,
-                                size_t) {
+bool cudnn_conv_backward_filter(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, float,
+                                void *, size_t) {
     return false;
 }
 extern "C" const char *cuda_conv_engine(void) {

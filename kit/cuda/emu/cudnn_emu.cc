@@ -30,6 +30,7 @@ struct KitEmuDnnFilter {
     bool set;
     cudnnDataType_t type;
     int k, c, r, s;
+    size_t sk, sc, sr, ss;  // element strides of the format: (K, C, R, S) or (K, R, S, C)
 };
 struct KitEmuDnnConv {
     bool set;
@@ -84,12 +85,22 @@ std::vector<float> read_tensor(const KitEmuDnnTensor *d, const void *p, bool tf3
     return out;
 }
 
+// Where element (k, c, r, s) of a filter is in its memory.
+size_t filter_at(const KitEmuDnnFilter *d, int k, int c, int r, int s) {
+    return k * d->sk + c * d->sc + r * d->sr + s * d->ss;
+}
+
+// A filter's elements as float32 in (K, C, R, S) order, read as the hardware reads them.
 std::vector<float> read_filter(const KitEmuDnnFilter *d, const void *p, bool tf32) {
     std::vector<float> out((size_t)d->k * d->c * d->r * d->s);
-    for (size_t i = 0; i < out.size(); i++) {
-        float v = kit_emu_widen(cuda_type(d->type), p, i);
-        out[i] = tf32 ? kit_emu_tf32(v) : v;
-    }
+    size_t i = 0;
+    for (int k = 0; k < d->k; k++)
+        for (int c = 0; c < d->c; c++)
+            for (int r = 0; r < d->r; r++)
+                for (int s = 0; s < d->s; s++, i++) {
+                    float v = kit_emu_widen(cuda_type(d->type), p, filter_at(d, k, c, r, s));
+                    out[i] = tf32 ? kit_emu_tf32(v) : v;
+                }
     return out;
 }
 
@@ -305,12 +316,15 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
 
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *desc) { return make(desc); }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) { return destroy(desc); }
-// Only (K, C, R, S) filters (CUDNN_TENSOR_NCHW) are emulated: the kit's weights are stored so.
+// (K, C, R, S) filters (CUDNN_TENSOR_NCHW, the kit's weights) and (K, R, S, C) ones (CUDNN_TENSOR_NHWC).
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type, cudnnTensorFormat_t format,
                                          int k, int c, int h, int w) {
     if (!d || k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-    if (!known_type(type) || format != CUDNN_TENSOR_NCHW) return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = KitEmuDnnFilter{true, type, k, c, h, w};
+    if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_BAD_PARAM;
+    if (!known_type(type)) return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t crs = (size_t)c * h * w, rs = (size_t)h * w;
+    *d = format == CUDNN_TENSOR_NCHW ? KitEmuDnnFilter{true, type, k, c, h, w, crs, rs, (size_t)w, 1}
+                                     : KitEmuDnnFilter{true, type, k, c, h, w, crs, 1, (size_t)w * c, (size_t)c};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -462,7 +476,11 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *a
     if (!alpha || !beta || !x || !dy || !dw || (workspace_bytes && !workspace)) return CUDNN_STATUS_BAD_PARAM;
     std::vector<float> out = conv_backward_filter(g, read_tensor(xDesc, x, g.tf32), read_tensor(dyDesc, dy, g.tf32));
     const float a = *(const float *)alpha, b = *(const float *)beta;
-    for (size_t i = 0; i < out.size(); i++) store(dwDesc->type, dw, i, out[i], a, b);
+    size_t i = 0;
+    for (int k = 0; k < g.k; k++)
+        for (int c = 0; c < g.c; c++)
+            for (int r = 0; r < g.r; r++)
+                for (int s = 0; s < g.s; s++, i++) store(dwDesc->type, dw, filter_at(dwDesc, k, c, r, s), out[i], a, b);
     return CUDNN_STATUS_SUCCESS;
 }
 
