@@ -210,6 +210,7 @@ ifneq ($(EMU_LESSON01),)
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/08-pipeline/train) \
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/09-zero/train) \
 	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/10-precision/train) \
+	  $(if $(and $(filter yes,$(HAVE_MPI)),$(wildcard solutions/11-tensor/train.c)),$(EMU_BUILD)/solutions/11-tensor/train) \
 	  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train)
 	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
 ifeq ($(HAVE_MPI),yes)

@@ -10,8 +10,8 @@
 # inference from a checkpoint; lesson 08's pipeline in one process with stage 0 on the CPU and stage 1 on the
 # emulated GPU, the activations and their gradients copied across the cut between the two, at the end; lesson
 # 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, and lesson 10's fp16 + bf16 all-reduce + accumulation on
-# 2 ranks, for 15 steps: see their own paragraphs below; and lesson 10's bf16 through the CPU's oneDNN GEMMs against
-# its emulation).
+# 2 ranks, for 15 steps: see their own paragraphs below; lesson 10's bf16 through the CPU's oneDNN GEMMs against
+# its emulation; lesson 11's tensor parallelism on 2 ranks).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -219,5 +219,17 @@ if [ -x "$cpu/solutions/10-precision/train" ] && [ -x "$emu/solutions/10-precisi
     grep '^conv engine' <<<"$head10"; tail -n 3 <<<"$bad10"
     status=1
   fi
+fi
+# Lesson 11 on 2 ranks, --tp 2: every residual block split over the two emulated GPUs, its partial outputs and input
+# gradients all-reduced in the tensor group (the MPI backend staging device buffers through the host). ResNet-9 at
+# width 8 (the blocks need channels the ranks divide), 9 steps at a learning rate of 0.2 from the first step, so
+# that the weights move: the mean train loss of those steps is about 2.1 where the first step's is 2.73, and a wrong
+# gradient or a missed all-reduce moves it far beyond the 0.01 above. test_acc is 0 on both sides: a run cut by --stop-at
+# before its epoch ends evaluates nothing.
+if [ -x "$cpu/solutions/11-tensor/train" ] && [ -x "$emu/solutions/11-tensor/train" ]; then
+  t11=(--dataset synthetic --width 8 --batch-size 64 --epochs 1 --warmup-epochs 0 --lr 0.2 --tp 2 --stop-at 9)
+  check "lesson 11 on 2 ranks, --tp 2, MPI backend, emulated GPUs" \
+    scripts/launch.sh 2 "$cpu/solutions/11-tensor/train" --device cpu "${t11[@]}" -- \
+    scripts/launch.sh 2 "$emu/solutions/11-tensor/train" --device cuda-emu "${t11[@]}" || status=1
 fi
 exit $status
