@@ -136,6 +136,9 @@ NVCCFLAGS := -O3 -std=c++17 -I. $(if $(HAVE_CUDNN),-DKIT_CUDNN -I$(CUDNN_HOME)/i
 
 EMU_BUILD := build-emu$(if $(filter 1,$(DEBUG)),-debug)$(if $(findstring clang,$(CC)),-clang)
 EMU_CXX := $(if $(findstring clang,$(CC)),clang++,g++)
+# test-emu's builds on every core when make itself has no -j (`make test` runs each step without one: its
+# emulation build would otherwise compile one file at a time); under make -jN they share its jobs instead.
+EMU_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
 # Handed to tests/grade.py (mk/lessons.mk): a test skipped for want of a GPU is run again in the emulator.
 GRADE_EMU_ARGS := --emu-build $(EMU_BUILD)
 
@@ -191,11 +194,20 @@ HELP_TARGETS += test-emu
 # Lesson 01's CUDA kernel test, run alone from the solution's and the starter's autograder.
 EMU_SGD_TEST := test_sgd_cuda_kernel
 EMU_LESSON01 := $(firstword $(filter 01-%,$(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/))))
+# Everything test-emu runs, built in one go (one make, so that every core has work until the last link).
+EMU_MPI = $(filter yes,$(HAVE_MPI))
+EMU_PROGRAMS = $(EMU_BUILD)/solutions/02-data-parallel/train \
+  $(if $(EMU_MPI),$(EMU_BUILD)/solutions/03-ddp/train $(EMU_BUILD)/solutions/08-pipeline/train) \
+  $(if $(EMU_MPI),$(EMU_BUILD)/solutions/09-zero/train $(EMU_BUILD)/solutions/10-precision/train) \
+  $(if $(and $(EMU_MPI),$(wildcard solutions/11-tensor/train.c)),$(EMU_BUILD)/solutions/11-tensor/train) \
+  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train) \
+  $(if $(EMU_MPI),$(EMU_BUILD)/tests/mpi_dist)
 
 .PHONY: test-emu
 test-emu:
-	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda $(EMU_BUILD)/tests/test_memstat \
-	  $(if $(EMU_LESSON01),$(EMU_BUILD)/grade-solutions/test_lesson01 $(EMU_BUILD)/grade-lessons/test_lesson01)
+	@$(MAKE) --no-print-directory $(EMU_JOBS) EMU=1 $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda $(EMU_BUILD)/tests/test_memstat \
+	  $(if $(EMU_LESSON01),$(EMU_BUILD)/grade-solutions/test_lesson01 $(EMU_BUILD)/grade-lessons/test_lesson01) \
+	  $(EMU_PROGRAMS)
 	@tests/run-tests.sh $(EMU_BUILD)/tests/test_emu $(EMU_BUILD)/tests/test_cuda $(EMU_BUILD)/tests/test_memstat
 ifneq ($(EMU_LESSON01),)
 	@echo "== lesson 01's CUDA kernel in the emulator: the solution must pass, the starter must fail"
@@ -205,17 +217,9 @@ ifneq ($(EMU_LESSON01),)
 	    ! grep -q '^\[  FAILED  \] 1 test' $(EMU_BUILD)/sgd-starter.log; then \
 	  cat $(EMU_BUILD)/sgd-starter.log; echo "test-emu: the starter's kernel must FAIL (not pass, not crash)"; exit 1; fi
 	@echo "== the lesson programs' CUDA path in the emulator, one epoch, against the CPU (tests/emu-lessons.sh)"
-	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/solutions/02-data-parallel/train \
-	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/03-ddp/train) \
-	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/08-pipeline/train) \
-	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/09-zero/train) \
-	  $(if $(filter yes,$(HAVE_MPI)),$(EMU_BUILD)/solutions/10-precision/train) \
-	  $(if $(and $(filter yes,$(HAVE_MPI)),$(wildcard solutions/11-tensor/train.c)),$(EMU_BUILD)/solutions/11-tensor/train) \
-	  $(if $(HAVE_PNG),$(EMU_BUILD)/solutions/06-inference/train)
 	@tests/emu-lessons.sh $(BUILD) $(EMU_BUILD)
 ifeq ($(HAVE_MPI),yes)
 	@echo "== the process group's collectives in flight on emulated device buffers (MPI staging through the host)"
-	@$(MAKE) --no-print-directory EMU=1 $(EMU_BUILD)/tests/mpi_dist
 	@for c in reduce-scatter traffic pieces; do ASAN_OPTIONS=detect_leaks=0 scripts/launch.sh 3 $(EMU_BUILD)/tests/mpi_dist $$c \
 	  --device cuda-emu --backend mpi --timeout 60 | grep '^PASS' || { echo "test-emu: mpi_dist $$c FAILS on cuda-emu"; exit 1; }; done
 endif

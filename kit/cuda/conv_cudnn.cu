@@ -13,10 +13,10 @@
 //     the inputs first and round other numbers.
 //   - Only deterministic ones: the same step gives the same bits every run (lesson 04's reproducibility), which
 //     rules out the backward algorithms that add with atomics (ALGO_0, ALGO_3).
-//   - Math type from the GEMM precision (device_gemm_precision): fp32 is CUDNN_FMA_MATH, float32 arithmetic
-//     only (cuDNN's default math would allow TF32 for float32 data on Ampere and later, which is PyTorch's
-//     allow_tf32 switch, not the kit's float32); tf32, bf16 and fp16 are CUDNN_TENSOR_OP_MATH. 16-bit data is
-//     cuDNN's "pseudo" configuration: 16-bit inputs and outputs, float32 sums, as cuBLAS's GEMMs have it.
+//   - Math type from the GEMM precision (device_gemm_precision), as PyTorch sets it: fp32 is CUDNN_FMA_MATH,
+//     float32 arithmetic only; tf32 is CUDNN_DEFAULT_MATH, which on Ampere and later lets cuDNN read float32 data
+//     as TF32 (PyTorch's allow_tf32, its default for convolutions); bf16 and fp16 are CUDNN_TENSOR_OP_MATH. 16-bit
+//     data is cuDNN's "pseudo" configuration: 16-bit inputs and outputs, float32 sums, as cuBLAS's GEMMs have it.
 //   - The algorithm for each (shape, type, math) is cuDNN's heuristic choice (cudnnGet*Algorithm_v7: the first in
 //     its ranking that passes the rules above and whose workspace fits the work buffer), asked once per thread
 //     and GPU. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice can differ from run to run,
@@ -259,7 +259,10 @@ Plan *ready(LowpFormat t, ConvLayout layout, const Conv2dDims *s, Pass pass, siz
     const bool data16 = t != LOWP_FP32, gemm16 = prec == GEMM_BF16 || prec == GEMM_FP16;
     if (data16 != gemm16) return nullptr;
     if (!dnn_handle(g)) return nullptr;
-    Plan *p = plan_for(**g, s, layout, dnn_type(t), prec == GEMM_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    const cudnnMathType_t math = prec == GEMM_FP32   ? CUDNN_FMA_MATH
+                                 : prec == GEMM_TF32 ? CUDNN_DEFAULT_MATH
+                                                     : CUDNN_TENSOR_OP_MATH;
+    Plan *p = plan_for(**g, s, layout, dnn_type(t), math);
     if (choose(**g, p, pass, work_bytes) == kNone) return nullptr;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->algo_math[pass]));
     return p;
