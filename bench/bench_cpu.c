@@ -3,7 +3,13 @@
 // them and writes bench/results-cpu.md); a human-readable line per measurement goes to stderr.
 //
 //   bench_cpu [--steps N] [--warmup N] [--batch B] [--models resnet9,fmnist] [--what ceiling,train,conv]
+//             [--gemm fp32|bf16]
 //   bench_cpu --serve MODEL [--batch B]     (driven by bench/torch_cpu.py: one step per "step" line)
+//
+// --gemm bf16: conv's and linear's GEMMs in bf16 on oneDNN (kit/cpu_bf16.h, lesson 10's CPU path), where the CPU
+// has bf16 instructions (refused otherwise, with the reason; KIT_CPU_BF16=fp32 runs its numerics anywhere, not its
+// speed). The conv table then says how close the bf16 convolutions get to their GEMMs (bench/gemm_lowp_cpu.c
+// times the GEMMs alone on the same shapes): what im2col and the conversions around oneDNN cost on that CPU.
 //
 // Measured:
 //   train      images/s of one full training step (forward, loss, backward, SGD update) per model
@@ -18,6 +24,8 @@
 #include <string.h>
 
 #include "kit/check.h"
+#include "kit/cpu_bf16.h"
+#include "kit/device.h"
 #include "kit/log.h"
 #include "kit/model.h"
 #include "kit/ops.h"
@@ -29,6 +37,7 @@ typedef struct {
     char models[128];
     char what[64];  // which measurements: any of ceiling,train,conv,memory
     bool serve;     // --serve MODEL: steps on request (see serve())
+    bool bf16;      // --gemm bf16: the GEMMs on oneDNN's bf16 matmul
 } Options;
 
 static void parse(int argc, char **argv, Options *o) {
@@ -43,11 +52,22 @@ static void parse(int argc, char **argv, Options *o) {
         else if (strcmp(a, "--models") == 0 && v) snprintf(o->models, sizeof o->models, "%s", v), i++;
         else if (strcmp(a, "--what") == 0 && v) snprintf(o->what, sizeof o->what, "%s", v), i++;
         else if (strcmp(a, "--serve") == 0 && v) o->serve = true, snprintf(o->models, sizeof o->models, "%s", v), i++;
+        else if (strcmp(a, "--gemm") == 0 && v && (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0))
+            o->bf16 = strcmp(v, "bf16") == 0, i++;
         else die("usage: %s [--steps N] [--warmup N] [--batch B] [--models resnet9,fmnist] [--what ceiling,train,conv] "
-                "[--serve MODEL]", argv[0]);
+                "[--gemm fp32|bf16] [--serve MODEL]", argv[0]);
     }
     if (o->steps < 1 || o->warmup < 0 || o->batch < 2) die("--steps >= 1, --warmup >= 0, --batch >= 2");
+    if (o->bf16) {
+        const char *why = NULL;
+        if (!cpu_bf16_available(&why)) die("bench_cpu: --gemm bf16: no bf16 GEMMs on this CPU: %s", why);
+        device_set_gemm_precision(DEVICE_CPU, GEMM_BF16);
+        fprintf(stderr, "GEMMs: bf16 on oneDNN, %s (%s)\n", cpu_bf16_isa(), cpu_bf16_impl());
+    }
 }
+
+// The GEMM precision of the JSON records: "fp32" (OpenBLAS, or Winograd's transforms around it) or "bf16".
+static const char *gemm_name(void) { return device_gemm_precision(DEVICE_CPU) == GEMM_BF16 ? "bf16" : "fp32"; }
 
 static void fill(float *x, size_t n, uint64_t seed) {
     Rng r = rng_make(seed, 7);
@@ -95,9 +115,9 @@ static void bench_train(const char *name, const Options *o) {
     double gflops = 3.0 * 2.0 * model_forward_macs(m) * o->batch / dt * 1e-9;
     fprintf(stderr, "kit   %-8s batch %d: %8.1f images/s  %7.1f ms/step  %6.1f GFLOP/s\n", name, o->batch,
             o->batch / dt, dt * 1e3, gflops);
-    printf("{\"kind\": \"train\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
-           "\"images_per_s\": %.3f, \"ms_per_step\": %.3f, \"gflops\": %.3f}\n",
-           name, o->batch, omp_get_max_threads(), o->batch / dt, dt * 1e3, gflops);
+    printf("{\"kind\": \"train\", \"impl\": \"kit\", \"gemm\": \"%s\", \"model\": \"%s\", \"batch\": %d, "
+           "\"threads\": %d, \"images_per_s\": %.3f, \"ms_per_step\": %.3f, \"gflops\": %.3f}\n",
+           gemm_name(), name, o->batch, omp_get_max_threads(), o->batch / dt, dt * 1e3, gflops);
     fflush(stdout);
     model_free(m);
 }
@@ -235,17 +255,19 @@ static void bench_convs(const char *name, const Options *o) {
                 "%6.1f GFLOP/s  [fwd %.2f, wgrad %.2f, dgrad %.2f ms]\n", name, i, d.c, d.h, d.w, d.k, dt * 1e3, rounds,
                 mean * 1e3, best * 1e3, f / dt * 1e-9, pass_ms[0], pass_ms[1], pass_ms[2]);
         // Per layer too: a model's total hides a layer whose GEMM shape no BLAS runs well (1 input channel: K = 9).
-        printf("{\"kind\": \"conv_layer\", \"model\": \"%s\", \"layer\": %d, \"c\": %d, \"h\": %d, \"w\": %d, "
-               "\"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f, \"rounds\": %d, "
-               "\"ms_mean\": %.3f, \"ms_best\": %.3f, \"ms_fwd\": %.3f, \"ms_wgrad\": %.3f, \"ms_dgrad\": %.3f}\n",
-               name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9, rounds, mean * 1e3, best * 1e3,
-               pass_ms[0], pass_ms[1], pass_ms[2]);
+        printf("{\"kind\": \"conv_layer\", \"gemm\": \"%s\", \"model\": \"%s\", \"layer\": %d, \"c\": %d, "
+               "\"h\": %d, \"w\": %d, \"k\": %d, \"r\": %d, \"stride\": %d, \"ms\": %.3f, \"gflops\": %.3f, "
+               "\"rounds\": %d, \"ms_mean\": %.3f, \"ms_best\": %.3f, \"ms_fwd\": %.3f, \"ms_wgrad\": %.3f, "
+               "\"ms_dgrad\": %.3f}\n",
+               gemm_name(), name, i, d.c, d.h, d.w, d.k, d.r, d.stride, dt * 1e3, f / dt * 1e-9, rounds, mean * 1e3,
+               best * 1e3, pass_ms[0], pass_ms[1], pass_ms[2]);
         flops += f, seconds += dt, seconds_mean += mean, seconds_best += best;
         free(x), free(wt), free(y), free(dy), free(dx), free(dw), free(work);
     }
-    printf("{\"kind\": \"conv\", \"impl\": \"kit\", \"model\": \"%s\", \"batch\": %d, \"ms\": %.3f, "
+    printf("{\"kind\": \"conv\", \"impl\": \"kit\", \"gemm\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"ms\": %.3f, "
            "\"gflops\": %.3f, \"gflops_mean\": %.3f, \"gflops_best\": %.3f}\n",
-           name, o->batch, seconds * 1e3, flops / seconds * 1e-9, flops / seconds_mean * 1e-9, flops / seconds_best * 1e-9);
+           gemm_name(), name, o->batch, seconds * 1e3, flops / seconds * 1e-9, flops / seconds_mean * 1e-9,
+           flops / seconds_best * 1e-9);
     fflush(stdout);
     model_free(m);
 }

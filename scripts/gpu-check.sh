@@ -48,7 +48,8 @@
 #              then lesson 10's speed and memory on the CPU by precision against PyTorch's CPU autocast, with the
 #              bf16 path on and off (bench/precision_runs.py speed --device cpu -> LOGDIR/results-precision-speed-cpu.md),
 #              then oneDNN's bf16 GEMM against OpenBLAS's SGEMM on the kit's shapes (bench/gemm_lowp_cpu --quick ->
-#              LOGDIR/results-lowp-cpu.md); about three minutes on 16 cores
+#              LOGDIR/results-lowp-cpu.md), then ResNet-9's conv layers with float32 and with bf16 GEMMs
+#              (bench/bench_cpu --gemm -> LOGDIR/results-conv-bf16-cpu.txt); about four minutes on 16 cores
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -355,7 +356,12 @@ for s in "${steps[@]}"; do
       run cpu-bf16-speed 0 300 python3 bench/precision_runs.py speed --device cpu \
         --train "$train10" --out "$logdir/results-precision-speed-cpu.md"
       run cpu-bf16-gemm 0 120 sh -c 'make build/bench/gemm_lowp_cpu && build/bench/gemm_lowp_cpu --quick > "$0" && cat "$0"' \
-        "$logdir/results-lowp-cpu.md" ;;
+        "$logdir/results-lowp-cpu.md"
+      # ResNet-9's conv layers and step at batch 64 with float32 GEMMs, then bf16 ones: each layer's time beside the
+      # GEMM rates above says what im2col and the conversions cost around oneDNN's bf16 matmul.
+      run cpu-bf16-conv 0 120 sh -c 'make build/bench/bench_cpu && for g in fp32 bf16; do build/bench/bench_cpu \
+        --what train,conv --models resnet9 --batch 64 --steps 3 --gemm $g; done > "$0" 2>&1; cat "$0"' \
+        "$logdir/results-conv-bf16-cpu.txt" ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
