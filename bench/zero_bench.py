@@ -96,7 +96,7 @@ def section_memory(a, R, probe, csv_rows):
          "MiB per rank, the largest rank, at the PEAK of one step (mem_stats after mem_stats_reset_peak just "
          "before it). `kit` is measured, `arith` bench/zero_memory.py's prediction; `k/a` their ratio for the "
          "whole peak. Worlds above the " + str(os.cpu_count()) + " cores are OVERSUBSCRIBED (memory does not "
-         "care). `other` is what the kit tags MEM_OTHER (on a GPU: the loader's staged batches, conv's work buffer): nothing of "
+         "care). `other` is what the kit tags MEM_OTHER (the loader's staged batches on a GPU): nothing of "
          "zero.c's, whose update takes the weight decay from the views' ranges, with no per-float mask.", ""]
     for model, batch in a.models:
         width = zm.DEFAULT_WIDTH[model]

@@ -1,7 +1,7 @@
 // kit/mem.h: the count of the kit's memory, by what it holds (params, grads, optimizer, activations, comm, other).
 //
 // Every allocation the kit makes for tensors and their work space is counted here: device_alloc_as (kit/device.h)
-// for the model's buffers, and the work buffers that live below it (the GPU's conv scratch, the CPU's bf16
+// for the model's buffers, and the work buffers that live below it (the GPU's 16-bit GEMM inputs, the CPU's bf16
 // scratch), which call mem_count themselves. One count for the process, all devices together: lessons 09-11
 // print it by part, lesson 10's peak_mib is its peak. It lives below device.h so that every module of the kit's
 // lower layers can count what it allocates (kit/README.md, "Layers").
@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 // The bytes counted are the bytes asked for, not the allocator's rounding. MEM_OTHER: what is not one of the
-// named parts (the loader's batches on a GPU, conv's work buffers, a lesson's own scratch).
+// named parts (the loader's batches on a GPU, the 16-bit copies the GEMMs read, a lesson's own scratch).
 typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_OTHER, MEM_PARTS } MemPart;
 typedef struct {
     size_t live[MEM_PARTS], peak[MEM_PARTS];  // peak[p]: the most part p held at once

@@ -257,7 +257,7 @@ static void test_released_refused(void **state) {
 }
 
 // The CUDA half of test_cuda_counts, on a thread of its own: the thread's CUDA context (its stream, handles and
-// conv scratch, kit/cuda/cuda_context.cu) is made for it and freed when it exits, so that the caller can check
+// GEMM-input scratch, kit/cuda/cuda_context.cu) is made for it and freed when it exits, so that the caller can check
 // that every counted byte came back.
 static void *cuda_model_counts(void *arg) {
     (void)arg;
@@ -286,7 +286,7 @@ static void *cuda_model_counts(void *arg) {
     Compare cmp = compare_arrays(gl, cl, 20);
     if (cmp.error > 1e-4) fail_msg("CUDA logits differ from the CPU's: error %g, ratio %g", cmp.error, cmp.ratio);
     model_free(g), model_free(c);
-    // What the forward pass left is this thread's CUDA context only (its conv scratch, counted as other).
+    // What the forward pass left is this thread's CUDA context only (its scratch and flags, counted as other).
     MemStats s2 = mem_stats();
     for (int p = 0; p < MEM_PARTS; p++)
         if (p != MEM_OTHER) assert_int_equal(s2.live[p], s0.live[p]);
@@ -308,8 +308,8 @@ static void test_cuda_counts(void **state) {
     assert_int_equal(mem_stats().live_total, s0.live_total);  // the thread's context, scratch included, freed
 }
 
-// A thread's conv scratch on the GPU (cuda_device_scratch) is kit memory: counted as other while it lives, grown
-// by exactly what it grows, and given back when the thread exits.
+// A thread's GEMM-input scratch on the GPU (cuda_device_scratch: 16-bit copies of conv's and linear's inputs) is
+// kit memory: counted as other while it lives, grown by exactly what it grows, and given back when the thread exits.
 #ifdef KIT_CUDA
 static void *cuda_scratch_counts(void *arg) {
     size_t *grew = arg;

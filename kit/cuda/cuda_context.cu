@@ -8,8 +8,8 @@
 
 namespace {
 
-// The context's own buffers are kit memory too: counted (kit/mem.h) as `other`, so that a run's peak holds
-// conv's work buffer (im2col's columns, the 16-bit copies, cuDNN's workspace) as PyTorch's holds cuDNN's.
+// The context's own buffers are kit memory too: counted (kit/mem.h) as `other`, so that a run's peak holds the
+// 16-bit copies its GEMMs read (conv.cu's Scratch16, linear's inputs), as PyTorch's holds autocast's casts.
 void *counted_malloc(size_t bytes) {
     void *p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes));

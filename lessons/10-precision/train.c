@@ -376,8 +376,8 @@ static int train(ProcessGroup *pg, const TrainOptions *o) {
                "(%.0f of %.0f; master %s)\n", 100.0 * pr.stalled / (pr.stalled + pr.moved), pr.stalled,
                pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
     // peak_mib: the most this process's kit allocations held at once (kit/mem.h: the GPU's memory on CUDA, conv's
-    // work buffer included; cuBLAS's and cuDNN's own workspaces and the CUDA context are not in it), what a
-    // precision saves.
+    // work buffer and the GEMMs' 16-bit input copies included; cuBLAS's and cuDNN's own allocations and the CUDA
+    // context are not), what a precision saves.
     char extra[320];
     snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
              "underflow=%.3g peak_mib=%.1f", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format),
