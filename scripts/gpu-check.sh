@@ -50,6 +50,10 @@
 #              then oneDNN's bf16 GEMM against OpenBLAS's SGEMM on the kit's shapes (bench/gemm_lowp_cpu --quick ->
 #              LOGDIR/results-lowp-cpu.md), then ResNet-9's conv layers with float32 and with bf16 GEMMs
 #              (bench/bench_cpu --gemm -> LOGDIR/results-conv-bf16-cpu.txt); about four minutes on 16 cores
+#   cpufp32    needs no GPU: the host's Intel Xeon has AVX-512, where issue 34's item 7 says the kit's float32 lead
+#              over PyTorch shrinks: training against PyTorch (bench/torch_cpu.py, make bench-cpu's comparison with
+#              fewer step pairs -> LOGDIR/results-cpu-host.md), then lesson 03's DDP against PyTorch DDP, one round
+#              (bench/torch_ddp.py -> LOGDIR/results-ddp-host.md); about four minutes on 16 cores
 #
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh) when it is there: the GPU machines lack the kit's Debian
 # packages. Each step's output goes to LOGDIR/<step>.log (LOGDIR below) and a one-line verdict to
@@ -72,7 +76,7 @@ cd "$(dirname "$0")/.."
 export PYTHONDONTWRITEBYTECODE=1
 all_steps=(build fastpath cpu parity sanitize dist lessons tests fashion bench precision)
 steps=("$@")
-all_steps+=(profile trace cpubf16)  # profile_step, trace_step and the CPU's bf16 step below
+all_steps+=(profile trace cpubf16 cpufp32)  # profile_step, trace_step and the CPU's own steps below
 [ ${#steps[@]} -eq 0 ] && steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
   case " ${all_steps[*]} " in *" $s "*) ;; *)
@@ -279,7 +283,7 @@ for s in "${steps[@]}"; do
         run "fastpath-lesson10-$p" 1 90 scripts/launch.sh 1 "$train10" --device cuda --backend nccl --model resnet9 \
           --batch-size 512 --epochs 1 --precision "$p"
       done
-      run fastpath-speed 1 240 env LD_LIBRARY_PATH="$orig_ld" sh -c 'make build/bench/bench_gpu && python3 bench/torch_gpu.py --kit build/bench/bench_gpu --batch 512 --fast --out "$0/results-fastpath.md" && cat "$0/results-fastpath.md"' "$logdir"
+      run fastpath-speed 1 240 sh -c 'make build/bench/bench_gpu && LD_LIBRARY_PATH="$1" python3 bench/torch_gpu.py --kit build/bench/bench_gpu --batch 512 --fast --out "$0/results-fastpath.md" && cat "$0/results-fastpath.md"' "$logdir" "$orig_ld"
       [ -n "${OUT:-}" ] && [ -f "$logdir/results-fastpath.md" ] && cp "$logdir/results-fastpath.md" "$OUT/" ;;
     cpu)      run test-kit 0 240 make test-kit ;;
     parity)   run test-cuda 1 180 make test-cuda ;;
@@ -353,7 +357,7 @@ for s in "${steps[@]}"; do
     trace) trace_step ;;
     cpubf16)
       run cpu-bf16-test 0 60 sh -c 'make build/tests/test_cpu_bf16 && build/tests/test_cpu_bf16'
-      run cpu-bf16-speed 0 300 python3 bench/precision_runs.py speed --device cpu \
+      run cpu-bf16-speed 0 300 env LD_LIBRARY_PATH="$orig_ld" python3 bench/precision_runs.py speed --device cpu \
         --train "$train10" --out "$logdir/results-precision-speed-cpu.md"
       run cpu-bf16-gemm 0 120 sh -c 'make build/bench/gemm_lowp_cpu && build/bench/gemm_lowp_cpu --quick > "$0" && cat "$0"' \
         "$logdir/results-lowp-cpu.md"
@@ -362,6 +366,13 @@ for s in "${steps[@]}"; do
       run cpu-bf16-conv 0 120 sh -c 'make build/bench/bench_cpu && for g in fp32 bf16; do build/bench/bench_cpu \
         --what train,conv --models resnet9 --batch 64 --steps 3 --gemm $g; done > "$0" 2>&1; cat "$0"' \
         "$logdir/results-conv-bf16-cpu.txt" ;;
+    cpufp32)
+      # make with the bundle's environment, PyTorch with the one it had before ($1: see orig_ld above).
+      run cpu-fp32-train 0 180 sh -c 'make build/bench/bench_cpu && LD_LIBRARY_PATH="$1" python3 bench/torch_cpu.py \
+        --kit-bin build/bench/bench_cpu --pairs resnet9=4,fmnist=10 --out "$0" && cat "$0"' \
+        "$logdir/results-cpu-host.md" "$orig_ld"
+      run cpu-fp32-ddp 0 180 sh -c 'make build/bench/ddp_kit && LD_LIBRARY_PATH="$1" python3 bench/torch_ddp.py \
+        --kit-bin build/bench/ddp_kit --rounds 1 --out "$0" && cat "$0"' "$logdir/results-ddp-host.md" "$orig_ld" ;;
     precision)
       run gemm-lowp 1 90 sh -c 'make build/bench/gemm_lowp && build/bench/gemm_lowp > "$0/results-lowp-gpu.md" && cat "$0/results-lowp-gpu.md"' "$logdir"
       run autocast-cuda 1 150 env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_autocast.py --device cuda --rounds 1 \
