@@ -201,22 +201,20 @@ typedef struct {
     LowpFormat f;
     ConvLayout layout;
     const Conv2dDims *s;
-    void *x, *w, *y, *dy, *dx, *dw, *work;
-    size_t work_bytes;
+    void *x, *w, *y, *dy, *dx, *dw;
     int pass;
 } DnnPass;
 
 static bool dnn_pass_run(void *ctx) {
     const DnnPass *c = ctx;
-    if (c->pass == 0) return cudnn_conv_forward(c->f, c->layout, c->s, c->x, c->w, c->y, c->work, c->work_bytes);
-    if (c->pass == 1)
-        return cudnn_conv_backward_data(c->f, c->layout, c->s, c->w, c->dy, c->dx, c->work, c->work_bytes);
-    return cudnn_conv_backward_filter(c->f, c->layout, c->s, c->x, c->dy, c->dw, 0.0f, c->work, c->work_bytes);
+    if (c->pass == 0) return cudnn_conv_forward(c->f, c->layout, c->s, c->x, c->w, c->y);
+    if (c->pass == 1) return cudnn_conv_backward_data(c->f, c->layout, c->s, c->w, c->dy, c->dx);
+    return cudnn_conv_backward_filter(c->f, c->layout, c->s, c->x, c->dy, c->dw, 0.0f);
 }
 
 // Table 3 of a 16-bit profile: each conv layer's passes on cuDNN with the data NCHW (the kit's layout, which cuDNN
 // may transpose around its tensor-core kernels) and NHWC (channels_last, PyTorch's bf16 reference), the same
-// algorithm rules and work buffer as conv2d. The sum over the layers is the convolutions' share of one step in
+// algorithm rules and work budget as conv2d. The sum over the layers is the convolutions' share of one step in
 // each layout: what storing the 16-bit activations NHWC would save, before the NHWC versions of BN and pooling
 // it would also need (bench/GPU.md).
 static void layout_table(const Model *m, int batch, LowpFormat f, int reps, double step_ms) {
@@ -234,11 +232,9 @@ static void layout_table(const Model *m, int batch, LowpFormat f, int reps, doub
         if (l->kind != LAYER_CONV) continue;
         size_t nx, nw, ny;
         const Conv2dDims s = bench_conv_dims(m, i, batch, &nx, &nw, &ny);
-        const size_t work_bytes = conv2d_work_floats(DEVICE_CUDA, &s) * sizeof(float);
         DnnPass c = {.f = f, .s = &s, .x = gpu_random16(nx, 1, f), .w = gpu_random16(nw, 2, f),
                      .dy = gpu_random16(ny, 3, f), .y = device_alloc(DEVICE_CUDA, ny * 2),
-                     .dx = gpu_random16(nx, 4, f), .dw = device_alloc(DEVICE_CUDA, nw * 2),
-                     .work = device_alloc(DEVICE_CUDA, work_bytes), .work_bytes = work_bytes};
+                     .dx = gpu_random16(nx, 4, f), .dw = device_alloc(DEVICE_CUDA, nw * 2)};
         for (int pass = 0; pass < 3; pass++) {
             if (pass == 1 && l->in < 0) continue;  // the first layer's input needs no gradient
             double ms[2];
@@ -254,7 +250,7 @@ static void layout_table(const Model *m, int batch, LowpFormat f, int reps, doub
             if (ms[0] > 0 && ms[1] > 0) printf(" %.2f |\n", ms[0] / ms[1]);
             else printf(" |\n");
         }
-        void *bufs[] = {c.x, c.w, c.dy, c.y, c.dx, c.dw, c.work};
+        void *bufs[] = {c.x, c.w, c.dy, c.y, c.dx, c.dw};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) device_free(DEVICE_CUDA, bufs[j]);
     }
     printf("| **all convs, one step** | | | %.3f | %.3f | %.2f |\n", total[0], total[1],

@@ -831,7 +831,7 @@ static void forward_layer_act16(Model *m, int i, const float *x, int n, bool tra
     switch (l->kind) {
     case LAYER_CONV: {
         Conv2dDims cd = conv_dims(m, l, n);
-        conv2d_forward_act16_cuda(f, f_in, &cd, in, weight, bias, out, m->work);
+        conv2d_forward_act16_cuda(f, f_in, &cd, in, weight, bias, out);
         break;
     }
     case LAYER_BN: {
@@ -953,7 +953,7 @@ static void backward_layer_act16(Model *m, int i, const float *x, const float *d
     switch (l->kind) {
     case LAYER_CONV: {
         Conv2dDims cd = conv_dims(m, l, n);
-        conv2d_backward_act16_cuda(f, f_in, &cd, in, weight, dy, dx, dweight, dbias, m->work);
+        conv2d_backward_act16_cuda(f, f_in, &cd, in, weight, dy, dx, dweight, dbias);
         break;
     }
     case LAYER_BN: {

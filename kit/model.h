@@ -155,7 +155,7 @@ struct Model {
     size_t grad_floats_per_sample;
     float *saved;     // BN batch statistics kept for backward (mean, invstd per channel)
     size_t saved_floats;
-    float *work;      // scratch for conv / BN
+    float *work;      // scratch for conv (CPU) / BN; conv on CUDA takes its work from the CUDA context
     size_t work_floats;
     float *input;     // (max_batch, in_c, in_h, in_w): the batch copied to the device
     int *labels;      // (max_batch)

@@ -17,7 +17,7 @@ size_t conv2d_work_floats(Device d, const Conv2dDims *s) {
 
 void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work) {
 #ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) { conv2d_forward_cuda(s, x, w, b, y, work); return; }
+    if (d == DEVICE_CUDA) { conv2d_forward_cuda(s, x, w, b, y); return; }
 #endif
     CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     conv2d_forward_cpu(s, x, w, b, y, work);
@@ -25,7 +25,7 @@ void conv2d_forward(Device d, const Conv2dDims *s, const float *x, const float *
 
 void conv2d_backward(Device d, const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work) {
 #ifdef KIT_CUDA
-    if (d == DEVICE_CUDA) { conv2d_backward_cuda(s, x, w, dy, dx, dw, db, work); return; }
+    if (d == DEVICE_CUDA) { conv2d_backward_cuda(s, x, w, dy, dx, dw, db); return; }
 #endif
     CHECK(d == DEVICE_CPU, "this binary was built without CUDA: use --device cpu");
     conv2d_backward_cpu(s, x, w, dy, dx, dw, db, work);

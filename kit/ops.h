@@ -10,7 +10,9 @@
 //     lets an activation feed two layers (a residual connection): both add their share.
 //     A gradient pointer may be NULL when it is not needed (e.g. dx of the first layer).
 //   - `work` is scratch memory of at least the size the matching *_work_floats() function returns;
-//     ops never allocate.
+//     ops never allocate it. (conv2d on CUDA asks for none: its work, cuDNN's workspace or im2col's columns,
+//     depends on the engine that takes each pass, so the CUDA context holds it, kit/cuda/cuda_context.h; `work`
+//     may then be NULL.)
 #ifndef KIT_OPS_H
 #define KIT_OPS_H
 

@@ -46,8 +46,8 @@ size_t count_nonfinite_cpu(size_t n, const float *x);
 
 // ---- CUDA (kit/cuda/*.cu; compiled only when nvcc is found)
 size_t conv2d_work_floats_cuda(const Conv2dDims *s);
-void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y, float *work);
-void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db, float *work);
+void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b, float *y);
+void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db);
 size_t batchnorm_work_floats_cuda(const BatchNormDims *s);
 void batchnorm_forward_train_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
 void batchnorm_forward_eval_cuda(const BatchNormDims *s, const float *x, const float *gamma, const float *beta, const float *running_mean, const float *running_var, float *y);
@@ -79,8 +79,8 @@ size_t count_nonfinite_cuda(size_t n, const float *x);
 // stored in f too, each addition into it rounded once. Parameters, their gradients and statistics stay float32. conv's x may be float32
 // instead (fx = LOWP_FP32: the model's input); linear's y and dy are the float32 logits and their gradient. conv
 // and linear need the GEMMs in the same format (device_set_gemm_precision), which read 16-bit operands as they are.
-void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *b, void *y, float *work);
-void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const void *dy, void *dx, float *dw, float *db, float *work);
+void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const float *b, void *y);
+void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x, const float *w, const void *dy, void *dx, float *dw, float *db);
 void batchnorm_forward_train_act16_cuda(LowpFormat f, bool relu, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *running_mean, float *running_var, const BatchNormSync *sync, float *work);
 void batchnorm_forward_eval_act16_cuda(LowpFormat f, const BatchNormDims *s, const void *x, const float *gamma, const float *beta, const float *running_mean, const float *running_var, void *y);
 // relu_y: the fused ReLU's output (NULL: plain BN).

@@ -11,7 +11,7 @@
 # emulated GPU, the activations and their gradients copied across the cut between the two, at the end; lesson
 # 09's ZeRO stage 3 with recomputation on 1 and 2 ranks, and lesson 10's fp16 + bf16 all-reduce + accumulation on
 # 2 ranks, for 15 steps: see their own paragraphs below; lesson 10's bf16 through the CPU's oneDNN GEMMs against
-# its emulation; lesson 11's tensor parallelism on 2 ranks).
+# its emulation; lesson 10's peak memory with bf16 storage against fp32; lesson 11's tensor parallelism on 2 ranks).
 # Each run trains the tiny net for one epoch on the synthetic set with --device cuda-emu and with --device cpu,
 # and the two `final:` lines must agree. The two paths sum in different orders (cuBLAS's column-major GEMM on
 # OpenBLAS, the kernels' reductions), so they are not bit-identical: the one-step error is ~1e-6 and the
@@ -217,6 +217,21 @@ if [ -x "$cpu/solutions/10-precision/train" ] && [ -x "$emu/solutions/10-precisi
   else
     echo "FAIL lesson 10's conv engine line, or the refusal of KIT_CUDNN=yes (exit $bad10_rc):"
     grep '^conv engine' <<<"$head10"; tail -n 3 <<<"$bad10"
+    status=1
+  fi
+  # What 16-bit storage buys on a GPU: the final line's peak_mib (kit/mem.h's count from the first step on) with bf16
+  # against fp32, ResNet-9 at width 8, batch 64, one step. Its activations and their gradients are ~95 % of fp32's
+  # peak here (the parameters, gradients and momentum of its 26 k weights are under 0.5 MiB; conv's work is one
+  # cuDNN workspace), so bf16's 2-byte arena puts its peak near 0.55 of fp32's, and the bound is 2/3. A peak that
+  # counts the float32 arena the model is first built with (before 2026-11-29), or a path that stores float32,
+  # is ~1.0.
+  m10=(--model resnet9 --width 8 --batch-size 64 --stop-at 1)
+  p32=$(field peak_mib "$("$emu/solutions/10-precision/train" --device cuda-emu "${m10[@]}" --precision fp32 2>&1 | grep '^final:')")
+  p16=$(field peak_mib "$("$emu/solutions/10-precision/train" --device cuda-emu "${m10[@]}" --precision bf16 2>&1 | grep '^final:')")
+  if [ -n "$p32" ] && [ -n "$p16" ] && awk -v a="$p16" -v b="$p32" 'BEGIN { exit !(a < b * 2 / 3) }'; then
+    echo "ok   lesson 10's peak memory on an emulated GPU: bf16 $p16 MiB against fp32 $p32 MiB (under 2/3)"
+  else
+    echo "FAIL lesson 10's peak memory on an emulated GPU: bf16 '${p16}' MiB against fp32 '${p32}' MiB (want under 2/3)"
     status=1
   fi
 fi

@@ -4,7 +4,8 @@
 // column-major (N x M) one, so every GEMM below is written for the transposed problem. Each call
 // says, in row-major terms, which product it computes.
 //
-// Layout of a chunk of `nc` images in `work` (L = nc * P * Q columns):
+// Layout of a chunk of `nc` images in im2col's work (im2col_work: the CUDA context's conv work; L = nc * P * Q
+// columns):
 //   cols (C*R*R, L)   im2col of the chunk: column n*PQ + pq holds the receptive field of output pq of
 //                     image n. The backward pass reuses it for dcols.
 //   tmp  (K, L)       the GEMM output before (forward), or dy (backward), in [k][n][pq] order.
@@ -80,8 +81,7 @@ struct ConvPlan {
     KitDiv div_pq, div_q, div_w, div_c, div_stride;
 };
 
-// The plan depends only on the dims and the budget, and the chunk never grows when n shrinks, so a
-// work buffer sized for max_batch serves every smaller batch.
+// The plan depends only on the dims and the budget; its chunk is at most s->n images.
 ConvPlan conv_plan(const Conv2dDims *s) {
     CHECK(s->n >= 1 && s->c >= 1 && s->h >= 1 && s->w >= 1 && s->k >= 1 && s->r >= 1,
           "conv2d: every dimension must be positive");
@@ -119,7 +119,7 @@ ConvPlan conv_plan(const Conv2dDims *s) {
     return pl;
 }
 
-// The chunk of images [n0, n0 + nc) of one pass, and its halves of `work`: cols (CRR, L) then tmp (K, L),
+// The chunk of images [n0, n0 + nc) of one pass, and its halves of im2col's work: cols (CRR, L) then tmp (K, L),
 // with L = nc * PQ columns.
 struct ConvChunk {
     int nc, L;
@@ -262,9 +262,12 @@ __global__ void conv_bias_grad_kernel(int n_img, int k_out, int pq, KitDiv div_p
 
 }  // namespace
 
+// None: conv's work on CUDA is the context's (cuda_conv_work), sized by the pass that runs (cuda_context.h says why).
+// The shape is checked here all the same, as the CPU's work size checks it, so a model refuses a bad layer when it
+// is built.
 extern "C" size_t conv2d_work_floats_cuda(const Conv2dDims *s) {
-    ConvPlan pl = conv_plan(s);
-    return (size_t)pl.chunk * pl.pq * ((size_t)pl.crr + s->k);
+    (void)conv_plan(s);
+    return 0;
 }
 
 namespace {
@@ -317,9 +320,11 @@ const G *cudnn_x(const In *x, const Scratch16<G> &sc) {
     }
 }
 
-// The bytes of conv2d's work buffer for s (a buffer sized for a larger batch holds at least these): cuDNN's
-// workspace.
-size_t work_bytes(const Conv2dDims *s) { return conv2d_work_floats_cuda(s) * sizeof(float); }
+// im2col's work for a pass over s: one chunk's columns and GEMM output (ConvChunk), taken from the context's conv
+// work only when a pass runs here, so a run that cuDNN takes whole never holds it.
+float *im2col_work(const Conv2dDims *s, const ConvPlan &pl) {
+    return (float *)cuda_conv_work((size_t)pl.chunk * pl.pq * ((size_t)pl.crr + s->k) * sizeof(float));
+}
 
 // 16-bit activation storage (conv2d_forward_act16_cuda) stores activations in the format the GEMMs read.
 void act16_check(LowpFormat f) {
@@ -336,7 +341,7 @@ void act16_check(LowpFormat f) {
 // the weights go to this thread's device scratch.
 template <typename G, typename In, typename Out>
 void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
-                     const float *b, Out *y, float *work) {
+                     const float *b, Out *y) {
     using IO = InOut<In, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
     // cuDNN (conv_cudnn.h) when y and the GEMM inputs share one type, and x does too or is the float32 input batch
@@ -346,10 +351,11 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
     const Scratch16<G> sc(nw, on_cudnn && !std::is_same<In, G>::value ? (size_t)s->n * in_image : 0, false);
     const G *wt = gemm_input<G>(w, nw, sc.w);
     if (on_cudnn &&
-        cudnn_conv_forward(format_of<G>(), CONV_NCHW, s, cudnn_x<G>(x, sc), wt, y, work, work_bytes(s))) {
+        cudnn_conv_forward(format_of<G>(), CONV_NCHW, s, cudnn_x<G>(x, sc), wt, y)) {
         if (b) KIT_LAUNCH_2D(conv_bias_add_kernel, pl.pq, s->k, s->n, s->k, pl.pq, b, (float *)y);
         return;
     }
+    float *work = im2col_work(s, pl);
     for (int n0 = 0; n0 < s->n; n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
@@ -367,7 +373,7 @@ void conv_forward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, c
 // dx GEMM's output) all of cols, as in float32.
 template <typename G, typename In, typename T>
 void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, const In *x, const float *w,
-                      const T *dy, T *dx, float *dw, float *work) {
+                      const T *dy, T *dx, float *dw) {
     using IO = InOut<In, G>;
     using DyIO = InOut<T, G>;
     size_t in_image = (size_t)s->c * s->h * s->w, out_image = (size_t)s->k * pl.pq, nw = (size_t)s->k * pl.crr;
@@ -381,17 +387,18 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     const Scratch16<G> sc(nw, x_needed ? (size_t)s->n * in_image : 0, on_cudnn && dw);
     const G *wt = nullptr;
     if (dx) wt = gemm_input<G>(w, nw, sc.w);
-    if (dx && on_cudnn && cudnn_conv_backward_data(format_of<G>(), CONV_NCHW, s, wt, dy, dx, work, work_bytes(s)))
+    if (dx && on_cudnn && cudnn_conv_backward_data(format_of<G>(), CONV_NCHW, s, wt, dy, dx))
         dx = nullptr;
     if (dw && on_cudnn) {
         G *dw_g = sizeof(G) == 2 ? sc.dw : (G *)dw;
         if (cudnn_conv_backward_filter(format_of<G>(), CONV_NCHW, s, cudnn_x<G>(x, sc), dy, dw_g,
-                                       sizeof(G) == 2 ? 0.0f : 1.0f, work, work_bytes(s))) {
+                                       sizeof(G) == 2 ? 0.0f : 1.0f)) {
             using DwIO = InOut<G, float>;  // a launch macro sees no comma
             if (sizeof(G) == 2) KIT_LAUNCH(add_into_kernel<DwIO>, nw, nw, dw_g, dw);
             dw = nullptr;
         }
     }
+    float *work = dx || dw ? im2col_work(s, pl) : nullptr;
     for (int n0 = 0; n0 < s->n && (dx || dw); n0 += pl.chunk) {
         const ConvChunk c = conv_chunk(s, pl, n0, work);
         const int nc = c.nc, L = c.L;
@@ -411,11 +418,10 @@ void conv_backward_as(GemmPrecision p, const Conv2dDims *s, const ConvPlan &pl, 
     }
 }
 
-void conv_forward_check(const void *x, const float *w, const void *y, const float *work) {
+void conv_forward_check(const void *x, const float *w, const void *y) {
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
     KIT_CHECK_PTR(y);
-    KIT_CHECK_PTR(work);
 }
 
 // db += the bias gradient, from dy stored as T.
@@ -432,67 +438,66 @@ void conv_bias_grad(const Conv2dDims *s, const ConvPlan &pl, const T *dy, float 
 }
 
 // Whether the GEMMs have anything to do (checking what they read).
-bool conv_backward_needs_gemms(const void *x, const float *w, const void *dx, const float *dw, const float *work) {
+bool conv_backward_needs_gemms(const void *x, const float *w, const void *dx, const float *dw) {
     if (!dx && !dw) return false;
     KIT_CHECK_PTR(x);
     KIT_CHECK_PTR(w);
-    KIT_CHECK_PTR(work);
     return true;
 }
 
 }  // namespace
 
 extern "C" void conv2d_forward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *b,
-                                    float *y, float *work) {
-    conv_forward_check(x, w, y, work);
+                                    float *y) {
+    conv_forward_check(x, w, y);
     ConvPlan pl = conv_plan(s);
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     kit_with_type(gemm_format(p), [&](auto g) {
         using G = typename decltype(g)::type;
-        conv_forward_as<G, float, float>(p, s, pl, x, w, b, y, work);
+        conv_forward_as<G, float, float>(p, s, pl, x, w, b, y);
     });
 }
 
 extern "C" void conv2d_backward_cuda(const Conv2dDims *s, const float *x, const float *w, const float *dy,
-                                     float *dx, float *dw, float *db, float *work) {
+                                     float *dx, float *dw, float *db) {
     ConvPlan pl = conv_plan(s);
     conv_bias_grad(s, pl, dy, db);
-    if (!conv_backward_needs_gemms(x, w, dx, dw, work)) return;
+    if (!conv_backward_needs_gemms(x, w, dx, dw)) return;
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     kit_with_type(gemm_format(p), [&](auto g) {
         using G = typename decltype(g)::type;
-        conv_backward_as<G, float, float>(p, s, pl, x, w, dy, dx, dw, work);
+        conv_backward_as<G, float, float>(p, s, pl, x, w, dy, dx, dw);
     });
 }
 
 // 16-bit activations (kit/ops_impl.h): y in format f, x in f or float32 (fx: the model's input is float32).
 extern "C" void conv2d_forward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s, const void *x,
-                                          const float *w, const float *b, void *y, float *work) {
+                                          const float *w, const float *b, void *y) {
     act16_check(f);
-    conv_forward_check(x, w, y, work);
+    conv_forward_check(x, w, y);
     ConvPlan pl = conv_plan(s);
     GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
-        if (fx == LOWP_FP32) conv_forward_as<T, float, T>(p, s, pl, (const float *)x, w, b, (T *)y, work);
-        else conv_forward_as<T, T, T>(p, s, pl, (const T *)x, w, b, (T *)y, work);
+        if (fx == LOWP_FP32) conv_forward_as<T, float, T>(p, s, pl, (const float *)x, w, b, (T *)y);
+        else conv_forward_as<T, T, T>(p, s, pl, (const T *)x, w, b, (T *)y);
     });
 }
 
 extern "C" void conv2d_backward_act16_cuda(LowpFormat f, LowpFormat fx, const Conv2dDims *s,
                                            const void *x, const float *w, const void *dy, void *dx, float *dw,
-                                           float *db, float *work) {
+                                           float *db) {
     act16_check(f);
     ConvPlan pl = conv_plan(s);
     kit_with_type(f, [&](auto t) {
         using T = typename decltype(t)::type;
         conv_bias_grad(s, pl, (const T *)dy, db);
-        if (!conv_backward_needs_gemms(x, w, dx, dw, work)) return;
+        if (!conv_backward_needs_gemms(x, w, dx, dw)) return;
         GemmPrecision p = device_gemm_precision(DEVICE_CUDA);
         if (fx == LOWP_FP32)
-            conv_backward_as<T, float, T>(p, s, pl, (const float *)x, w, (const T *)dy, (T *)dx, dw, work);
+            conv_backward_as<T, float, T>(p, s, pl, (const float *)x, w, (const T *)dy, (T *)dx, dw);
         else
-            conv_backward_as<T, T, T>(p, s, pl, (const T *)x, w, (const T *)dy, (T *)dx, dw, work);
+            conv_backward_as<T, T, T>(p, s, pl, (const T *)x, w, (const T *)dy, (T *)dx, dw);
     });
 }
 

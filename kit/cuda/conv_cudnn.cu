@@ -18,8 +18,9 @@
 //     as TF32 (PyTorch's allow_tf32, its default for convolutions); bf16 and fp16 are CUDNN_TENSOR_OP_MATH. 16-bit
 //     data is cuDNN's "pseudo" configuration: 16-bit inputs and outputs, float32 sums, as cuBLAS's GEMMs have it.
 //   - The algorithm for each (shape, type, math) is cuDNN's heuristic choice (cudnnGet*Algorithm_v7: the first in
-//     its ranking that passes the rules above and whose workspace fits the work buffer), asked once per thread
-//     and GPU. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice can differ from run to run,
+//     its ranking that passes the rules above and whose workspace fits conv's work budget, cuda_conv_work_budget),
+//     asked once per thread and GPU. The workspace is the CUDA context's conv work (cuda_conv_work), grown to the
+//     chosen algorithm's bytes on first use. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice can differ from run to run,
 //     and a resumed run would then sum in another order than the run it resumes (lesson 04's bit-for-bit check).
 // The legacy convolution API used here (cudnn_cnn.h) is marked deprecated in cuDNN 9 in favour of the graph API,
 // and is still shipped and supported through 9.x; it keeps this file a page long.
@@ -182,10 +183,10 @@ Plan *plan_for(GpuDnn &g, const Conv2dDims *s, ConvLayout layout, cudnnDataType_
 
 // The rules at the top, in the heuristics' order: a GEMM-family, deterministic algorithm cuDNN has a kernel for,
 // float32 arithmetic when that was asked for, and a workspace (asked with the algorithm's math type set) that
-// fits the work buffer. `workspace` asks cuDNN for one algorithm's bytes.
+// fits conv's work budget. `workspace` asks cuDNN for one algorithm's bytes.
 template <typename Perf, typename Ws>
-int pick(const Perf *perf, int n, const int *allowed, int n_allowed, Plan *p, Pass pass, size_t work_bytes,
-         Ws workspace) {
+int pick(const Perf *perf, int n, const int *allowed, int n_allowed, Plan *p, Pass pass, Ws workspace) {
+    const size_t most = cuda_conv_work_budget() * sizeof(float);
     for (int i = 0; i < n; i++) {  // best first
         const Perf &r = perf[i];
         bool family = false;
@@ -194,7 +195,7 @@ int pick(const Perf *perf, int n, const int *allowed, int n_allowed, Plan *p, Pa
         if (p->math == CUDNN_FMA_MATH && r.mathType != CUDNN_FMA_MATH) continue;
         size_t bytes = 0;
         CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, r.mathType));
-        if (workspace(r.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > work_bytes) continue;
+        if (workspace(r.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > most) continue;
         p->algo_math[pass] = r.mathType;
         p->workspace[pass] = bytes;
         return (int)r.algo;
@@ -203,7 +204,7 @@ int pick(const Perf *perf, int n, const int *allowed, int n_allowed, Plan *p, Pa
 }
 
 // The plan's algorithm for pass `pass`, chosen on first use; kNone when there is none (said once).
-int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
+int choose(GpuDnn &g, Plan *p, Pass pass) {
     if (p->algo[pass] != kUnknown) return p->algo[pass];
     int n = 0, algo = kNone;
     if (pass == FORWARD) {
@@ -212,7 +213,7 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
                                CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
-        algo = pick(perf, n, allowed, 3, p, pass, work_bytes, [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
+        algo = pick(perf, n, allowed, 3, p, pass, [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(g.handle, p->x, p->w, p->conv, p->y, a, bytes);
         });
     } else if (pass == BACKWARD_DATA) {
@@ -220,7 +221,7 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(g.handle, p->w, p->y, p->conv, p->x,
                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
-        algo = pick(perf, n, allowed, 1, p, pass, work_bytes, [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
+        algo = pick(perf, n, allowed, 1, p, pass, [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(g.handle, p->w, p->y, p->conv, p->x, a, bytes);
         });
     } else {
@@ -228,7 +229,7 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g.handle, p->x, p->y, p->conv, p->w,
                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         const int allowed[] = {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1};
-        algo = pick(perf, n, allowed, 1, p, pass, work_bytes, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
+        algo = pick(perf, n, allowed, 1, p, pass, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(g.handle, p->x, p->y, p->conv, p->w, a, bytes);
         });
     }
@@ -238,7 +239,7 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
                  (int)pass, p->s.n, p->s.c, p->s.h, p->s.w, p->s.k, p->s.r, p->s.stride, p->s.pad,
                  p->layout == CONV_NHWC ? "NHWC" : "NCHW");
         static std::atomic<bool> said{false};
-        say_once(said, "conv2d: cuDNN has no deterministic GEMM-family algorithm within the work buffer for %s: "
+        say_once(said, "conv2d: cuDNN has no deterministic GEMM-family algorithm within conv's work budget for %s: "
                  "it runs on im2col + cuBLAS", shape);
     }
     p->algo[pass] = algo;
@@ -246,7 +247,7 @@ int choose(GpuDnn &g, Plan *p, Pass pass, size_t work_bytes) {
 }
 
 // The handle and plan for a pass in storage t, or nullptr when cuDNN does not take it.
-Plan *ready(LowpFormat t, ConvLayout layout, const Conv2dDims *s, Pass pass, size_t work_bytes, GpuDnn **g) {
+Plan *ready(LowpFormat t, ConvLayout layout, const Conv2dDims *s, Pass pass, GpuDnn **g) {
     if (!cudnn_wanted()) return nullptr;
     // cuDNN indexes a tensor with 32-bit integers: a larger one (a batch of 2^31 values or more) stays on im2col,
     // which cuts the batch into chunks.
@@ -263,7 +264,7 @@ Plan *ready(LowpFormat t, ConvLayout layout, const Conv2dDims *s, Pass pass, siz
                                  : prec == GEMM_TF32 ? CUDNN_DEFAULT_MATH
                                                      : CUDNN_TENSOR_OP_MATH;
     Plan *p = plan_for(**g, s, layout, dnn_type(t), math);
-    if (choose(**g, p, pass, work_bytes) == kNone) return nullptr;
+    if (choose(**g, p, pass) == kNone) return nullptr;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->algo_math[pass]));
     return p;
 }
@@ -284,40 +285,42 @@ bool ran(cudnnStatus_t st, Plan *p, Pass pass, const char *what) {
     return true;
 }
 
+// The chosen algorithm's workspace for pass `pass`: the context's conv work, grown to its bytes (none for none).
+void *workspace(const Plan *p, Pass pass) { return p->workspace[pass] ? cuda_conv_work(p->workspace[pass]) : nullptr; }
+
 }  // namespace
 
-bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *w, void *y,
-                        void *work, size_t work_bytes) {
+bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *w, void *y) {
     GpuDnn *g;
-    Plan *p = ready(t, layout, s, FORWARD, work_bytes, &g);
+    Plan *p = ready(t, layout, s, FORWARD, &g);
     if (!p) return false;
     const float one = 1.0f, zero = 0.0f;
     return ran(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
-                                       (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], work, p->workspace[FORWARD], &zero,
+                                       (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], workspace(p, FORWARD), p->workspace[FORWARD], &zero,
                                        p->y, y),
                p, FORWARD, "forward");
 }
 
 bool cudnn_conv_backward_data(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *w, const void *dy,
-                              void *dx, void *work, size_t work_bytes) {
+                              void *dx) {
     GpuDnn *g;
-    Plan *p = ready(t, layout, s, BACKWARD_DATA, work_bytes, &g);
+    Plan *p = ready(t, layout, s, BACKWARD_DATA, &g);
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], work,
+                                            (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], workspace(p, BACKWARD_DATA),
                                             p->workspace[BACKWARD_DATA], &one, p->x, dx),
                p, BACKWARD_DATA, "backward data");
 }
 
 bool cudnn_conv_backward_filter(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *dy,
-                                void *dw, float beta, void *work, size_t work_bytes) {
+                                void *dw, float beta) {
     GpuDnn *g;
-    Plan *p = ready(t, layout, s, BACKWARD_FILTER, work_bytes, &g);
+    Plan *p = ready(t, layout, s, BACKWARD_FILTER, &g);
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
-                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], work,
+                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], workspace(p, BACKWARD_FILTER),
                                               p->workspace[BACKWARD_FILTER], &beta, p->w, dw),
                p, BACKWARD_FILTER, "backward filter");
 }
@@ -340,16 +343,14 @@ extern "C" const char *cuda_conv_engine(void) {
 
 #else  // no cuDNN in this build: every pass is conv.cu's
 
-bool cudnn_conv_forward(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, void *,
-                        size_t) {
+bool cudnn_conv_forward(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *) {
     return false;
 }
-bool cudnn_conv_backward_data(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, void *,
-                              size_t) {
+bool cudnn_conv_backward_data(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *) {
     return false;
 }
-bool cudnn_conv_backward_filter(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *, float,
-                                void *, size_t) {
+bool cudnn_conv_backward_filter(LowpFormat, ConvLayout, const Conv2dDims *, const void *, const void *, void *,
+                                float) {
     return false;
 }
 extern "C" const char *cuda_conv_engine(void) {

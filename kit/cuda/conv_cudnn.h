@@ -2,10 +2,10 @@
 //
 // Each function runs its pass on cuDNN and returns true, or returns false having queued nothing: cuDNN is off
 // (cuda_conv_use_cudnn, KIT_CUDNN=0), not in this build, did not start on this GPU, or has no deterministic
-// GEMM-family algorithm for the shape within the workspace. conv.cu then runs the pass with im2col + cuBLAS, so
+// GEMM-family algorithm for the shape within conv's work budget. conv.cu then runs the pass with im2col + cuBLAS, so
 // the two engines give one conv2d, pass by pass. Buffers in the layout given (ConvLayout) and in storage format t
-// (float32, bf16 or fp16; w already in t), on the compute stream. `work` (work_bytes) is conv2d's work buffer, which
-// cuDNN takes as its workspace.
+// (float32, bf16 or fp16; w already in t), on the compute stream. cuDNN's workspace is the CUDA context's conv work
+// (cuda_conv_work, kit/cuda/cuda_context.h), grown to what the chosen algorithm asks for.
 #ifndef KIT_CUDA_CONV_CUDNN_H
 #define KIT_CUDA_CONV_CUDNN_H
 
@@ -27,15 +27,14 @@ typedef enum { CONV_NCHW, CONV_NHWC } ConvLayout;
 // only then.
 bool cudnn_conv_wanted(void);
 // y = conv(x, w): y overwritten (no bias: conv.cu adds it).
-bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *w, void *y,
-                        void *work, size_t work_bytes);
+bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *w, void *y);
 // dx += the gradient of x, rounded once to t where t is 16-bit (the sum in float32).
 bool cudnn_conv_backward_data(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *w, const void *dy,
-                              void *dx, void *work, size_t work_bytes);
+                              void *dx);
 // dw = the gradient of w + beta * dw, stored in t like x and dy (cuDNN writes the filter gradient in the data's
 // type): conv.cu passes float32's dw with beta 1, or a 16-bit scratch with beta 0 that it adds into the float32 dw.
 bool cudnn_conv_backward_filter(LowpFormat t, ConvLayout layout, const Conv2dDims *s, const void *x, const void *dy,
-                                void *dw, float beta, void *work, size_t work_bytes);
+                                void *dw, float beta);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,8 @@
 namespace {
 
 // The context's own buffers are kit memory too: counted (kit/mem.h) as `other`, so that a run's peak holds the
-// 16-bit copies its GEMMs read (conv.cu's Scratch16, linear's inputs), as PyTorch's holds autocast's casts.
+// 16-bit copies its GEMMs read (conv.cu's Scratch16, linear's inputs), as PyTorch's holds autocast's casts, and
+// conv's work (cuDNN's workspace, im2col's columns), as PyTorch's holds cuDNN's workspace.
 void *counted_malloc(size_t bytes) {
     void *p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes));
@@ -25,6 +26,21 @@ void counted_free(void *p, bool check) {
     else cudaFree(p);
 }
 
+// A GPU buffer grown on demand and kept: see cuda_device_scratch.
+struct DeviceBuf {
+    void *p = nullptr;
+    size_t bytes = 0;
+    void *at_least(size_t want) {
+        if (want > bytes) {
+            counted_free(p, true);  // cudaFree waits for the GPU: no queued kernel still reads the old buffer
+            p = nullptr, bytes = 0;
+            p = counted_malloc(want);
+            bytes = want;
+        }
+        return p;
+    }
+};
+
 // Everything one host thread needs on one GPU.
 struct GpuState {
     bool ready = false;
@@ -32,8 +48,8 @@ struct GpuState {
     cublasHandle_t blas = nullptr;
     int *flags = nullptr;            // (2) cuda_device_flags(), allocated on first use
     unsigned long long *counters = nullptr;  // (4) cuda_device_counters(), allocated on first use
-    void *scratch = nullptr;         // cuda_device_scratch(), grown on demand
-    size_t scratch_bytes = 0;
+    DeviceBuf scratch;               // cuda_device_scratch()
+    DeviceBuf conv_work;             // cuda_conv_work()
 };
 
 // Enough for any single node; cudaGetDevice beyond it is reported, not indexed out of bounds.
@@ -53,7 +69,8 @@ struct ThreadState {
             if (!g.ready) continue;
             counted_free(g.flags, false);
             counted_free(g.counters, false);
-            counted_free(g.scratch, false);
+            counted_free(g.scratch.p, false);
+            counted_free(g.conv_work.p, false);
             cublasDestroy(g.blas);
             cudaStreamDestroy(g.compute);
         }
@@ -90,15 +107,9 @@ cudaStream_t cuda_stream(void) { return gpu_state().compute; }
 
 cublasHandle_t cuda_cublas(void) { return gpu_state().blas; }
 
-void *cuda_device_scratch(size_t bytes) {
-    GpuState &g = gpu_state();
-    if (bytes > g.scratch_bytes) {
-        counted_free(g.scratch, true);
-        g.scratch = counted_malloc(bytes);
-        g.scratch_bytes = bytes;
-    }
-    return g.scratch;
-}
+void *cuda_device_scratch(size_t bytes) { return gpu_state().scratch.at_least(bytes); }
+
+void *cuda_conv_work(size_t bytes) { return gpu_state().conv_work.at_least(bytes); }
 
 double *cuda_host_scratch(size_t count) {
     if (count > tls.scratch_count) {

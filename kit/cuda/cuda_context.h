@@ -33,7 +33,7 @@ cudaStream_t cuda_stream(void);
 cublasHandle_t cuda_cublas(void);
 
 // GPU scratch of at least `bytes` for this thread on its current GPU: where conv and linear put their 16-bit
-// GEMM inputs that the work buffer does not hold (the weights; linear's inputs). It grows when asked for more
+// GEMM inputs that conv's work does not hold (the weights; linear's inputs). It grows when asked for more
 // (cudaFree waits for the GPU, so no queued kernel still reads the old one) and is kept until the thread exits.
 // Ops use it one after another on the compute stream, so one op's contents are dead when the next op starts.
 void *cuda_device_scratch(size_t bytes);
@@ -51,10 +51,17 @@ int *cuda_device_flags(void);
 // statistics, count_nonfinite): per thread for the reason the flags above are.
 unsigned long long *cuda_device_counters(void);
 
-// conv2d on CUDA lowers a chunk of images at a time; the chunk is the largest that keeps the scratch
-// (conv2d_work_floats) under this many floats (default 2^26 = 256 MiB; at least one image always).
-// Tests lower it to exercise the multi-chunk path on small shapes. 0 restores the default. Set it
-// before asking for work sizes: a model's work buffer is sized with the value current at creation.
+// conv2d's work on CUDA, for this thread on its current GPU, grown on demand as cuda_device_scratch is (and apart
+// from it: a pass holds both): cuDNN's workspace for the algorithm it runs, or, on im2col + cuBLAS, a chunk's
+// columns and GEMM output. It lives here rather than in the caller's work buffer (conv2d_work_floats is 0 on CUDA)
+// because only the pass knows which engine takes it: a buffer sized for im2col's columns (256 MiB for ResNet-9's
+// layer 1 at batch 93 or more) would sit idle while cuDNN used a few MiB of it. Counted as `other` (kit/mem.h).
+void *cuda_conv_work(size_t bytes);
+
+// The most conv2d's work may hold, in floats (default 2^26 = 256 MiB): im2col lowers the largest chunk of images
+// whose columns fit (at least one image always), and cuDNN runs the best algorithm whose workspace fits. The same
+// for every batch size, so the algorithm a shape gets does not depend on the batch it first came with. Tests
+// lower it to exercise the multi-chunk path on small shapes. 0 restores the default.
 void cuda_conv_set_work_budget(size_t floats);
 size_t cuda_conv_work_budget(void);
 

@@ -143,6 +143,10 @@ static Metrics step(void *ctx, DdpRun *r, const Batch *b) {
     Device d = mx->model->device;
     long long skipped = mx->scaler.skipped;
     float scale = mx->scaler.scale;
+    // The peaks from here on: the training's, not the set-up's (lessons 09 and 11 do the same). On a GPU with 16-bit
+    // storage the model was first built with float32 activations, then re-allocated in 2 bytes (make_model): that
+    // brief float32 arena is not what a step holds, and PyTorch's peak, which bench/ compares with, starts here too.
+    if (mx->steps == 0) mem_stats_reset_peak();
     if (pr->count_stalled) device_copy_from(d, pr->before, mx->master, n * sizeof(float));
     Metrics m = mixed_step(mx, b, &r->opt, r->o->label_smoothing);
     if (mx->scaler.skipped != skipped) trace_instant(TRACE_STEP, "skipped step %lld (inf or NaN)", r->run.step);
@@ -375,9 +379,9 @@ static int train(ProcessGroup *pg, const TrainOptions *o) {
         printf("precision: %.4f%% of the master weights' updates with a nonzero gradient left the weight unchanged "
                "(%.0f of %.0f; master %s)\n", 100.0 * pr.stalled / (pr.stalled + pr.moved), pr.stalled,
                pr.stalled + pr.moved, lowp_name(pr.mx->master_format));
-    // peak_mib: the most this process's kit allocations held at once (kit/mem.h: the GPU's memory on CUDA, conv's
-    // work buffer and the GEMMs' 16-bit input copies included; cuBLAS's and cuDNN's own allocations and the CUDA
-    // context are not), what a precision saves.
+    // peak_mib: the most this process's kit allocations held at once from the first step on (kit/mem.h: the GPU's
+    // memory on CUDA, conv's work and the GEMMs' 16-bit input copies included; cuBLAS's and cuDNN's own allocations
+    // and the CUDA context are not), what a precision saves.
     char extra[320];
     snprintf(extra, sizeof extra, "precision=%s master=%s allreduce=%s accumulate=%d loss_scale=%g skipped=%lld "
              "underflow=%.3g peak_mib=%.1f", lowp_name(pr.mx->format), lowp_name(pr.mx->master_format),
