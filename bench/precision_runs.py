@@ -465,10 +465,10 @@ def speed_table(a, dev, gpu, batch, steps, warmup, kit, pt, hw_bf16):
          f"batch and optimizer under autocast (fp16 with `torch.amp.GradScaler`), {warmup} warm-up step(s), "
          f"{steps} timed. Peak memory: each process's peak resident memory (wait4's ru_maxrss), taken the same "
          f"way for both; PyTorch's includes its libraries (in brackets: its peak after `import torch` and the model)."
-         + (" On a GPU the memory columns are the device's instead: the kit's own allocations at their peak (the "
-            "`peak_mib` of its final line) against `torch.cuda.max_memory_allocated`. Both hold the convolutions' "
-            "work space (the kit's conv work buffer, PyTorch's cuDNN workspace from its caching allocator); neither "
-            "holds the CUDA context." if dev == "cuda" else "")
+         + (" On a GPU the memory columns are the device's instead: the kit's own allocations at their peak from "
+            "its first step on (the `peak_mib` of its final line) against `torch.cuda.max_memory_allocated` after "
+            "its warm-up. Both hold the convolutions' work space (the kit's conv work, PyTorch's cuDNN workspace "
+            "from its caching allocator); neither holds the CUDA context." if dev == "cuda" else "")
          + (f" {a.rounds} round(s), kit and PyTorch alternating row by row; medians." if a.rounds > 1 else
             " One round, kit and PyTorch alternating row by row."), "",
          f"| precision | kit images/s | kit vs its fp32 | PyTorch images/s | PyTorch vs its fp32 | kit / PyTorch | "
