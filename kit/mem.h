@@ -15,7 +15,8 @@ extern "C" {
 #endif
 
 // The bytes counted are the bytes asked for, not the allocator's rounding. MEM_OTHER: what is not one of the
-// named parts (the loader's batches on a GPU, the 16-bit copies the GEMMs read, a lesson's own scratch).
+// named parts (the loader's batches on a GPU, conv's work and the 16-bit copies the GEMMs read there, a lesson's own
+// scratch).
 typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_OTHER, MEM_PARTS } MemPart;
 typedef struct {
     size_t live[MEM_PARTS], peak[MEM_PARTS];  // peak[p]: the most part p held at once

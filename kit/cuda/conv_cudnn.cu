@@ -20,8 +20,9 @@
 //   - The algorithm for each (shape, type, math) is cuDNN's heuristic choice (cudnnGet*Algorithm_v7: the first in
 //     its ranking that passes the rules above and whose workspace fits conv's work budget, cuda_conv_work_budget),
 //     asked once per thread and GPU. The workspace is the CUDA context's conv work (cuda_conv_work), grown to the
-//     chosen algorithm's bytes on first use. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice can differ from run to run,
-//     and a resumed run would then sum in another order than the run it resumes (lesson 04's bit-for-bit check).
+//     chosen algorithm's bytes on first use. Not measured (cudnnFind*, PyTorch's cudnn.benchmark): a timed choice
+//     can differ from run to run, and a resumed run would then sum in another order than the run it resumes
+//     (lesson 04's bit-for-bit check).
 // The legacy convolution API used here (cudnn_cnn.h) is marked deprecated in cuDNN 9 in favour of the graph API,
 // and is still shipped and supported through 9.x; it keeps this file a page long.
 #include "kit/check.h"
@@ -296,8 +297,8 @@ bool cudnn_conv_forward(LowpFormat t, ConvLayout layout, const Conv2dDims *s, co
     if (!p) return false;
     const float one = 1.0f, zero = 0.0f;
     return ran(cudnnConvolutionForward(g->handle, &one, p->x, x, p->w, w, p->conv,
-                                       (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], workspace(p, FORWARD), p->workspace[FORWARD], &zero,
-                                       p->y, y),
+                                       (cudnnConvolutionFwdAlgo_t)p->algo[FORWARD], workspace(p, FORWARD),
+                                       p->workspace[FORWARD], &zero, p->y, y),
                p, FORWARD, "forward");
 }
 
@@ -308,8 +309,8 @@ bool cudnn_conv_backward_data(LowpFormat t, ConvLayout layout, const Conv2dDims 
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardData(g->handle, &one, p->w, w, p->y, dy, p->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA], workspace(p, BACKWARD_DATA),
-                                            p->workspace[BACKWARD_DATA], &one, p->x, dx),
+                                            (cudnnConvolutionBwdDataAlgo_t)p->algo[BACKWARD_DATA],
+                                            workspace(p, BACKWARD_DATA), p->workspace[BACKWARD_DATA], &one, p->x, dx),
                p, BACKWARD_DATA, "backward data");
 }
 
@@ -320,8 +321,9 @@ bool cudnn_conv_backward_filter(LowpFormat t, ConvLayout layout, const Conv2dDim
     if (!p) return false;
     const float one = 1.0f;
     return ran(cudnnConvolutionBackwardFilter(g->handle, &one, p->x, x, p->y, dy, p->conv,
-                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER], workspace(p, BACKWARD_FILTER),
-                                              p->workspace[BACKWARD_FILTER], &beta, p->w, dw),
+                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo[BACKWARD_FILTER],
+                                              workspace(p, BACKWARD_FILTER), p->workspace[BACKWARD_FILTER], &beta,
+                                              p->w, dw),
                p, BACKWARD_FILTER, "backward filter");
 }
 

@@ -538,7 +538,8 @@ void zero_print_memory(const Zero *z, FILE *out) {
                                                    : "params/world (peak: + one unit's full grads)",
                                       z->stage >= ZERO_OPTIM ? "params/world (momentum)" : "params (momentum)",
                                       z->recompute ? "unit outputs + one unit's arena" : "every unit's arena",
-                                      z->scratch_odd ? "scratch x 2 (the overlap)" : "scratch", "the loader's batches on a GPU"};
+                                      z->scratch_odd ? "scratch x 2 (the overlap)" : "scratch",
+                                      "the loader's batches, conv's work on a GPU"};
         for (int p = 0; p < MEM_PARTS; p++) {
             fprintf(out, "  %-12s", mem_part_name((MemPart)p));
             for (int r = 0; r < W; r++) fprintf(out, "  %12.3f %10.3f", t[r * cols + p] / MB, t[r * cols + MEM_PARTS + p] / MB);
