@@ -15,6 +15,23 @@
 #include "kit/optim.h"
 
 // Counted bytes are the bytes asked for, to the byte, and a free gives back exactly what its allocation took.
+// Skips the test, saying why, where no CUDA device is usable (a GPU, or the emulator of the EMU=1 build).
+static void skip_without_cuda(void) {
+    const char *why = NULL;
+    if (!device_cuda_usable(&why)) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+}
+
+// fn(arg) on a thread of its own: the thread's CUDA context, scratch included, is freed when it ends, so a test
+// can check that every byte came back.
+static void on_own_thread(void *(*fn)(void *), void *arg) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fn, arg), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
 static void test_counts_exact(void **state) {
     MemStats s0 = mem_stats();
     void *a = device_alloc_as(DEVICE_CPU, 1000, MEM_GRADS);
@@ -296,15 +313,9 @@ static void *cuda_model_counts(void *arg) {
 // On the CUDA device (a GPU, or the emulator of the EMU=1 build) the same counts: cudaMalloc'd bytes by part,
 // and a CUDA model's release and materialize, whose forward then gives the CPU model's logits (same params).
 static void test_cuda_counts(void **state) {
-    const char *why = NULL;
-    if (!device_cuda_usable(&why)) {
-        printf("skipped: %s\n", why);
-        skip();
-    }
+    skip_without_cuda();
     MemStats s0 = mem_stats();
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, cuda_model_counts, NULL), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    on_own_thread(cuda_model_counts, NULL);
     assert_int_equal(mem_stats().live_total, s0.live_total);  // the thread's context, scratch included, freed
 }
 
@@ -325,17 +336,11 @@ static void *cuda_scratch_counts(void *arg) {
 #endif
 
 static void test_cuda_scratch_counted(void **state) {
-    const char *why = NULL;
-    if (!device_cuda_usable(&why)) {
-        printf("skipped: %s\n", why);
-        skip();
-    }
+    skip_without_cuda();
 #ifdef KIT_CUDA
     MemStats s0 = mem_stats();
     size_t grew[3];
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, cuda_scratch_counts, grew), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    on_own_thread(cuda_scratch_counts, grew);
     assert_int_equal(grew[0], 1000);
     assert_int_equal(grew[1], 1000);
     assert_int_equal(grew[2], 1 << 20);  // the old buffer given back, the new one counted
@@ -380,17 +385,11 @@ static void *conv_work_counts(void *arg) {
 #endif
 
 static void test_cuda_conv_work_on_demand(void **state) {
-    const char *why = NULL;
-    if (!device_cuda_usable(&why)) {
-        printf("skipped: %s\n", why);
-        skip();
-    }
+    skip_without_cuda();
 #ifdef KIT_CUDA
     MemStats s0 = mem_stats();
     size_t grew[3];
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, conv_work_counts, grew), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    on_own_thread(conv_work_counts, grew);
     const size_t chunk_bytes = (size_t)2 * 144 * (16 * 9 + 8) * sizeof(float);
     assert_int_equal(grew[0], 0);
     // cuDNN's workspace (whatever its algorithm asks for: in the emulator, one image's columns for forward's GEMM
@@ -416,9 +415,7 @@ static void *bf16_scratch_counts(void *arg) {
 
 static void test_cpu_bf16_scratch_counted(void **state) {
     size_t grew[2];
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, bf16_scratch_counts, grew), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    on_own_thread(bf16_scratch_counts, grew);
     assert_int_equal(grew[0], 4096 + 100);
     assert_int_equal(grew[1], (1 << 16) + 100);
 }
