@@ -33,7 +33,6 @@ struct DeviceBuf {
     void *at_least(size_t want) {
         if (want > bytes) {
             counted_free(p, true);  // cudaFree waits for the GPU: no queued kernel still reads the old buffer
-            p = nullptr, bytes = 0;
             p = counted_malloc(want);
             bytes = want;
         }

@@ -138,13 +138,13 @@ void lowp_round_buffer(Device d, LowpFormat f, float *x, size_t n, LowpStats *st
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 #pragma omp parallel for simd schedule(static) if (n >= 32768)
-            for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+            for (size_t i = 0; i < n; i++) x[i] = lowp_round(LOWP_BF16, x[i]);
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
         } else {
 #pragma omp parallel for schedule(static) if (n >= 32768)
-            for (size_t i = 0; i < n; i++) x[i] = half_to_float(half_from_float(x[i]));
+            for (size_t i = 0; i < n; i++) x[i] = lowp_round(f, x[i]);
         }
         return;
     }
